@@ -1,0 +1,51 @@
+"""Liveness, readiness (database, Redis, broker) and Prometheus metrics for the web app."""
+import redis
+from django.conf import settings
+from django.db import connection
+from django.db.models import Count
+from django.http import HttpResponse, JsonResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
+
+
+def healthz(request):
+    return JsonResponse({"status": "ok"})
+
+
+def _check_database() -> str | None:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        return None
+    except Exception as e:  # noqa: BLE001 - any failure means not ready
+        return f"database: {type(e).__name__}"
+
+
+def _check_redis(url: str, name: str) -> str | None:
+    try:
+        redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1).ping()
+        return None
+    except Exception as e:  # noqa: BLE001
+        return f"{name}: {type(e).__name__}"
+
+
+def readyz(request):
+    problems = [p for p in (_check_database(), _check_redis(settings.REDIS_URL, "redis"),
+                            _check_redis(settings.CELERY_BROKER_URL, "broker")) if p]
+    return JsonResponse({"status": "not ready" if problems else "ready", "problems": problems},
+                        status=503 if problems else 200)
+
+
+def metrics(request):
+    """Deployments by status and the Celery queue depth, computed at scrape time."""
+    from deployments.models import Deployment
+
+    registry = CollectorRegistry()
+    by_status = Gauge("tandem_deployments", "Deployments by status", ["status"], registry=registry)
+    for row in Deployment.objects.values("status").order_by().annotate(n=Count("id")):
+        by_status.labels(row["status"]).set(row["n"])
+    depth = Gauge("tandem_celery_queue_depth", "Messages waiting in the Celery queue", ["queue"], registry=registry)
+    try:
+        depth.labels("celery").set(redis.Redis.from_url(settings.CELERY_BROKER_URL, socket_timeout=1).llen("celery"))
+    except redis.RedisError:
+        pass
+    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,12 @@
+"""Settings for the test suite: real PostgreSQL and Redis, a database of its own."""
+import os
+
+os.environ.setdefault("DJANGO_SECRET_KEY", "test-only-not-secret")
+
+from controlplane.settings.base import *  # noqa: E402,F403
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast; tests only
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}

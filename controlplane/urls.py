@@ -1,0 +1,16 @@
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from controlplane import health
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("api/v1/", include("deployments.api.urls")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("healthz", health.healthz),
+    path("readyz", health.readyz),
+    path("metrics", health.metrics),
+    path("accounts/", include("django.contrib.auth.urls")),
+]

@@ -1,0 +1,19 @@
+"""Every API error is a 4xx JSON body a user can act on: {"detail": ..., "errors": {field: [...]}}."""
+from rest_framework import status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from deployments.errors import ActionError
+from deployments.spec import SpecError
+
+
+def exception_handler(exc, context):
+    if isinstance(exc, SpecError):
+        return Response({"detail": "The request is not valid; see errors.", "errors": exc.errors},
+                        status=status.HTTP_400_BAD_REQUEST)
+    if isinstance(exc, ActionError):
+        body = {"detail": exc.message, "code": exc.code}
+        if exc.field:
+            body["errors"] = {exc.field: [exc.message]}
+        return Response(body, status=exc.status_code)
+    return drf_exception_handler(exc, context)

@@ -1,0 +1,246 @@
+"""REST API views: thin, each calls a selector to read and a service to write."""
+from django.contrib.auth import get_user_model
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+
+from deployments import selectors
+from deployments.api import serializers as s
+from deployments.models import AccessToken, Cluster, Membership
+from deployments.services import api_keys, clusters, lifecycle, teams
+from deployments.services.credentials import credential_mint, credential_revoke
+from deployments.services.events import event_record
+
+SecretOnce = inline_serializer("SecretOnce", {"secret": serializers.CharField(help_text="Shown only in this response.")})
+
+
+def _filter(qs, request, **fields):
+    """Apply ?name=value filters for the given query parameters → model lookups."""
+    for param, lookup in fields.items():
+        if value := request.query_params.get(param):
+            qs = qs.filter(**{lookup: value})
+    return qs
+
+
+class TeamViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
+                  mixins.UpdateModelMixin, viewsets.GenericViewSet):
+    """Teams you belong to (platform admins: all). Platform admins create teams and set quotas."""
+
+    serializer_class = s.TeamSerializer
+    lookup_field = "slug"
+    ordering_fields = ["slug", "created_at"]
+
+    def get_queryset(self):
+        return selectors.teams_visible_to(self.request.user)
+
+    def perform_create(self, serializer):
+        serializer.instance = teams.team_create(actor=self.request.user, **serializer.validated_data)
+
+    def perform_update(self, serializer):
+        serializer.instance = teams.team_update(actor=self.request.user, team=serializer.instance,
+                                                **serializer.validated_data)
+
+
+class MembershipViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
+                        mixins.UpdateModelMixin, mixins.DestroyModelMixin, viewsets.GenericViewSet):
+    """Members and roles. Team admins and platform admins add members and change roles."""
+
+    serializer_class = s.MembershipSerializer
+    ordering_fields = ["created_at"]
+
+    def get_queryset(self):
+        return _filter(selectors.memberships_visible_to(self.request.user), self.request, team="team__slug")
+
+    def perform_create(self, serializer):
+        data = serializer.validated_data
+        team = data["team"]
+        if not selectors.teams_visible_to(self.request.user).filter(pk=team.pk).exists():
+            from rest_framework.exceptions import ValidationError
+
+            raise ValidationError({"team": [f"No team {team.slug!r} that you belong to."]})
+        serializer.instance = teams.membership_set(actor=self.request.user, team=team, user=data["user"],
+                                                   role=data.get("role", Membership.Role.MEMBER))
+
+    def perform_update(self, serializer):
+        m = serializer.instance
+        serializer.instance = teams.membership_set(actor=self.request.user, team=m.team, user=m.user,
+                                                   role=serializer.validated_data.get("role", m.role))
+
+    def perform_destroy(self, instance):
+        teams.membership_remove(actor=self.request.user, membership=instance)
+
+
+class ClusterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
+                     viewsets.GenericViewSet):
+    """Registered targets. Everyone signed in can list them; platform admins register them."""
+
+    serializer_class = s.ClusterSerializer
+    queryset = Cluster.objects.all()
+    lookup_field = "name"
+    ordering_fields = ["name", "created_at"]
+
+    def perform_create(self, serializer):
+        serializer.instance = clusters.cluster_register(actor=self.request.user, **serializer.validated_data)
+
+
+@extend_schema(parameters=[
+    OpenApiParameter("status", str), OpenApiParameter("team", str), OpenApiParameter("cluster", str),
+])
+class DeploymentViewSet(viewsets.ReadOnlyModelViewSet):
+    """Deployments of your teams: request, edit, approve, reject, withdraw, retry, update, delete."""
+
+    serializer_class = s.DeploymentSerializer
+    ordering_fields = ["created_at", "updated_at", "name", "status"]
+
+    def get_queryset(self):
+        qs = selectors.deployments_visible_to(self.request.user)
+        return _filter(qs, self.request, status="status", team="team__slug", cluster="cluster__name")
+
+    def _respond(self, deployment, code=status.HTTP_200_OK):
+        deployment.refresh_from_db()
+        return Response(s.DeploymentSerializer(deployment, context={"request": self.request}).data, status=code)
+
+    @extend_schema(request=s.DeploymentCreateSerializer, responses={201: s.DeploymentSerializer})
+    def create(self, request):
+        data = s.DeploymentCreateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+        team = get_object_or_404(selectors.teams_visible_to(request.user), pk=v["team"].pk)
+        d = lifecycle.deployment_request(actor=request.user, team=team, cluster=v["cluster"], name=v["name"],
+                                         spec=v["spec"], purpose=v["purpose"])
+        return self._respond(d, status.HTTP_201_CREATED)
+
+    @extend_schema(request=s.DeploymentEditSerializer, responses=s.DeploymentSerializer)
+    def partial_update(self, request, pk=None):
+        """Edit a pending request, or update a running deployment (more GPUs go back to approval)."""
+        d = self.get_object()
+        data = s.DeploymentEditSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+        if d.status == "pending_approval":
+            d = lifecycle.deployment_edit(actor=request.user, deployment=d, spec=v.get("spec"), purpose=v.get("purpose"))
+        elif "spec" in v:
+            d = lifecycle.deployment_update(actor=request.user, deployment=d, spec=v["spec"])
+        return self._respond(d)
+
+    @extend_schema(request=None, responses=s.DeploymentSerializer)
+    def destroy(self, request, pk=None):
+        """Tear the deployment down (a pending request is withdrawn)."""
+        return self._respond(lifecycle.deployment_delete(actor=request.user, deployment=self.get_object()),
+                             status.HTTP_202_ACCEPTED)
+
+    @extend_schema(request=s.CommentSerializer, responses=s.DeploymentSerializer)
+    @action(detail=True, methods=["post"])
+    def approve(self, request, pk=None):
+        c = s.CommentSerializer(data=request.data)
+        c.is_valid(raise_exception=True)
+        return self._respond(lifecycle.deployment_approve(actor=request.user, deployment=self.get_object(),
+                                                          comment=c.validated_data["comment"]))
+
+    @extend_schema(request=s.CommentSerializer, responses=s.DeploymentSerializer)
+    @action(detail=True, methods=["post"])
+    def reject(self, request, pk=None):
+        c = s.CommentSerializer(data=request.data)
+        c.is_valid(raise_exception=True)
+        return self._respond(lifecycle.deployment_reject(actor=request.user, deployment=self.get_object(),
+                                                         comment=c.validated_data["comment"]))
+
+    @extend_schema(request=None, responses=s.DeploymentSerializer)
+    @action(detail=True, methods=["post"])
+    def withdraw(self, request, pk=None):
+        return self._respond(lifecycle.deployment_withdraw(actor=request.user, deployment=self.get_object()))
+
+    @extend_schema(request=None, responses=s.DeploymentSerializer)
+    @action(detail=True, methods=["post"])
+    def retry(self, request, pk=None):
+        return self._respond(lifecycle.deployment_retry(actor=request.user, deployment=self.get_object()))
+
+    @extend_schema(responses=s.EventSerializer(many=True))
+    @action(detail=True, methods=["get"])
+    def events(self, request, pk=None):
+        d = self.get_object()
+        page = self.paginate_queryset(d.events.select_related("actor", "team").all())
+        return self.get_paginated_response(s.EventSerializer(page, many=True).data)
+
+
+@extend_schema(parameters=[OpenApiParameter("team", str), OpenApiParameter("deployment", int),
+                           OpenApiParameter("kind", str)])
+class EventViewSet(viewsets.ReadOnlyModelViewSet):
+    """The audit trail of your teams."""
+
+    serializer_class = s.EventSerializer
+    ordering_fields = ["created_at"]
+
+    def get_queryset(self):
+        qs = selectors.events_visible_to(self.request.user)
+        return _filter(qs, self.request, team="team__slug", deployment="deployment_id", kind="kind")
+
+
+class AccessTokenViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.DestroyModelMixin,
+                         viewsets.GenericViewSet):
+    """Your personal access tokens for the REST API. The secret is returned once, at creation."""
+
+    serializer_class = s.AccessTokenSerializer
+
+    def get_queryset(self):
+        return AccessToken.objects.filter(user=self.request.user)
+
+    @extend_schema(request=s.AccessTokenSerializer, responses={201: SecretOnce})
+    def create(self, request):
+        data = s.AccessTokenSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        token, raw = credential_mint(model=AccessToken, user=request.user, **data.validated_data)
+        event_record(kind="access_token_created", actor=request.user, after={"name": token.name, "key_id": token.key_id})
+        body = dict(s.AccessTokenSerializer(token).data, secret=raw)
+        return Response(body, status=status.HTTP_201_CREATED)
+
+    def perform_destroy(self, instance):
+        if credential_revoke(row=instance):
+            event_record(kind="access_token_revoked", actor=self.request.user, before={"key_id": instance.key_id})
+
+
+@extend_schema(parameters=[OpenApiParameter("team", str)])
+class ApiKeyViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.DestroyModelMixin,
+                    viewsets.GenericViewSet):
+    """Team API keys for the OpenAI-compatible gateway. DELETE revokes; the secret is shown only once."""
+
+    serializer_class = s.ApiKeySerializer
+
+    def get_queryset(self):
+        return _filter(selectors.api_keys_visible_to(self.request.user), self.request, team="team__slug")
+
+    @extend_schema(request=s.ApiKeySerializer, responses={201: SecretOnce})
+    def create(self, request):
+        data = s.ApiKeySerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = dict(data.validated_data)
+        team = get_object_or_404(selectors.teams_visible_to(request.user), pk=v.pop("team").pk)
+        key, raw = api_keys.api_key_create(actor=request.user, team=team, **v)
+        return Response(dict(s.ApiKeySerializer(key).data, secret=raw), status=status.HTTP_201_CREATED)
+
+    def perform_destroy(self, instance):
+        api_keys.api_key_revoke(actor=self.request.user, key=instance)
+
+    @extend_schema(request=None, responses={201: SecretOnce})
+    @action(detail=True, methods=["post"])
+    def rotate(self, request, pk=None):
+        key, raw = api_keys.api_key_rotate(actor=request.user, key=self.get_object())
+        return Response(dict(s.ApiKeySerializer(key).data, secret=raw), status=status.HTTP_201_CREATED)
+
+
+class UserViewSet(viewsets.ReadOnlyModelViewSet):
+    """Who you are (`/users/me/`); platform admins can list users to add them to teams."""
+
+    serializer_class = s.UserSerializer
+    lookup_field = "username"
+
+    def get_queryset(self):
+        users = get_user_model().objects.order_by("username")
+        return users if teams.is_platform_admin(self.request.user) else users.filter(pk=self.request.user.pk)
+
+    def get_object(self):
+        if self.kwargs.get("username") == "me":
+            return self.request.user
+        return super().get_object()

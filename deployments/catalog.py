@@ -1,0 +1,98 @@
+"""What Tandem knows about hardware and runtimes, as data.
+
+Instance figures are AWS's published specifications; prices are approximate on-demand USD per hour
+in us-east-1 and only feed the planner's cost estimate.
+"""
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class InstanceType:
+    name: str
+    gpu: str  # "" for CPU-only
+    gpus: int
+    gpu_memory_gib: int  # per GPU
+    vcpus: int
+    memory_gib: int
+    network_gbps: float
+    efa_interfaces: int
+    hourly_usd: float
+
+    @property
+    def has_efa(self) -> bool:
+        return self.efa_interfaces > 0
+
+
+_INSTANCES = [
+    InstanceType("g5.xlarge", "A10G", 1, 24, 4, 16, 10, 0, 1.006),
+    InstanceType("g5.12xlarge", "A10G", 4, 24, 48, 192, 40, 0, 5.672),
+    InstanceType("g5.48xlarge", "A10G", 8, 24, 192, 768, 100, 1, 16.288),
+    InstanceType("g6.xlarge", "L4", 1, 24, 4, 16, 10, 0, 0.805),
+    InstanceType("g6.12xlarge", "L4", 4, 24, 48, 192, 40, 0, 4.602),
+    InstanceType("g6.48xlarge", "L4", 8, 24, 192, 768, 100, 1, 13.350),
+    InstanceType("g6e.xlarge", "L40S", 1, 48, 4, 32, 20, 0, 1.861),
+    InstanceType("g6e.12xlarge", "L40S", 4, 48, 48, 384, 100, 1, 10.493),
+    InstanceType("g6e.48xlarge", "L40S", 8, 48, 192, 1536, 400, 4, 30.131),
+    InstanceType("p4d.24xlarge", "A100-40GB", 8, 40, 96, 1152, 400, 4, 21.958),
+    InstanceType("p4de.24xlarge", "A100-80GB", 8, 80, 96, 1152, 400, 4, 27.447),
+    InstanceType("p5.48xlarge", "H100", 8, 80, 192, 2048, 3200, 32, 55.040),
+    InstanceType("p5e.48xlarge", "H200", 8, 141, 192, 2048, 3200, 32, 63.296),
+    InstanceType("p5en.48xlarge", "H200", 8, 141, 192, 2048, 3200, 16, 63.296),
+    # The local target: a Ray cluster on CPUs (vLLM's CPU build), for trying Tandem and for CI.
+    InstanceType("cpu", "", 0, 0, 2, 24, 0, 0, 0.0),
+]
+INSTANCE_TYPES: dict[str, InstanceType] = {i.name: i for i in _INSTANCES}
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """One supported combination of Ray, vLLM, NIXL and image; they are coupled and move together."""
+
+    key: str
+    ray: str
+    vllm: str
+    nixl: str
+    image: str
+    accelerator: str  # "gpu" or "cpu"
+    kuberay_min: str
+    target_kinds: tuple[str, ...]
+
+
+RUNTIMES: dict[str, Runtime] = {
+    r.key: r
+    for r in [
+        Runtime(
+            "ray-2.60.0-vllm-0.29.0",
+            ray="2.60.0",
+            vllm="0.29.0",
+            nixl="1.3.2",
+            image="rayproject/ray-llm:2.60.0-py312-cu128",
+            accelerator="gpu",
+            kuberay_min="1.4.0",
+            target_kinds=("eks", "kubernetes", "ray"),
+        ),
+        Runtime(
+            "ray-2.60.0-vllm-cpu-0.32.0",
+            ray="2.60.0",
+            vllm="0.32.0",
+            nixl="1.3.2",
+            image="",
+            accelerator="cpu",
+            kuberay_min="",
+            target_kinds=("ray",),
+        ),
+    ]
+}
+
+# Pairs seen to break, with why: a request naming one is refused with this reason.
+KNOWN_BROKEN: dict[tuple[str, str], str] = {
+    ("2.60.0", "0.32.0"): "Ray 2.60.0's LLM extra is built against vLLM 0.29.0's CUDA engine API; "
+    "vLLM 0.32.0 on GPUs is only known to work with its CPU build (runtime ray-2.60.0-vllm-cpu-0.32.0).",
+    ("2.59.0", "0.29.0"): "Ray 2.59 predates build_pd_openai_app's ingress_deployment_config, which "
+    "prefill/decode deployments need.",
+}
+
+
+def runtime_choices_text() -> str:
+    return "; ".join(f"{r.key} (Ray {r.ray}, vLLM {r.vllm}{', CPU' if r.accelerator == 'cpu' else ''})"
+                     for r in RUNTIMES.values())

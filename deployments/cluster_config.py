@@ -1,0 +1,49 @@
+"""What each kind of cluster needs in its (non-secret) config."""
+import re
+
+AWS_REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
+ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
+EKS_NAME = re.compile(r"^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$")
+URL = re.compile(r"^https?://[^\s/]+(/[^\s]*)?$")
+PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]{0,18}[a-z0-9])?-?$")
+
+KNOWN_KEYS = {
+    "eks": {"region", "cluster_name", "role_arn", "nodegroup_prefix", "namespace_prefix", "aws_endpoint_url",
+            "subnet_ids", "node_role_arn"},
+    "kubernetes": {"context", "namespace_prefix"},
+    "ray": {"dashboard_url", "serve_url", "metrics_url"},
+}
+
+
+def cluster_config_errors(kind: str | None, config: dict) -> list[str]:
+    """Messages for a config this kind of cluster cannot use (empty when it is fine)."""
+    if kind not in KNOWN_KEYS:
+        return []  # the kind field reports its own error
+    if not isinstance(config, dict):
+        return ["Must be an object."]
+    errors = [f"Unknown setting {k!r} for a {kind} cluster; known: {', '.join(sorted(KNOWN_KEYS[kind]))}."
+              for k in config if k not in KNOWN_KEYS[kind]]
+
+    def need(key, pattern, what):
+        value = config.get(key)
+        if not isinstance(value, str) or not pattern.match(value):
+            errors.append(f"{key}: {what}")
+
+    def maybe(key, pattern, what):
+        if key in config:
+            need(key, pattern, what)
+
+    if kind == "eks":
+        need("region", AWS_REGION, "an AWS region such as us-west-2.")
+        need("cluster_name", EKS_NAME, "the EKS cluster's name.")
+        maybe("role_arn", ROLE_ARN, "an IAM role ARN (arn:aws:iam::123456789012:role/name).")
+        maybe("node_role_arn", ROLE_ARN, "the node group IAM role ARN.")
+        maybe("nodegroup_prefix", PREFIX, "lowercase letters, digits and '-', at most 20 characters.")
+        maybe("aws_endpoint_url", URL, "an http(s) URL.")
+    if kind in ("eks", "kubernetes"):
+        maybe("namespace_prefix", PREFIX, "lowercase letters, digits and '-', at most 20 characters.")
+    if kind == "ray":
+        need("dashboard_url", URL, "the Ray dashboard's http(s) URL, e.g. http://127.0.0.1:8265.")
+        maybe("serve_url", URL, "the Serve HTTP proxy's URL, e.g. http://127.0.0.1:8000.")
+        maybe("metrics_url", URL, "the metrics export URL, e.g. http://127.0.0.1:8080/metrics.")
+    return errors

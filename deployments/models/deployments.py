@@ -1,0 +1,48 @@
+from django.conf import settings
+from django.db import models
+
+from deployments.lifecycle import Status
+
+
+class Deployment(models.Model):
+    """A team's PD deployment: the approved spec, a proposed change awaiting approval, and observed status.
+
+    `spec` is what workers drive towards; `generation` counts its changes and `observed_generation` the
+    last one a worker fully applied. `conditions` is a list of Kubernetes-style condition dicts.
+    """
+
+    team = models.ForeignKey("deployments.Team", on_delete=models.PROTECT, related_name="deployments")
+    name = models.CharField(max_length=40)
+    cluster = models.ForeignKey("deployments.Cluster", on_delete=models.PROTECT, related_name="deployments")
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    purpose = models.TextField(blank=True, max_length=2000)
+    spec = models.JSONField()
+    proposed_spec = models.JSONField(null=True, blank=True)
+    generation = models.PositiveIntegerField(default=1)
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING_APPROVAL)
+    status_reason = models.TextField(blank=True)
+    observed_generation = models.PositiveIntegerField(default=0)
+    conditions = models.JSONField(default=list, blank=True)
+    endpoint_url = models.URLField(blank=True, help_text="Where the gateway sends this deployment's traffic.")
+    applied_hash = models.CharField(max_length=64, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    status_changed_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["team", "name"],
+                condition=~models.Q(status__in=["rejected", "withdrawn", "deleted"]),
+                name="unique_live_deployment_name_per_team",
+            )
+        ]
+        indexes = [models.Index(fields=["status"])]
+
+    def __str__(self):
+        return f"{self.team}/{self.name}"
+
+    @property
+    def model_id(self) -> str:
+        return self.spec["model_id"]

@@ -1,0 +1,34 @@
+from django.conf import settings
+from django.db import models
+
+
+class Event(models.Model):
+    """One immutable line of the audit trail: who did what, when, and what changed."""
+
+    team = models.ForeignKey("deployments.Team", on_delete=models.CASCADE, related_name="events", null=True)
+    deployment = models.ForeignKey(
+        "deployments.Deployment", on_delete=models.CASCADE, related_name="events", null=True, blank=True
+    )
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    kind = models.CharField(max_length=40)
+    message = models.TextField(blank=True)
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+    duration_ms = models.PositiveIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def save(self, *args, **kwargs):
+        if self.pk is not None:
+            raise ValueError("Audit events are immutable.")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise ValueError("Audit events are immutable.")
+
+    def __str__(self):
+        return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.kind}"

@@ -1,0 +1,40 @@
+from django.conf import settings
+from django.db import models
+
+
+class Team(models.Model):
+    """A group of people who share deployments, API keys and a GPU quota."""
+
+    slug = models.SlugField(max_length=40, unique=True)
+    name = models.CharField(max_length=100)
+    gpu_quota = models.PositiveIntegerField(default=0, help_text="GPUs the team's deployments may hold at once.")
+    allow_self_approval = models.BooleanField(
+        default=False, help_text="Team admins may approve their own requests."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self):
+        return self.slug
+
+
+class Membership(models.Model):
+    """A user's role in a team: members request, admins also approve."""
+
+    class Role(models.TextChoices):
+        MEMBER = "member"
+        ADMIN = "admin"
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["team", "user"], name="one_membership_per_team")]
+        ordering = ["team__slug", "user__username"]
+
+    def __str__(self):
+        return f"{self.user} in {self.team} ({self.role})"

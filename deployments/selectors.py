@@ -1,0 +1,44 @@
+"""Reads: what a user may see. A user sees only their teams' objects; platform admins see all."""
+from django.db.models import QuerySet
+
+from deployments.models import ApiKey, Deployment, Event, Membership, Team
+from deployments.services.teams import is_platform_admin
+
+
+def teams_visible_to(user) -> QuerySet[Team]:
+    if is_platform_admin(user):
+        return Team.objects.all()
+    return Team.objects.filter(memberships__user=user).distinct()
+
+
+def deployments_visible_to(user) -> QuerySet[Deployment]:
+    qs = Deployment.objects.select_related("team", "cluster", "requested_by")
+    if is_platform_admin(user):
+        return qs
+    return qs.filter(team__memberships__user=user).distinct()
+
+
+def deployments_awaiting_approval_by(user) -> QuerySet[Deployment]:
+    """Requests and proposed updates that this user may approve."""
+    from django.db.models import Q
+
+    qs = deployments_visible_to(user).filter(Q(status="pending_approval") | Q(proposed_spec__isnull=False))
+    if is_platform_admin(user):
+        return qs
+    admin_teams = Membership.objects.filter(user=user, role=Membership.Role.ADMIN).values("team_id")
+    return qs.filter(team_id__in=admin_teams)
+
+
+def events_visible_to(user) -> QuerySet[Event]:
+    qs = Event.objects.select_related("actor", "deployment", "team")
+    if is_platform_admin(user):
+        return qs
+    return qs.filter(team__memberships__user=user).distinct()
+
+
+def memberships_visible_to(user) -> QuerySet[Membership]:
+    return Membership.objects.select_related("team", "user").filter(team__in=teams_visible_to(user))
+
+
+def api_keys_visible_to(user) -> QuerySet[ApiKey]:
+    return ApiKey.objects.select_related("team").prefetch_related("deployments").filter(team__in=teams_visible_to(user))

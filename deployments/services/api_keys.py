@@ -1,0 +1,76 @@
+"""Team API keys for the gateway: create (secret shown once), revoke, rotate.
+
+Revocation is announced on the Redis channel `KEY_EVENTS_CHANNEL` after commit, so every gateway replica
+drops the key from its cache at once.
+"""
+import datetime as dt
+
+import redis
+from django.conf import settings
+from django.db import transaction
+
+from deployments.errors import ActionError, NotAllowed
+from deployments.models import ApiKey, Deployment, Team
+from deployments.services.credentials import credential_mint, credential_revoke
+from deployments.services.events import event_record
+from deployments.services.teams import team_role
+
+KEY_EVENTS_CHANNEL = "tandem:keys:changed"
+
+
+def _announce(key_id: str) -> None:
+    def publish():
+        redis.Redis.from_url(settings.REDIS_URL).publish(KEY_EVENTS_CHANNEL, key_id)
+
+    transaction.on_commit(publish)
+
+
+def _public(key: ApiKey) -> dict:
+    return {"name": key.name, "key_id": key.key_id, "last4": key.last4}
+
+
+@transaction.atomic
+def api_key_create(*, actor, team: Team, name: str, all_deployments: bool = True, deployments=(),
+                   expires_at: dt.datetime | None = None, requests_per_minute: int | None = None,
+                   tokens_per_minute: int | None = None) -> tuple[ApiKey, str]:
+    """A team member creates a key; returns (key, plaintext) and the plaintext is never stored."""
+    if team_role(user=actor, team=team) is None:
+        raise NotAllowed(f"You are not a member of team {team.slug}.")
+    deployments = list(deployments)
+    if any(d.team_id != team.pk for d in deployments):
+        raise ActionError("A key can only be scoped to its own team's deployments.", field="deployments")
+    if not all_deployments and not deployments:
+        raise ActionError("Pick the deployments this key may call, or allow all of the team's.", field="deployments")
+    key, raw = credential_mint(model=ApiKey, team=team, name=name, created_by=actor, all_deployments=all_deployments,
+                               expires_at=expires_at, requests_per_minute=requests_per_minute,
+                               tokens_per_minute=tokens_per_minute)
+    if deployments:
+        key.deployments.set(deployments)
+    event_record(kind="api_key_created", team=team, actor=actor, after=_public(key))
+    return key, raw
+
+
+@transaction.atomic
+def api_key_revoke(*, actor, key: ApiKey) -> ApiKey:
+    if team_role(user=actor, team=key.team) is None:
+        raise NotAllowed(f"You are not a member of team {key.team.slug}.")
+    if credential_revoke(row=key):
+        event_record(kind="api_key_revoked", team=key.team, actor=actor, before=_public(key))
+        _announce(key.key_id)
+    return key
+
+
+@transaction.atomic
+def api_key_rotate(*, actor, key: ApiKey) -> tuple[ApiKey, str]:
+    """Revoke a key and create its replacement with the same name, scope and limits."""
+    new, raw = api_key_create(
+        actor=actor, team=key.team, name=key.name, all_deployments=key.all_deployments,
+        deployments=list(key.deployments.all()), expires_at=key.expires_at,
+        requests_per_minute=key.requests_per_minute, tokens_per_minute=key.tokens_per_minute,
+    )
+    api_key_revoke(actor=actor, key=key)
+    return new, raw
+
+
+def deployments_for_scope(*, team: Team, ids) -> list[Deployment]:
+    return list(Deployment.objects.filter(team=team, pk__in=ids))

@@ -1,0 +1,26 @@
+"""GPU quota: what a team holds, and the check made at request and at approval."""
+from deployments.errors import QuotaExceeded
+from deployments.lifecycle import HOLDS_QUOTA
+from deployments.models import Deployment, Team
+from deployments.spec import spec_gpus
+
+
+def team_gpus_held(*, team: Team, exclude_id: int | None = None) -> int:
+    qs = Deployment.objects.filter(team=team, status__in=HOLDS_QUOTA)
+    if exclude_id is not None:
+        qs = qs.exclude(pk=exclude_id)
+    return sum(spec_gpus(s) for s in qs.values_list("spec", flat=True))
+
+
+def quota_check(*, team: Team, gpus: int, exclude_id: int | None = None) -> None:
+    """Refuse, with the numbers, when `gpus` more would exceed the team's quota.
+
+    At approval the caller holds the team row locked, so two approvals cannot both pass.
+    """
+    held = team_gpus_held(team=team, exclude_id=exclude_id)
+    if held + gpus > team.gpu_quota:
+        raise QuotaExceeded(
+            f"This needs {gpus} GPUs; team {team.slug} already holds {held} of its {team.gpu_quota}-GPU quota, "
+            f"so only {max(team.gpu_quota - held, 0)} are free. Ask a platform admin for more quota, or use "
+            "fewer nodes or GPUs per node."
+        )

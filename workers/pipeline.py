@@ -1,0 +1,153 @@
+"""One reconcile pass, step by step. See workers.reconcile for the contract."""
+import logging
+import random
+import time
+
+from django.conf import settings
+from django.utils import timezone
+
+from deployments.conditions import condition_set
+from deployments.lifecycle import Status
+from deployments.models import Deployment
+from deployments.services.events import event_record
+from deployments.services.lifecycle import deployment_transition
+from deployments.services.status import deployment_observe
+from deployments.spec import SpecError, spec_parse
+from workers.targets import target_for
+from workers.targets.base import PermanentError, TransientError
+
+log = logging.getLogger(__name__)
+SETTLED = {Status.PENDING_APPROVAL, Status.REJECTED, Status.WITHDRAWN, Status.DELETED, Status.FAILED}
+MAX_BACKOFF = 60.0
+
+
+class _Pass:
+    """State for one pass: the deployment, its conditions and the step events."""
+
+    def __init__(self, d: Deployment):
+        self.d = d
+        self.conditions = list(d.conditions)
+
+    def cond(self, type, ok, reason, message=""):
+        self.conditions = condition_set(self.conditions, type=type, status=ok, reason=reason, message=message,
+                                        generation=self.d.generation, now=timezone.now())
+
+    def step(self, kind: str, fn):
+        """Run one step; write an event with its duration when its outcome is new."""
+        started = time.monotonic()
+        result = fn()
+        ms = int((time.monotonic() - started) * 1000)
+        message = getattr(result, "message", "") or ""
+        last = self.d.events.order_by("-created_at", "-id").values_list("kind", "message").first()
+        if last != (kind, message):
+            event_record(kind=kind, deployment=self.d, message=message, duration_ms=ms)
+        return result
+
+
+def _backoff(attempt: int, hint: float | None) -> float:
+    base = min(MAX_BACKOFF, 2.0 ** min(attempt, 6))
+    return max(hint or 0.0, base * (0.5 + random.random() / 2))
+
+
+def reconcile_pass(deployment_id: int) -> float | None:
+    d = Deployment.objects.select_related("team", "cluster").filter(pk=deployment_id).first()
+    if d is None or d.status in SETTLED:  # 1 load
+        return None
+    p = _Pass(d)
+    try:
+        return _run(p)
+    except TransientError as e:
+        attempt = sum(1 for c in p.d.events.order_by("-created_at")[:10] if c.kind == "transient_error")
+        event_record(kind="transient_error", deployment=d, message=str(e))
+        _fail_if_stuck(p, str(e))
+        return _backoff(attempt, e.retry_after)
+    except PermanentError as e:
+        deployment_transition(deployment=d, to=Status.FAILED, reason=str(e))
+        return None
+
+
+def _fail_if_stuck(p: _Pass, last_reason: str) -> None:
+    age = (timezone.now() - p.d.status_changed_at).total_seconds()
+    if p.d.status != Status.DELETING and age > settings.TANDEM_STUCK_AFTER_SECONDS:
+        deployment_transition(deployment=p.d, to=Status.FAILED,
+                              reason=f"Stuck for {int(age)} s; last observed: {last_reason}")
+
+
+def _run(p: _Pass) -> float | None:
+    d = p.d
+    target = target_for(d.cluster)
+    requeue = settings.TANDEM_RECONCILE_REQUEUE_SECONDS
+
+    if d.status == Status.DELETING:  # 2 deletion
+        step = p.step("teardown", lambda: target.teardown(d))
+        if not step.ready:
+            return requeue
+        deployment_observe(deployment_id=d.pk, endpoint_url="", applied_hash="", conditions=[])
+        deployment_transition(deployment=d, to=Status.DELETED, reason="Everything the deployment created is gone.")
+        return None
+
+    try:  # 3 validate
+        spec_parse(_as_input(d.spec), target_kind=d.cluster.kind)
+    except SpecError as e:
+        raise PermanentError(f"The spec is no longer valid: {e}") from None
+    p.cond("Approved", True, "Approved")
+    if d.status == Status.APPROVED:
+        d = p.d = deployment_transition(deployment=d, to=Status.PROVISIONING, reason="Provisioning started.")
+
+    pools = p.step("node_pools", lambda: target.ensure_node_pools(d))  # 4 node pools
+    p.cond("NodePoolsReady", pools.ready, "Ready" if pools.ready else "Waiting", pools.message)
+    if not pools.ready:
+        _write(p)
+        return requeue
+
+    desired, desired_hash = target.desired(d)  # 5 desired
+    observed = target.observe(d)  # 6 observe
+    if not observed.exists or observed.applied_hash != desired_hash:  # 7 apply
+        if d.status == Status.RUNNING:
+            reason = "The application disappeared from the cluster; re-deploying." if not observed.exists \
+                else "The cluster drifted from the spec; re-applying."
+            d = p.d = deployment_transition(deployment=d, to=Status.PROVISIONING, reason=reason)
+        p.step("applied", lambda: _apply(target, d, desired))
+        deployment_observe(deployment_id=d.pk, applied_hash=desired_hash)
+        observed = target.observe(d)
+    p.cond("Applied", True, "Applied", f"spec hash {desired_hash[:12]}")
+
+    serve_ok = observed.serve_status == "RUNNING"  # 8 derive
+    p.cond("ServeRunning", serve_ok, observed.serve_status or "Unknown", observed.message)
+    if observed.serve_status == "DEPLOY_FAILED":
+        _write(p)
+        raise PermanentError(f"Ray Serve could not deploy the application: {observed.message}")
+    if not serve_ok:
+        _write(p, endpoint_url=observed.endpoint_url)
+        return requeue
+    answers = p.step("endpoint", lambda: target.endpoint_answers(d, observed))
+    p.cond("EndpointReady", answers.ready, "Answering" if answers.ready else "NotAnswering", answers.message)
+    _write(p, endpoint_url=observed.endpoint_url, observed_generation=d.generation if answers.ready else d.observed_generation)
+    if not answers.ready:
+        return requeue
+    if d.status in (Status.PROVISIONING, Status.UPDATING):
+        deployment_transition(deployment=d, to=Status.RUNNING, reason="Serving.")
+    return None
+
+
+def _apply(target, d, desired):
+    from workers.targets.base import Step
+
+    target.apply(d, desired)
+    return Step(ready=True, message=f"Applied generation {d.generation}.")
+
+
+def _write(p: _Pass, **fields) -> None:  # 9 write status if changed
+    deployment_observe(deployment_id=p.d.pk, conditions=p.conditions, **fields)
+
+
+def _as_input(spec: dict) -> dict:
+    """A stored spec back into the request shape spec_parse reads."""
+    return {
+        "model": {"id": spec["model_id"], "source": spec["model_source"]},
+        "runtime": spec["runtime"],
+        "prefill": spec["prefill"],
+        "decode": spec["decode"],
+        "engine": spec["engine"],
+        "expected_load": spec["expected_load"],
+    }

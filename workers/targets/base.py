@@ -1,0 +1,61 @@
+"""The contract every target driver keeps, and the errors that classify what went wrong."""
+from dataclasses import dataclass, field
+
+
+class TransientError(Exception):
+    """Worth retrying: conflicts, throttling, 5xx, timeouts. `retry_after` is a hint in seconds."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class PermanentError(Exception):
+    """Retrying will not help; the message tells the user what to change."""
+
+
+@dataclass
+class Step:
+    """The outcome of one provisioning step, recorded as an event with its duration."""
+
+    ready: bool
+    message: str = ""
+
+
+@dataclass
+class Observed:
+    """What exists on the target for a deployment."""
+
+    exists: bool
+    applied_hash: str = ""
+    serve_status: str = ""  # RUNNING, DEPLOYING, DEPLOY_FAILED, UNHEALTHY, NOT_STARTED, "" when absent
+    message: str = ""
+    endpoint_url: str = ""  # the OpenAI-compatible base URL the gateway forwards to, e.g. http://host:8000
+    details: dict = field(default_factory=dict)
+
+
+class Target:
+    """One driver per cluster kind. Every method is safe to call repeatedly."""
+
+    def __init__(self, cluster):
+        self.cluster = cluster
+
+    def ensure_node_pools(self, deployment) -> Step:
+        return Step(ready=True, message="No node pools to manage on this target.")
+
+    def desired(self, deployment) -> tuple[object, str]:
+        """The objects to apply and their content hash."""
+        raise NotImplementedError
+
+    def observe(self, deployment) -> Observed:
+        raise NotImplementedError
+
+    def apply(self, deployment, desired) -> None:
+        raise NotImplementedError
+
+    def teardown(self, deployment) -> Step:
+        """Remove what the deployment created; ready=True once nothing is left."""
+        raise NotImplementedError
+
+    def endpoint_answers(self, deployment, observed: Observed) -> Step:
+        return Step(ready=bool(observed.endpoint_url), message=observed.endpoint_url)
