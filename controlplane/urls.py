@@ -7,10 +7,13 @@ from controlplane import health
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", include("deployments.api.urls")),
+    path("api/v1/", include("gateway.urls")),
+    path("api/v1/", include("observability.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("healthz", health.healthz),
     path("readyz", health.readyz),
     path("metrics", health.metrics),
     path("accounts/", include("django.contrib.auth.urls")),
+    path("", include("frontend.urls")),
 ]

@@ -1,0 +1,3 @@
+"""URL routes of the frontend app."""
+
+urlpatterns: list = []

@@ -1,0 +1,3 @@
+"""URL routes of the gateway app."""
+
+urlpatterns: list = []

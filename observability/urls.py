@@ -1,0 +1,3 @@
+"""URL routes of the observability app."""
+
+urlpatterns: list = []

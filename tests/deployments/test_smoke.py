@@ -1,0 +1,2 @@
+def test_health(client, db):
+    assert client.get("/healthz").json() == {"status": "ok"}
