@@ -71,7 +71,7 @@ def is_complete(out: Path) -> bool:
         return False
 
 
-def corpus(n_lines: int = 4000) -> list[str]:
+def corpus(n_lines: int = 8000) -> list[str]:
     """Deterministic English-ish text for the tokenizer to learn from."""
     rng = random.Random(SEED)
     subjects = ["the model", "a user", "the cluster", "prefill", "decode", "the gateway", "an engineer",
@@ -82,9 +82,13 @@ def corpus(n_lines: int = 4000) -> list[str]:
                "latency", "bytes", "a chat completion", "the config", "hello world", "numbers 0123456789"]
     tails = ["quickly.", "on the cpu.", "over nixl.", "to the client!", "again?", "with care.", "today.",
              "in json: {\"ok\": true}", "per second.", "before noon."]
+    syllables = ["ka", "to", "ri", "mo", "sen", "la", "dor", "pi", "ex", "qu", "ul", "zan", "fe", "gro", "vy",
+                 "th", "sh", "ion", "ing", "ed", "er", "al", "ne", "bo", "wi", "ch", "ar", "es", "st", "um"]
     lines = []
     for _ in range(n_lines):
-        s = f"{rng.choice(subjects)} {rng.choice(verbs)} {rng.choice(objects)} {rng.choice(tails)}"
+        words = ["".join(rng.choice(syllables) for _ in range(rng.randint(1, 4))) for _ in range(rng.randint(2, 6))]
+        s = (f"{rng.choice(subjects)} {rng.choice(verbs)} {rng.choice(objects)} {' '.join(words)} "
+             f"{rng.choice(tails)}")
         lines.append(s.capitalize() if rng.random() < 0.5 else s)
     return lines
 

@@ -1,0 +1,24 @@
+"""Resolving a secret reference (`env:NAME` or `file:/path`) to its value, only where it is used."""
+import os
+from pathlib import Path
+
+
+class SecretRefError(Exception):
+    """The reference is malformed or points at nothing; the message never contains a secret."""
+
+
+def secret_resolve(ref: str) -> str:
+    if not ref:
+        return ""
+    scheme, _, where = ref.partition(":")
+    if scheme == "env":
+        value = os.environ.get(where)
+        if value is None:
+            raise SecretRefError(f"The environment variable {where} named by the secret reference is not set.")
+        return value.strip()
+    if scheme == "file":
+        try:
+            return Path(where).read_text().strip()
+        except OSError as e:
+            raise SecretRefError(f"Cannot read the secret file {where}: {e.strerror}.") from None
+    raise SecretRefError("A secret reference is `env:NAME` or `file:/path`.")
