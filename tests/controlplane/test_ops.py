@@ -1,0 +1,50 @@
+"""Operations: health, readiness against the real services, metrics, request ids, and the embedded services."""
+import json
+import logging
+import subprocess
+import sys
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from controlplane.request_id import JsonFormatter, RequestIdFilter
+from tests.factories import DeploymentFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def test_readyz_checks_database_redis_and_broker(client):
+    r = client.get("/readyz")
+    assert r.status_code == 200 and r.json() == {"status": "ready", "problems": []}
+
+
+def test_readyz_says_what_is_down(client, settings):
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"
+    r = client.get("/readyz")
+    assert r.status_code == 503 and r.json()["problems"] == ["redis: ConnectionError"]
+
+
+def test_metrics_count_deployments_by_status_and_queue_depth(client, redis_client):
+    DeploymentFactory(status="running")
+    DeploymentFactory(status="running")
+    redis_client.rpush("celery", "x")
+    families = {f.name: f for f in text_string_to_metric_families(client.get("/metrics").content.decode())}
+    running = [s for s in families["tandem_deployments"].samples if s.labels == {"status": "running"}]
+    assert running[0].value == 2
+    assert families["tandem_celery_queue_depth"].samples[0].value == 1
+
+
+def test_request_id_is_kept_or_created_and_logged(client, caplog):
+    assert client.get("/healthz", HTTP_X_REQUEST_ID="abc-123")["X-Request-ID"] == "abc-123"
+    made = client.get("/healthz", HTTP_X_REQUEST_ID="bad id with spaces\n")["X-Request-ID"]
+    assert len(made) == 32 and " " not in made
+    record = logging.LogRecord("x", logging.INFO, __file__, 1, "hello %s", ("world",), None)
+    RequestIdFilter().filter(record)
+    line = json.loads(JsonFormatter().format(record))
+    assert line["message"] == "hello world" and line["request_id"] == "-"
+
+
+def test_devservices_prints_urls_for_running_services():
+    out = subprocess.run([sys.executable, "-m", "controlplane.devservices"], capture_output=True, text=True,
+                         check=True).stdout
+    assert "export DATABASE_URL=postgres://" in out and "export REDIS_URL=redis://" in out
