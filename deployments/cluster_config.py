@@ -9,9 +9,9 @@ PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]{0,18}[a-z0-9])?-?$")
 
 KNOWN_KEYS = {
     "eks": {"region", "cluster_name", "role_arn", "nodegroup_prefix", "namespace_prefix", "aws_endpoint_url",
-            "subnet_ids", "node_role_arn"},
-    "kubernetes": {"context", "namespace_prefix"},
-    "ray": {"dashboard_url", "serve_url", "metrics_url"},
+            "subnet_ids", "node_role_arn", "kubernetes_endpoint_url", "metrics_url", "prometheus_url"},
+    "kubernetes": {"context", "namespace_prefix", "metrics_url", "prometheus_url"},
+    "ray": {"dashboard_url", "serve_url", "metrics_url", "prometheus_url"},
 }
 
 
@@ -40,8 +40,13 @@ def cluster_config_errors(kind: str | None, config: dict) -> list[str]:
         maybe("node_role_arn", ROLE_ARN, "the node group IAM role ARN.")
         maybe("nodegroup_prefix", PREFIX, "lowercase letters, digits and '-', at most 20 characters.")
         maybe("aws_endpoint_url", URL, "an http(s) URL.")
+        # Reach the API server through a tunnel or proxy instead of the endpoint EKS reports (and tests).
+        maybe("kubernetes_endpoint_url", URL, "an http(s) URL.")
     if kind in ("eks", "kubernetes"):
         maybe("namespace_prefix", PREFIX, "lowercase letters, digits and '-', at most 20 characters.")
+    maybe("prometheus_url", URL, "a Prometheus server's http(s) URL, e.g. http://prometheus:9090.")
+    if kind in ("eks", "kubernetes"):
+        maybe("metrics_url", URL, "the Ray head's metrics export URL, e.g. http://head:8080/metrics.")
     if kind == "ray":
         need("dashboard_url", URL, "the Ray dashboard's http(s) URL, e.g. http://127.0.0.1:8265.")
         maybe("serve_url", URL, "the Serve HTTP proxy's URL, e.g. http://127.0.0.1:8000.")

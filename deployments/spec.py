@@ -72,6 +72,18 @@ class DeploymentSpec:
         return asdict(self)
 
 
+def spec_as_input(stored: dict) -> dict:
+    """A stored spec back into the request shape spec_parse reads (to re-check it against today's catalog)."""
+    return {
+        "model": {"id": stored["model_id"], "source": stored["model_source"]},
+        "runtime": stored["runtime"],
+        "prefill": stored["prefill"],
+        "decode": stored["decode"],
+        "engine": stored["engine"],
+        "expected_load": stored["expected_load"],
+    }
+
+
 def spec_gpus(data: dict) -> int:
     """GPUs a stored (already validated) spec holds: nodes × GPUs per node over both pools."""
     return sum(data[p]["nodes"] * data[p]["gpus_per_node"] for p in ("prefill", "decode"))
@@ -173,24 +185,31 @@ def _pool(c: _Collector, data, prefix: str, accelerator: str) -> PoolSpec | None
     return PoolSpec(itype, nodes, gpus, tp, rmin, rmax) if ok else None
 
 
-def _runtime(c: _Collector, data, target_kind: str | None):
+def _runtime(c: _Collector, data, target_kind: str | None, accelerator_hint: str | None = None):
+    """The supported runtime a request names (by key, or by Ray and vLLM versions), checked against the
+    known-broken pairs; KNOWN_BROKEN is about vLLM's CUDA builds, so a CPU runtime is never refused by it."""
     key = data
     if isinstance(data, dict):
         ray, vllm = data.get("ray"), data.get("vllm")
-        if (ray, vllm) in KNOWN_BROKEN:
-            c.add("runtime", f"Ray {ray} with vLLM {vllm} is known not to work: {KNOWN_BROKEN[(ray, vllm)]} "
+        accelerator = data.get("accelerator") or accelerator_hint
+        matches = [r for r in RUNTIMES.values() if r.ray == ray and r.vllm == vllm
+                   and (not accelerator or r.accelerator == accelerator)]
+        if not matches and (ray, vllm) not in KNOWN_BROKEN:
+            c.add("runtime", f"Ray {ray} with vLLM {vllm} is not a supported combination. "
                              f"Supported: {runtime_choices_text()}.")
             return None
-        matches = [r for r in RUNTIMES.values() if r.ray == ray and r.vllm == vllm
-                   and (not data.get("accelerator") or r.accelerator == data["accelerator"])]
         key = matches[0].key if matches else None
-        if not matches:
-            c.add("runtime", f"Ray {ray} with vLLM {vllm} is not a supported combination. "
+        if key is None:
+            c.add("runtime", f"Ray {ray} with vLLM {vllm} is known not to work: {KNOWN_BROKEN[(ray, vllm)]} "
                              f"Supported: {runtime_choices_text()}.")
             return None
     runtime = RUNTIMES.get(key) if isinstance(key, str) else None
     if runtime is None:
         c.add("runtime", f"Unknown runtime {key!r}. Supported: {runtime_choices_text()}.")
+        return None
+    broken = KNOWN_BROKEN.get((runtime.ray, runtime.vllm)) if runtime.accelerator == "gpu" else None
+    if broken:
+        c.add("runtime", f"Runtime {runtime.key} is known not to work: {broken} Supported: {runtime_choices_text()}.")
         return None
     if target_kind and target_kind not in runtime.target_kinds:
         c.add("runtime", f"Runtime {runtime.key} cannot run on a {target_kind} cluster "
@@ -223,7 +242,10 @@ def spec_parse(data, *, target_kind: str | None = None) -> DeploymentSpec:
     c = _Collector()
     if not isinstance(data, dict):
         raise SpecError({"spec": ["Must be an object."]})
-    runtime = _runtime(c, data.get("runtime"), target_kind)
+    prefill_in = data.get("prefill") if isinstance(data.get("prefill"), dict) else {}
+    instance = INSTANCE_TYPES.get(prefill_in.get("instance_type")) if isinstance(prefill_in.get("instance_type"), str) else None
+    hint = None if instance is None else ("gpu" if instance.gpus else "cpu")
+    runtime = _runtime(c, data.get("runtime"), target_kind, hint)
     model_id, source = _model(c, data.get("model"), target_kind)
     accelerator = runtime.accelerator if runtime else "gpu"
     prefill = _pool(c, data.get("prefill"), "prefill", accelerator)

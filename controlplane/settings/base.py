@@ -92,6 +92,10 @@ CELERY_TASK_SOFT_TIME_LIMIT = CELERY_TASK_TIME_LIMIT - 30
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("TANDEM_VISIBILITY_TIMEOUT", 600)}
 CELERY_BEAT_SCHEDULE = {
     "resync-unsettled-deployments": {"task": "workers.tasks.resync_deployments", "schedule": 30.0},
+    "drain-gateway-request-records": {"task": "gateway.tasks.drain_request_records", "schedule": 5.0},
+    "scrape-deployment-metrics": {"task": "observability.tasks.scrape_running_deployments", "schedule": 30.0},
+    "rollup-gateway-timings": {"task": "observability.tasks.rollup_gateway_timings", "schedule": 60.0},
+    "prune-observability-rollups": {"task": "observability.tasks.prune_rollups", "schedule": 3600.0},
 }
 
 # --- REST API ---------------------------------------------------------------------------------------
@@ -121,6 +125,16 @@ TANDEM_KEY_HMAC_SECRET = env("TANDEM_KEY_HMAC_SECRET", SECRET_KEY)
 TANDEM_GATEWAY_BASE_URL = env("TANDEM_GATEWAY_BASE_URL", "http://127.0.0.1:8001/v1")
 TANDEM_RECONCILE_REQUEUE_SECONDS = env_float("TANDEM_RECONCILE_REQUEUE_SECONDS", 5.0)
 TANDEM_STUCK_AFTER_SECONDS = env_int("TANDEM_STUCK_AFTER_SECONDS", 1800)
+TANDEM_ROLLUP_RETENTION_DAYS = env_int("TANDEM_ROLLUP_RETENTION_DAYS", 14)
+
+# --- Gateway (its own process: `python -m gateway`) ---------------------------------------------------
+TANDEM_GATEWAY_HOST = env("TANDEM_GATEWAY_HOST", "127.0.0.1")
+TANDEM_GATEWAY_PORT = env_int("TANDEM_GATEWAY_PORT", 8001)
+TANDEM_GATEWAY_MAX_BODY_BYTES = env_int("TANDEM_GATEWAY_MAX_BODY_BYTES", 4 * 1024 * 1024)
+TANDEM_GATEWAY_CONNECT_TIMEOUT_S = env_float("TANDEM_GATEWAY_CONNECT_TIMEOUT_S", 5.0)
+# Longest wait for upstream's response headers and, when streaming, between two chunks.
+TANDEM_GATEWAY_UPSTREAM_TIMEOUT_S = env_float("TANDEM_GATEWAY_UPSTREAM_TIMEOUT_S", 600.0)
+TANDEM_GATEWAY_ACCESS_LOG = env_bool("TANDEM_GATEWAY_ACCESS_LOG", True)
 
 # --- Logging: one JSON line per record, with the request id ------------------------------------------
 LOGGING = {

@@ -12,7 +12,7 @@ from deployments.models import Cluster, Deployment, Membership, Team
 from deployments.services.events import event_record
 from deployments.services.quota import quota_check
 from deployments.services.teams import is_platform_admin, team_role
-from deployments.spec import SpecError, name_errors, spec_gpus, spec_parse
+from deployments.spec import SpecError, name_errors, spec_as_input, spec_gpus, spec_parse
 
 
 def _enqueue_reconcile(deployment_id: int) -> None:
@@ -27,6 +27,11 @@ def _locked(deployment: Deployment) -> Deployment:
 
 def _validated_spec(data, cluster: Cluster) -> dict:
     return spec_parse(data, target_kind=cluster.kind).to_dict()
+
+
+def _recheck(spec: dict, cluster: Cluster) -> None:
+    """A stored spec must still pass today's catalog (a runtime found broken since is refused at approval)."""
+    spec_parse(spec_as_input(spec), target_kind=cluster.kind)
 
 
 def _require_editor(*, actor, deployment: Deployment) -> None:
@@ -99,6 +104,7 @@ def deployment_approve(*, actor, deployment: Deployment, comment: str = "") -> D
     d = _locked(deployment)
     _require_approver(actor=actor, deployment=d)
     if d.proposed_spec is not None and d.status in (Status.RUNNING, Status.FAILED):
+        _recheck(d.proposed_spec, d.cluster)
         quota_check(team=team, gpus=spec_gpus(d.proposed_spec), exclude_id=d.pk)
         before = d.spec
         d.spec, d.proposed_spec, d.generation = d.proposed_spec, None, d.generation + 1
@@ -109,6 +115,7 @@ def deployment_approve(*, actor, deployment: Deployment, comment: str = "") -> D
                                      actor=actor, reason="Update approved.")
     if d.status != Status.PENDING_APPROVAL:
         raise Conflict(f"Nothing to approve: the deployment is {d.status}.")
+    _recheck(d.spec, d.cluster)
     quota_check(team=team, gpus=spec_gpus(d.spec), exclude_id=d.pk)
     return deployment_transition(deployment=d, to=Status.APPROVED, actor=actor, reason=comment, event_kind="approved")
 

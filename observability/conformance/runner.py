@@ -1,0 +1,98 @@
+"""A conformance run for one deployment: a short-lived service key, the suite through the gateway, PD health
+from scrapes before and after, stored results, and the ConformancePassed condition."""
+import datetime as dt
+
+import httpx
+import redis
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from deployments.conditions import condition_set
+from deployments.models import ApiKey, Deployment
+from deployments.services.api_keys import KEY_EVENTS_CHANNEL
+from deployments.services.credentials import credential_mint, credential_revoke
+from deployments.services.events import event_record
+from deployments.services.status import deployment_observe
+from observability.conformance.suite import conformance_run
+from observability.models import ConformanceCheck, ConformanceRun
+from observability.pd_health import pd_health
+from observability.scraper import ScrapeError, scrape_snapshot
+
+SERVICE_KEY_NAME = "tandem-conformance"
+SERVICE_KEY_TTL = dt.timedelta(minutes=15)
+
+
+@transaction.atomic
+def service_key_mint(*, deployment: Deployment) -> tuple[ApiKey, str]:
+    """A key owned by Tandem itself (no user), scoped to one deployment, expiring soon; stored hashed."""
+    key, raw = credential_mint(model=ApiKey, team=deployment.team, name=SERVICE_KEY_NAME, created_by=None,
+                               all_deployments=False, expires_at=timezone.now() + SERVICE_KEY_TTL)
+    key.deployments.set([deployment])
+    event_record(kind="api_key_created", deployment=deployment, message="Service key for a conformance run.",
+                 after={"name": key.name, "key_id": key.key_id, "last4": key.last4})
+    return key, raw
+
+
+def service_key_revoke(*, key: ApiKey) -> None:
+    """Revoke and tell every gateway replica at once (as api_key_revoke does for users' keys)."""
+    with transaction.atomic():
+        if credential_revoke(row=key):
+            event_record(kind="api_key_revoked", team=key.team, message="Service key for a conformance run.",
+                         before={"name": key.name, "key_id": key.key_id, "last4": key.last4})
+            transaction.on_commit(
+                lambda: redis.Redis.from_url(settings.REDIS_URL).publish(KEY_EVENTS_CHANNEL, key.key_id))
+
+
+def _snapshot(d: Deployment, client: httpx.Client) -> tuple[dict | None, str]:
+    try:
+        return scrape_snapshot(d, client=client), ""
+    except ScrapeError as e:
+        return None, str(e)
+
+
+def conformance_run_for_deployment(*, deployment_id: int, gateway_base_url: str,
+                                   http: httpx.Client | None = None) -> ConformanceRun:
+    """Run the suite through the gateway and record it. A failing check leaves the deployment running, with
+    ConformancePassed False and an event naming the failed checks."""
+    d = Deployment.objects.select_related("team", "cluster").get(pk=deployment_id)
+    started = timezone.now()
+    own_http = http is None
+    http = http or httpx.Client(timeout=10.0)
+    try:
+        before, before_err = _snapshot(d, http)
+        key, raw = service_key_mint(deployment=d)
+        try:
+            results = conformance_run(base_url=gateway_base_url, api_key=raw, model=d.model_id)
+        finally:
+            service_key_revoke(key=key)
+        after, after_err = _snapshot(d, http) if before is not None else (None, "")
+    finally:
+        if own_http:
+            http.close()
+    if before is not None and after is not None:
+        health = pd_health(before, after, instance_type=d.spec["decode"]["instance_type"])
+    else:
+        health = {"verdict": "unknown", "ok": None,
+                  "messages": [before_err or after_err or "The cluster has no metrics_url or prometheus_url."]}
+    failed = [r.name for r in results if not r.passed]
+    summary = (f"{len(results) - len(failed)}/{len(results)} checks passed"
+               + (f"; failed: {', '.join(failed)}" if failed else "") + f". PD health: {health['verdict']}.")
+    with transaction.atomic():
+        run = ConformanceRun.objects.create(deployment=d, started_at=started, finished_at=timezone.now(),
+                                            base_url=gateway_base_url, model=d.model_id, passed=not failed,
+                                            summary=summary, pd_health=health)
+        ConformanceCheck.objects.bulk_create(ConformanceCheck(run=run, position=i, name=r.name, passed=r.passed,
+                                                              evidence=r.evidence[:4000])
+                                             for i, r in enumerate(results))
+        fresh = Deployment.objects.select_for_update().get(pk=d.pk)
+        message = summary if health.get("ok") is not False else f"{summary} {' '.join(health['messages'])}"
+        conditions = condition_set(fresh.conditions, type="ConformancePassed", status=not failed,
+                                   reason="AllChecksPassed" if not failed else "ChecksFailed", message=message,
+                                   generation=fresh.generation, now=timezone.now())
+        deployment_observe(deployment_id=d.pk, conditions=conditions)
+        if failed or health.get("ok") is False:
+            event_record(kind="conformance_warning", deployment=d, message=message)
+        else:
+            event_record(kind="conformance_passed", deployment=d, message=message)
+    return run

@@ -1,0 +1,221 @@
+"""The capacity planner: a pure function from model facts and a PD spec to memory fit, KV sizes, link load,
+a verdict in the seed's terms and hourly cost, with the arithmetic shown as lines a person can check."""
+import json
+import math
+import os
+from dataclasses import asdict, dataclass
+
+from deployments.catalog import INSTANCE_TYPES
+from deployments.spec import LOCAL_PATH, DeploymentSpec, PoolSpec, SpecError, spec_parse
+
+GIB = 1024**3
+KV_BLOCK_TOKENS = 16  # vLLM's default block size; NIXL moves whole blocks
+CPU_KV_SPACE_GIB = 1  # VLLM_CPU_KVCACHE_SPACE on the local target
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4, "float8": 1, "fp8": 1}
+LINK_TIGHT = 0.5  # share of the link the expected KV traffic may take before the plan warns
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    param_count: int
+    dtype: str = "bfloat16"
+
+
+def _int(data: dict, *keys, required=True):
+    for k in keys:
+        v = data.get(k)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    if required:
+        raise SpecError({f"model_facts.{keys[0]}": [f"A positive whole number is required (one of {', '.join(keys)})."]})
+    return None
+
+
+def estimate_params(cfg: dict) -> int | None:
+    """Parameters of a Llama-style decoder from its config.json (embeddings, attention, gated MLP, norms)."""
+    h, layers, inter, vocab = (cfg.get(k) for k in ("hidden_size", "num_hidden_layers", "intermediate_size",
+                                                    "vocab_size"))
+    if not all(isinstance(x, int) for x in (h, layers, inter, vocab)):
+        return None
+    heads = cfg["num_attention_heads"]
+    kv = cfg.get("num_key_value_heads", heads)
+    hd = cfg.get("head_dim") or h // heads
+    per_layer = h * heads * hd * 2 + h * kv * hd * 2 + 3 * h * inter + 2 * h
+    lm_head = 0 if cfg.get("tie_word_embeddings") else vocab * h
+    return vocab * h + layers * per_layer + h + lm_head
+
+
+def model_facts_parse(data: dict) -> ModelFacts:
+    """Facts from entered values or a config.json's keys (num_hidden_layers, num_key_value_heads, ...)."""
+    if not isinstance(data, dict):
+        raise SpecError({"model_facts": ["Must be an object."]})
+    layers = _int(data, "num_layers", "num_hidden_layers")
+    hidden = _int(data, "hidden_size")
+    heads = _int(data, "num_attention_heads")
+    kv = _int(data, "num_kv_heads", "num_key_value_heads", required=False) or heads
+    head_dim = _int(data, "head_dim", required=False) or hidden // heads
+    params = _int(data, "param_count", required=False) or estimate_params(data)
+    if not params:
+        raise SpecError({"model_facts.param_count": ["Give param_count, or intermediate_size and vocab_size so it "
+                                                     "can be estimated."]})
+    dtype = data.get("dtype") or data.get("torch_dtype") or "bfloat16"
+    if dtype not in DTYPE_BYTES:
+        raise SpecError({"model_facts.dtype": [f"One of {', '.join(DTYPE_BYTES)}; got {dtype!r}."]})
+    return ModelFacts(layers, hidden, heads, kv, head_dim, params, dtype)
+
+
+def model_facts_from_source(source: str) -> dict | None:
+    """config.json of a model source that is a readable local path (the local target), else None."""
+    if not isinstance(source, str) or not LOCAL_PATH.match(source):
+        return None
+    path = os.path.join(source, "config.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _gb(n: float) -> str:
+    return f"{n / GIB:,.2f} GiB"
+
+
+def _pool_plan(name: str, pool: PoolSpec, facts: ModelFacts, spec: DeploymentSpec, dtype_bytes: int,
+               lines: list[str]) -> dict:
+    inst = INSTANCE_TYPES[pool.instance_type]
+    tp = pool.tensor_parallel_size
+    weights_total = facts.param_count * dtype_bytes
+    eff_kv_heads = math.ceil(facts.num_kv_heads / tp) * tp  # TP above the KV heads replicates them
+    kv_per_token = 2 * facts.num_layers * eff_kv_heads * facts.head_dim * dtype_bytes
+    if not inst.gpus:
+        kv_space = CPU_KV_SPACE_GIB * GIB
+        tokens = kv_space // kv_per_token
+        lines.append(f"{name}: CPU engine, KV space {CPU_KV_SPACE_GIB} GiB (VLLM_CPU_KVCACHE_SPACE) / "
+                     f"{kv_per_token:,} B per token = {tokens:,} tokens per replica.")
+        per_gpu, usable, fits = weights_total, None, True
+    else:
+        per_gpu = weights_total / tp
+        usable = inst.gpu_memory_gib * GIB * spec.engine.gpu_memory_utilization
+        fits = per_gpu < usable
+        kv_space = max(usable - per_gpu, 0) * tp
+        tokens = int(kv_space // kv_per_token)
+        lines.append(f"{name}: weights {facts.param_count:,} params × {dtype_bytes} B = {_gb(weights_total)}; "
+                     f"/ TP {tp} = {_gb(per_gpu)} per GPU.")
+        lines.append(f"{name}: usable per GPU {inst.gpu_memory_gib} GiB × {spec.engine.gpu_memory_utilization} = "
+                     f"{_gb(usable)}; {'fits' if fits else 'DOES NOT FIT'}; KV space "
+                     f"({_gb(usable)} − {_gb(per_gpu)}) × {tp} GPUs = {_gb(kv_space)} per replica.")
+        lines.append(f"{name}: {_gb(kv_space)} / {kv_per_token:,} B per token = {tokens:,} KV tokens per replica.")
+    seqs = tokens // spec.engine.max_model_len
+    lines.append(f"{name}: {tokens:,} tokens / max_model_len {spec.engine.max_model_len:,} = {seqs:,} sequences "
+                 f"at full length per replica × {pool.replicas_max} replicas = {seqs * pool.replicas_max:,}.")
+    return {"instance_type": pool.instance_type, "tensor_parallel_size": tp, "replicas_max": pool.replicas_max,
+            "weights_bytes_per_gpu": int(per_gpu), "usable_bytes_per_gpu": int(usable) if usable else None,
+            "fits": fits, "kv_bytes_per_token": kv_per_token, "kv_tokens_per_replica": tokens,
+            "max_seqs_at_max_len_per_replica": seqs, "max_seqs_at_max_len": seqs * pool.replicas_max,
+            "nodes": pool.nodes, "hourly_usd": round(inst.hourly_usd * pool.nodes, 3)}
+
+
+def plan(facts: ModelFacts, spec: DeploymentSpec, *, assumed_itl_ms: float = 30.0) -> dict:
+    """The plan for this model on this spec (pure: no I/O)."""
+    lines: list[str] = []
+    dtype = spec.engine.dtype if spec.engine.dtype != "auto" else facts.dtype
+    b = DTYPE_BYTES[dtype]
+    kv_tok = 2 * facts.num_layers * facts.num_kv_heads * facts.head_dim * b
+    lines.append(f"KV per token = 2 (K and V) × {facts.num_layers} layers × {facts.num_kv_heads} KV heads × "
+                 f"{facts.head_dim} head dim × {b} B ({dtype}) = {kv_tok:,} B.")
+    pools = {n: _pool_plan(n, getattr(spec, n), facts, spec, b, lines) for n in ("prefill", "decode")}
+    load = spec.expected_load
+    blocks = math.ceil(load.mean_prompt_tokens / KV_BLOCK_TOKENS)
+    kv_req = blocks * KV_BLOCK_TOKENS * pools["prefill"]["kv_bytes_per_token"]
+    lines.append(f"KV moved per request: {load.mean_prompt_tokens:,} prompt tokens → {blocks:,} blocks of "
+                 f"{KV_BLOCK_TOKENS} = {blocks * KV_BLOCK_TOKENS:,} tokens × "
+                 f"{pools['prefill']['kv_bytes_per_token']:,} B = {kv_req:,} B.")
+    pi, di = INSTANCE_TYPES[spec.prefill.instance_type], INSTANCE_TYPES[spec.decode.instance_type]
+    need_gbps = kv_req * load.requests_per_second * 8 / 1e9
+    link = min(pi.network_gbps, di.network_gbps)
+    efa = pi.has_efa and di.has_efa
+    util = need_gbps / link if link else None
+    lines.append(f"Link needed: {kv_req:,} B × {load.requests_per_second:g} req/s × 8 = {need_gbps:,.3f} Gbit/s; "
+                 + (f"link {link:g} Gbit/s ({'EFA' if efa else 'no EFA: TCP'}) → {util:.1%} of it."
+                    if link else "same machine (no network link)."))
+    warnings = []
+    if util is not None and util > LINK_TIGHT:
+        warnings.append(f"KV traffic needs {util:.0%} of the {link:g} Gbit/s link: the link, not the GPUs, limits "
+                        "throughput, and adding nodes will not buy more.")
+    if link and not efa:
+        warnings.append("No EFA on this path: NIXL moves KV over TCP, usually well below the nominal figure.")
+
+    # One node of the decode type with all its GPUs, as the seed's alternative to PD.
+    node_gpus = max(di.gpus, 1)
+    weights_total = facts.param_count * b
+    node_usable = di.gpu_memory_gib * GIB * spec.engine.gpu_memory_utilization * node_gpus if di.gpus else None
+    itl_s = assumed_itl_ms / 1000
+    concurrency = load.requests_per_second * load.mean_output_tokens * itl_s
+    in_flight = math.ceil(concurrency * (load.mean_prompt_tokens + load.mean_output_tokens))
+    if node_usable is None:
+        fits_node, node_tokens = True, pools["decode"]["kv_tokens_per_replica"]
+    else:
+        eff = math.ceil(facts.num_kv_heads / node_gpus) * node_gpus
+        node_kv_tok = 2 * facts.num_layers * eff * facts.head_dim * b
+        fits_node = weights_total < node_usable
+        node_tokens = int(max(node_usable - weights_total, 0) // node_kv_tok)
+        lines.append(f"One {di.name} ({node_gpus} GPUs, TP {node_gpus}): {_gb(node_usable)} usable − "
+                     f"{_gb(weights_total)} weights → {node_tokens:,} KV tokens.")
+    lines.append(f"At the expected load: {load.requests_per_second:g} req/s × {load.mean_output_tokens} output "
+                 f"tokens × {assumed_itl_ms:g} ms per token (assumed) = {concurrency:,.1f} requests in flight × "
+                 f"{load.mean_prompt_tokens + load.mean_output_tokens:,} tokens = {in_flight:,} KV tokens.")
+    if not all(p["fits"] for p in pools.values()):
+        verdict = "does_not_fit"
+        text = ("The weights do not fit the GPUs of a pool at its tensor-parallel size: raise "
+                "tensor_parallel_size or pick GPUs with more memory.")
+    elif fits_node and in_flight <= node_tokens:
+        verdict = "single_node_enough"
+        text = (f"Fits on one {di.name} and one node holds the KV in flight at this load: prefill/decode "
+                "separation only adds scheduling and operational overhead here.")
+    else:
+        verdict = "pd_pays"
+        text = ("The model does not fit one node: PD across nodes pays." if not fits_node else
+                f"Throughput-bound: the load needs {in_flight:,} KV tokens in flight, more than one node's "
+                f"{node_tokens:,}; separating prefill and decode pays.")
+    hourly = round(pools["prefill"]["hourly_usd"] + pools["decode"]["hourly_usd"], 3)
+    lines.append(f"Cost: prefill {spec.prefill.nodes} × {pi.name} ${pi.hourly_usd}/h + decode {spec.decode.nodes} × "
+                 f"{di.name} ${di.hourly_usd}/h = ${hourly:,.3f}/h.")
+    return {
+        "model": asdict(facts) | {"dtype_bytes": b},
+        "kv_bytes_per_token": kv_tok,
+        "kv_block_tokens": KV_BLOCK_TOKENS,
+        "kv_tokens_per_request": blocks * KV_BLOCK_TOKENS,
+        "kv_bytes_per_request": kv_req,
+        "pools": pools,
+        "bandwidth": {"needed_gbps": round(need_gbps, 4), "link_gbps": link, "efa": efa,
+                      "utilization": round(util, 4) if util is not None else None},
+        "single_node": {"instance_type": di.name, "fits": fits_node, "kv_tokens": node_tokens,
+                        "kv_tokens_in_flight": in_flight, "assumed_itl_ms": assumed_itl_ms},
+        "verdict": verdict,
+        "verdict_text": text,
+        "warnings": warnings,
+        "hourly_usd": hourly,
+        "arithmetic": lines,
+    }
+
+
+def plan_for_spec(spec_input: dict, model_facts: dict | None, *, assumed_itl_ms: float = 30.0) -> dict:
+    """For the portal and the API: validate the request-shaped spec, take the facts given (or the local
+    model's config.json), and plan. Raises SpecError with field paths a form can show."""
+    spec = spec_parse(spec_input)
+    source = "given"
+    if not model_facts:
+        model_facts = model_facts_from_source(spec.model_source)
+        source = f"{spec.model_source}/config.json"
+    if not model_facts:
+        raise SpecError({"model_facts": ["Give the model's facts (num_layers, hidden_size, num_attention_heads, "
+                                         "num_kv_heads, head_dim, dtype, param_count): its source cannot be read "
+                                         "from here."]})
+    result = plan(model_facts_parse(model_facts), spec, assumed_itl_ms=assumed_itl_ms)
+    result["model"]["facts_from"] = source
+    return result

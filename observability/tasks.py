@@ -1,0 +1,51 @@
+"""Celery tasks for observability: thin, they take ids and call the modules that do the work."""
+import httpx
+from celery import shared_task
+from django.conf import settings
+from django.utils import timezone
+
+from deployments.lifecycle import Status
+from deployments.models import Deployment
+from observability.rollups import gateway_rollup, rollups_prune
+from observability.scraper import metrics_source, scrape_deployment
+
+SCRAPED = (Status.RUNNING, Status.UPDATING)
+
+
+@shared_task(ignore_result=True)
+def scrape_running_deployments() -> int:
+    """Beat (every 30 s): enqueue a scrape of every running deployment whose cluster exposes metrics."""
+    ids = [d.pk for d in Deployment.objects.select_related("cluster").filter(status__in=SCRAPED)
+           if metrics_source(d.cluster)]
+    for deployment_id in ids:
+        scrape_deployment_task.delay(deployment_id)
+    return len(ids)
+
+
+@shared_task(acks_late=True, ignore_result=True, soft_time_limit=25, time_limit=30)
+def scrape_deployment_task(deployment_id: int) -> dict:
+    """Scrape one deployment's metrics into this minute's rollups."""
+    with httpx.Client(timeout=10.0) as client:
+        return scrape_deployment(deployment_id=deployment_id, client=client, now=timezone.now())
+
+
+@shared_task(ignore_result=True)
+def rollup_gateway_timings() -> int:
+    """Beat (every 60 s): recompute the last ten whole minutes of gateway timings and throughput."""
+    now = timezone.now()
+    return gateway_rollup(since=now - timezone.timedelta(minutes=10), until=now)
+
+
+@shared_task(ignore_result=True)
+def prune_rollups() -> int:
+    """Beat (hourly): delete rollups older than TANDEM_ROLLUP_RETENTION_DAYS (default 14)."""
+    return rollups_prune(now=timezone.now())
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def run_conformance(deployment_id: int) -> int:
+    """Run the conformance suite and PD-health probe through the gateway; returns the run's id."""
+    from observability.conformance.runner import conformance_run_for_deployment
+
+    return conformance_run_for_deployment(deployment_id=deployment_id,
+                                          gateway_base_url=settings.TANDEM_GATEWAY_BASE_URL).pk

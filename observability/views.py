@@ -1,0 +1,72 @@
+"""REST views: per-stage latency series, conformance results, and the capacity planner."""
+from django.shortcuts import get_object_or_404
+from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import status
+from rest_framework.exceptions import ValidationError
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from deployments.selectors import deployments_visible_to
+from deployments.spec import SpecError
+from observability.models import ConformanceRun
+from observability.planner import plan_for_spec
+from observability.rollups import WINDOWS, latency_series
+
+
+def _deployment(request, pk):
+    return get_object_or_404(deployments_visible_to(request.user), pk=pk)
+
+
+class DeploymentLatencyView(APIView):
+    """Per-stage latency percentiles (engine and gateway) and throughput over a window, for charts."""
+
+    @extend_schema(parameters=[OpenApiParameter("window", str, enum=list(WINDOWS), default="1h")],
+                   responses=OpenApiTypes.OBJECT)
+    def get(self, request, pk: int):
+        d = _deployment(request, pk)
+        window = request.query_params.get("window", "1h")
+        if window not in WINDOWS:
+            raise ValidationError({"window": [f"One of {', '.join(WINDOWS)}; got {window!r}."]})
+        return Response(latency_series(deployment=d, window=window, now=timezone.now()))
+
+
+def _run_json(run: ConformanceRun | None) -> dict | None:
+    if run is None:
+        return None
+    return {"id": run.pk, "started_at": run.started_at.isoformat(),
+            "finished_at": run.finished_at.isoformat() if run.finished_at else None, "model": run.model,
+            "passed": run.passed, "summary": run.summary, "pd_health": run.pd_health,
+            "checks": [{"name": c.name, "passed": c.passed, "evidence": c.evidence} for c in run.checks.all()]}
+
+
+class DeploymentConformanceView(APIView):
+    """The latest conformance run with its checks and PD-health verdict; POST starts a new run."""
+
+    @extend_schema(responses=OpenApiTypes.OBJECT)
+    def get(self, request, pk: int):
+        d = _deployment(request, pk)
+        run = d.conformance_runs.prefetch_related("checks").first()
+        condition = next((c for c in d.conditions if c.get("type") == "ConformancePassed"), None)
+        return Response({"deployment": d.pk, "condition": condition, "run": _run_json(run)})
+
+    @extend_schema(request=None, responses={202: OpenApiTypes.OBJECT})
+    def post(self, request, pk: int):
+        d = _deployment(request, pk)
+        from observability.tasks import run_conformance
+
+        run_conformance.delay(d.pk)
+        return Response({"deployment": d.pk, "queued": True}, status=status.HTTP_202_ACCEPTED)
+
+
+class PlanView(APIView):
+    """The capacity plan for a PD spec: {"spec": <request-shaped spec>, "model_facts": {...} | null}."""
+
+    @extend_schema(request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
+    def post(self, request):
+        body = request.data if isinstance(request.data, dict) else {}
+        itl = body.get("assumed_itl_ms", 30.0)
+        if isinstance(itl, bool) or not isinstance(itl, (int, float)) or not 0.1 <= itl <= 10_000:
+            raise SpecError({"assumed_itl_ms": ["A number of milliseconds between 0.1 and 10000."]})
+        return Response(plan_for_spec(body.get("spec"), body.get("model_facts"), assumed_itl_ms=float(itl)))

@@ -1,0 +1,98 @@
+"""The conformance suite against a loopback upstream that breaks each rule once; and a recorded run for a
+deployment through it (service key, PD health, condition, API)."""
+import pytest
+
+from deployments.conditions import condition_true
+from deployments.models import ApiKey, Event
+from deployments.services.credentials import credential_check
+from deployments.spec import spec_parse
+from observability.conformance.runner import conformance_run_for_deployment
+from observability.conformance.suite import CHECK_NAMES, conformance_run
+from tests.factories import ClusterFactory, DeploymentFactory, local_spec_input
+from tests.observability.helpers import fixture
+from tests.observability.mock_openai import FAULTS, MODEL, MockUpstream
+
+
+def run(faults=()):
+    with MockUpstream(faults) as m:
+        return conformance_run(base_url=m.base_url, api_key="sk-test", model=MODEL)
+
+
+def test_a_conforming_upstream_passes_every_check():
+    results = run()
+    assert [r.name for r in results] == list(CHECK_NAMES)
+    assert [r.name for r in results if not r.passed] == []
+
+
+# Faults whose breakage necessarily shows in more than one check (the same wrong number or index is reused).
+ALSO_FAILS = {"bad_usage_total": {"completions_nonstream", "include_usage"},
+              "n_index": {"stream_finish_reason_once"}}
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_each_broken_rule_is_caught(fault):
+    failed = {r.name: r.evidence for r in run([fault]) if not r.passed}
+    assert FAULTS[fault] in failed, f"{fault} went unnoticed"
+    assert set(failed) == {FAULTS[fault]} | ALSO_FAILS.get(fault, set())
+    assert failed[FAULTS[fault]]  # evidence says what was seen
+
+
+def test_an_unreachable_endpoint_fails_every_check_with_the_error():
+    results = conformance_run(base_url="http://127.0.0.1:9/v1", api_key="k", model=MODEL, timeout=2)
+    assert {r.name for r in results} == set(CHECK_NAMES) and not any(r.passed for r in results)
+    assert "Connect" in results[0].evidence
+
+
+@pytest.fixture
+def ray_deployment(team):
+    def make(metrics_url: str):
+        cluster = ClusterFactory(kind="ray", config={"dashboard_url": "http://127.0.0.1:8265",
+                                                     "metrics_url": metrics_url})
+        return DeploymentFactory(team=team, cluster=cluster, status="running",
+                                 spec=spec_parse(local_spec_input(), target_kind="ray").to_dict())
+    return make
+
+
+def test_run_for_deployment_records_checks_health_and_condition(ray_deployment, redis_client,
+                                                                django_capture_on_commit_callbacks):
+    with MockUpstream(metrics_bodies=[fixture("pd-before.prom"), fixture("pd-after.prom")]) as m:
+        d = ray_deployment(m.metrics_url)
+        with django_capture_on_commit_callbacks(execute=True):
+            run_ = conformance_run_for_deployment(deployment_id=d.pk, gateway_base_url=m.base_url)
+    assert run_.passed and run_.checks.count() == len(CHECK_NAMES)
+    assert run_.pd_health["verdict"] == "healthy" and run_.pd_health["nixl_bytes"] == 737_280
+    d.refresh_from_db()
+    assert d.status == "running" and condition_true(d.conditions, "ConformancePassed")
+    # The suite used a minted, deployment-scoped key that no longer works.
+    raw = {k.removeprefix("Bearer ") for k in m.seen_keys if k.startswith("Bearer tdm_")}
+    assert len(raw) == 1
+    key = ApiKey.objects.get(name="tandem-conformance")
+    assert key.revoked_at and not key.all_deployments and list(key.deployments.all()) == [d]
+    assert credential_check(model=ApiKey, raw=raw.pop()) is None
+    assert Event.objects.filter(deployment=d, kind="conformance_passed").exists()
+
+
+def test_a_failing_check_leaves_the_deployment_running_with_a_warning(ray_deployment, api, member):
+    with MockUpstream(["unknown_model_detail"], metrics_bodies=[fixture("pd-before.prom"),
+                                                                fixture("decode-only-after.prom")]) as m:
+        d = ray_deployment(m.metrics_url)
+        run_ = conformance_run_for_deployment(deployment_id=d.pk, gateway_base_url=m.base_url)
+    assert not run_.passed and run_.pd_health["verdict"] == "decode_only"
+    d.refresh_from_db()
+    assert d.status == "running" and not condition_true(d.conditions, "ConformancePassed")
+    warning = Event.objects.get(deployment=d, kind="conformance_warning")
+    assert "error_unknown_model" in warning.message and "decode-only" in warning.message
+
+    api.force_authenticate(member)
+    body = api.get(f"/api/v1/deployments/{d.pk}/conformance/").json()
+    assert body["run"]["passed"] is False and body["condition"]["status"] == "False"
+    assert {c["name"]: c["passed"] for c in body["run"]["checks"]}["error_unknown_model"] is False
+    assert body["run"]["pd_health"]["verdict"] == "decode_only"
+
+
+def test_conformance_api_is_for_the_team_only(ray_deployment, api):
+    from tests.factories import UserFactory
+
+    d = ray_deployment("http://127.0.0.1:9/metrics")
+    api.force_authenticate(UserFactory())
+    assert api.get(f"/api/v1/deployments/{d.pk}/conformance/").status_code == 404
