@@ -1,3 +1,29 @@
-"""URL routes of the frontend app."""
+"""URL routes of the portal (included at "/")."""
+from django.urls import path
+from django.views.generic import RedirectView
 
-urlpatterns: list = []
+from frontend.views import approvals, deployments, keys, requests, teams, tokens
+
+app_name = "frontend"
+
+urlpatterns = [
+    path("", RedirectView.as_view(pattern_name="frontend:deployments"), name="home"),
+    path("deployments/", deployments.deployment_list, name="deployments"),
+    path("deployments/new/", requests.deployment_new, name="deployment-new"),
+    path("deployments/validate/", requests.deployment_validate, name="deployment-validate"),
+    path("deployments/<int:pk>/", deployments.deployment_detail, name="deployment-detail"),
+    path("deployments/<int:pk>/status/", deployments.deployment_status, name="deployment-status"),
+    path("deployments/<int:pk>/edit/", requests.deployment_edit, name="deployment-edit"),
+    path("deployments/<int:pk>/approve/", deployments.deployment_approve, name="deployment-approve"),
+    path("deployments/<int:pk>/reject/", deployments.deployment_reject, name="deployment-reject"),
+    path("deployments/<int:pk>/withdraw/", deployments.deployment_withdraw, name="deployment-withdraw"),
+    path("deployments/<int:pk>/retry/", deployments.deployment_retry, name="deployment-retry"),
+    path("deployments/<int:pk>/delete/", deployments.deployment_delete, name="deployment-delete"),
+    path("approvals/", approvals.approval_queue, name="approvals"),
+    path("keys/", keys.api_key_list, name="api-keys"),
+    path("keys/<int:pk>/revoke/", keys.api_key_revoke, name="api-key-revoke"),
+    path("tokens/", tokens.token_list, name="tokens"),
+    path("tokens/<int:pk>/revoke/", tokens.token_revoke, name="token-revoke"),
+    path("team/", teams.team_detail, name="team"),
+    path("team/switch/", teams.team_switch, name="team-switch"),
+]

@@ -1,0 +1,25 @@
+"""The approvals queue: requests and GPU-adding updates this user may decide, with plan and quota impact."""
+from django.contrib.auth.decorators import login_required
+
+from deployments import selectors
+from deployments.spec import spec_gpus
+from frontend import planning
+from frontend.views.base import render_page
+
+
+@login_required
+def approval_queue(request):
+    """What waits for this user's decision (team admins: their teams; platform admins: everything)."""
+    items = []
+    for d in selectors.deployments_awaiting_approval_by(request.user).order_by("created_at"):
+        spec = d.proposed_spec or d.spec
+        plan, note = planning.plan(planning.spec_input_from_stored(spec))
+        if plan is None and note.startswith("Enter the model facts"):
+            note = ("No capacity plan: the request does not carry the model's config.json facts and its weights "
+                    "cannot be read from here. GPUs, quota and cost are below.")
+        items.append({
+            "d": d, "spec": spec, "is_update": d.proposed_spec is not None, "current_gpus": spec_gpus(d.spec),
+            "plan": plan, "plan_note": note, "cost": planning.hourly_cost(planning.spec_input_from_stored(spec)),
+            "quota": planning.quota_view(team=d.team, gpus=spec_gpus(spec), exclude_id=d.pk),
+        })
+    return render_page(request, "approvals/queue.html", {"items": items})

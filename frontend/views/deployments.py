@@ -1,0 +1,154 @@
+"""Deployment pages: the list, the detail page with its live status panel, and the lifecycle actions."""
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.db.models import Q
+from django.shortcuts import get_object_or_404, redirect
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_http_methods, require_POST
+from django_htmx.http import HttpResponseStopPolling
+
+from deployments import selectors
+from deployments.conditions import CONDITION_TYPES
+from deployments.errors import ActionError
+from deployments.lifecycle import Status
+from deployments.models import Cluster
+from deployments.services import lifecycle
+from deployments.services.teams import team_role
+from deployments.spec import spec_gpus
+from frontend.views.base import render_page, require_team, team_required
+from frontend.views.status import deployment_state, timeline
+
+STATUS_FILTERS = [("", "Any status")] + [(s.value, s.label) for s in Status]
+
+
+@login_required
+@team_required
+def deployment_list(request):
+    """The current team's deployments, filtered by status and cluster and searched by name or model."""
+    team = require_team(request)
+    qs = selectors.deployments_visible_to(request.user).filter(team=team)
+    status, cluster, q = (request.GET.get(k, "").strip() for k in ("status", "cluster", "q"))
+    if status:
+        qs = qs.filter(status=status)
+    if cluster:
+        qs = qs.filter(cluster__name=cluster)
+    if q:
+        qs = qs.filter(Q(name__icontains=q) | Q(spec__model_id__icontains=q))
+    rows = [{"d": d, "gpus": spec_gpus(d.spec)} for d in qs]
+    context = {
+        "team": team, "rows": rows, "filters": {"status": status, "cluster": cluster, "q": q},
+        "filtered": bool(status or cluster or q), "status_choices": STATUS_FILTERS,
+        "clusters": Cluster.objects.order_by("name").values_list("name", flat=True),
+    }
+    if request.htmx and request.htmx.target == "deployment-table":
+        return render_page(request, "deployments/list.html#deployment-table", context)
+    return render_page(request, "deployments/list.html", context)
+
+
+def _visible(request, pk: int):
+    return get_object_or_404(selectors.deployments_visible_to(request.user), pk=pk)
+
+
+def _status_context(d) -> dict:
+    conditions = {c.get("type"): c for c in d.conditions or []}
+    return {
+        "d": d, "state": deployment_state(d), "timeline": timeline(d),
+        "conditions": [conditions.get(t) or {"type": t, "status": "Unknown"} for t in CONDITION_TYPES],
+    }
+
+
+@login_required
+def deployment_detail(request, pk: int):
+    """One deployment: status, live timeline, endpoint and snippets, health, latency, usage, audit trail."""
+    d = _visible(request, pk)
+    context = _status_context(d) | {
+        "team": d.team, "gpus": spec_gpus(d.spec), "gateway_base_url": settings.TANDEM_GATEWAY_BASE_URL,
+        "audit": d.events.select_related("actor").order_by("-created_at", "-id"),
+        "can_edit": _can_edit(request, d),
+        "proposed_gpus": spec_gpus(d.proposed_spec) if d.proposed_spec else None,
+    }
+    return render_page(request, "deployments/detail.html", context)
+
+
+def _can_edit(request, d) -> bool:
+    return request.user == d.requested_by or team_role(user=request.user, team=d.team) == "admin"
+
+
+@login_required
+def deployment_status(request, pk: int):
+    """The status panel alone, polled by htmx while the deployment is in flight; 286 stops the polling."""
+    d = _visible(request, pk)
+    if not request.htmx:
+        return redirect("frontend:deployment-detail", pk=d.pk)
+    context = _status_context(d) | {"oob": True, "can_edit": _can_edit(request, d)}
+    response = render_page(request, "deployments/detail.html#status-panel", context)
+    if context["state"]["settled"]:
+        return HttpResponseStopPolling(response.content)
+    return response
+
+
+def _act(request, d, action, done: str):
+    try:
+        action()
+    except ActionError as e:
+        messages.error(request, e.message)
+    else:
+        messages.success(request, done)
+    nxt = request.POST.get("next", "")
+    if nxt and url_has_allowed_host_and_scheme(nxt, allowed_hosts={request.get_host()}):
+        return redirect(nxt)
+    return redirect("frontend:deployment-detail", pk=d.pk)
+
+
+@login_required
+@require_POST
+def deployment_approve(request, pk: int):
+    """Approve a request or a proposed update, with an optional comment."""
+    d = _visible(request, pk)
+    comment = request.POST.get("comment", "").strip()
+    return _act(request, d, lambda: lifecycle.deployment_approve(actor=request.user, deployment=d, comment=comment),
+                f"Approved {d.name}.")
+
+
+@login_required
+@require_POST
+def deployment_reject(request, pk: int):
+    """Reject a request or a proposed update; the comment is what the requester sees."""
+    d = _visible(request, pk)
+    comment = request.POST.get("comment", "").strip()
+    return _act(request, d, lambda: lifecycle.deployment_reject(actor=request.user, deployment=d, comment=comment),
+                f"Rejected {d.name}.")
+
+
+@login_required
+@require_POST
+def deployment_withdraw(request, pk: int):
+    """The requester takes back a pending request or proposed update."""
+    d = _visible(request, pk)
+    return _act(request, d, lambda: lifecycle.deployment_withdraw(actor=request.user, deployment=d),
+                f"Withdrew {d.name}.")
+
+
+@login_required
+@require_POST
+def deployment_retry(request, pk: int):
+    """Start a failed deployment again."""
+    d = _visible(request, pk)
+    return _act(request, d, lambda: lifecycle.deployment_retry(actor=request.user, deployment=d),
+                f"Retrying {d.name}.")
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def deployment_delete(request, pk: int):
+    """Confirm, then tear the deployment down (a pending request is withdrawn)."""
+    d = _visible(request, pk)
+    if request.method == "POST":
+        if request.POST.get("confirm_name", "").strip() != d.name:
+            return render_page(request, "deployments/delete.html",
+                               {"d": d, "team": d.team, "gpus": spec_gpus(d.spec),
+                                "error": f"Type {d.name} to confirm."}, status=400)
+        return _act(request, d, lambda: lifecycle.deployment_delete(actor=request.user, deployment=d),
+                    f"Deleting {d.name}: its GPUs are freed once teardown finishes.")
+    return render_page(request, "deployments/delete.html", {"d": d, "team": d.team, "gpus": spec_gpus(d.spec)})

@@ -1,0 +1,88 @@
+"""Team API keys for the gateway: list, create (secret shown once), revoke with confirmation."""
+import datetime as dt
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.shortcuts import get_object_or_404, redirect
+from django.utils import timezone
+from django.views.decorators.http import require_http_methods
+
+from deployments import selectors
+from deployments.errors import ActionError
+from deployments.services import api_keys
+from frontend.views.base import render_page, require_team, team_required
+
+EXPIRY_CHOICES = [("", "Never"), ("7", "7 days"), ("30", "30 days"), ("90", "90 days"), ("365", "1 year")]
+
+
+def _expiry(days: str):
+    return timezone.now() + dt.timedelta(days=int(days)) if days.isdigit() else None
+
+
+def _limit(raw: str, field: str, errors: dict):
+    raw = raw.strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or int(raw) < 1:
+        errors[field] = ["A whole number above zero, or blank for no limit."]
+        return None
+    return int(raw)
+
+
+def _page(request, team, *, created=None, secret=None, errors=None, values=None, status=200):
+    keys = selectors.api_keys_visible_to(request.user).filter(team=team).order_by("revoked_at", "-created_at")
+    deployments = selectors.deployments_visible_to(request.user).filter(team=team).exclude(
+        status__in=["rejected", "withdrawn", "deleted"])
+    return render_page(request, "keys/list.html", {
+        "team": team, "keys": keys, "created": created, "secret": secret, "errors": errors or {},
+        "values": values or {"scope": "all"}, "deployments": deployments, "expiry_choices": EXPIRY_CHOICES,
+        "now": timezone.now(),
+    }, status=status)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+@team_required
+def api_key_list(request):
+    """The team's keys, and the create form; a created key's secret is shown in this response only."""
+    team = require_team(request)
+    if request.method == "GET":
+        return _page(request, team)
+    values = request.POST.dict()
+    errors: dict[str, list[str]] = {}
+    name = values.get("name", "").strip()
+    if not name:
+        errors["name"] = ["Give the key a name you will recognise, e.g. the service that uses it."]
+    rpm = _limit(values.get("requests_per_minute", ""), "requests_per_minute", errors)
+    tpm = _limit(values.get("tokens_per_minute", ""), "tokens_per_minute", errors)
+    scoped = values.get("scope") == "selected"
+    chosen = api_keys.deployments_for_scope(team=team, ids=[i for i in request.POST.getlist("deployments")
+                                                            if i.isdigit()])
+    if not errors:
+        try:
+            key, secret = api_keys.api_key_create(
+                actor=request.user, team=team, name=name, all_deployments=not scoped, deployments=chosen,
+                expires_at=_expiry(values.get("expires_in_days", "")), requests_per_minute=rpm,
+                tokens_per_minute=tpm)
+        except ActionError as e:
+            errors[e.field or "name"] = [e.message]
+        else:
+            return _page(request, team, created=key, secret=secret, status=201)
+    return _page(request, team, errors=errors, values=values, status=400)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def api_key_revoke(request, pk: int):
+    """Confirm, then revoke a key: every gateway replica refuses it within a second."""
+    key = get_object_or_404(selectors.api_keys_visible_to(request.user), pk=pk)
+    if request.method == "POST":
+        try:
+            api_keys.api_key_revoke(actor=request.user, key=key)
+        except ActionError as e:
+            messages.error(request, e.message)
+        else:
+            messages.success(request, f"Revoked {key.name} (tdm_{key.key_id}…{key.last4}).")
+        return redirect("frontend:api-keys")
+    return render_page(request, "keys/revoke.html", {"key": key, "team": key.team, "kind": "API key",
+                                                     "prefix": "tdm", "back": "frontend:api-keys"})

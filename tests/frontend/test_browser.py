@@ -1,0 +1,188 @@
+"""The portal in a real browser (Playwright + Debian's chromium) against a live server.
+
+A member requests a deployment, a team admin approves it in another browser context, the member watches the
+timeline update live to `running`, creates an API key and copies it, and sees latency, usage and conformance.
+
+Reaching `running` needs the reconcile worker and target drivers (other issues); until the lead switches this
+test to the real worker, the test drives the status through the same services the worker uses
+(`deployment_transition`, `deployment_observe`, `event_record`); traffic is written as the gateway records it
+and rolled up with the observability module's own `gateway_rollup`.
+"""
+import datetime as dt
+import re
+
+import pytest
+from django.utils import timezone
+
+from deployments.conditions import condition_set
+from deployments.lifecycle import Status
+from deployments.models import ApiKey, Cluster, Deployment, Membership
+from deployments.services.credentials import credential_check
+from deployments.services.events import event_record
+from deployments.services.lifecycle import deployment_transition
+from deployments.services.status import deployment_observe
+from gateway.models import RequestRecord
+from observability.models import ConformanceCheck, ConformanceRun
+from observability.rollups import gateway_rollup
+from tests.factories import ClusterFactory, MembershipFactory, TeamFactory, UserFactory
+from tests.frontend.browser import browser, shot, sign_in  # noqa: F401  (fixture)
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def drive_to_running(d: Deployment) -> None:
+    """What the reconcile worker does (issue 3), through the same services: steps, conditions, status."""
+    deployment_transition(deployment=d, to=Status.PROVISIONING, reason="Making node pools ready.")
+    conditions = []
+    for kind, cond, ms in (("node_pools_ready", "NodePoolsReady", 41000), ("applied", "Applied", 900),
+                           ("serve_running", "ServeRunning", 88000), ("endpoint_ready", "EndpointReady", 1200)):
+        conditions = condition_set(conditions, type=cond, status=True, reason=cond, generation=d.generation,
+                                   now=d.updated_at)
+        deployment_observe(deployment_id=d.pk, conditions=conditions)
+        event_record(kind=kind, deployment=d, message=f"{cond} after {ms / 1000:.1f} s", duration_ms=ms)
+    conditions = condition_set(conditions, type="Approved", status=True, reason="Approved", generation=d.generation,
+                               now=d.updated_at)
+    deployment_observe(deployment_id=d.pk, conditions=conditions, observed_generation=d.generation)
+    deployment_transition(deployment=d, to=Status.RUNNING, reason="Endpoint answering.")
+
+
+def record_traffic(d: Deployment, key: ApiKey) -> None:
+    """Requests as the gateway records them (issue 4), rolled up by the observability worker (issue 6), and a
+    conformance run as its runner stores it: the portal reads all of it through the colleagues' REST APIs."""
+    now = timezone.now()
+    for i in range(24):
+        RequestRecord.objects.create(
+            request_id=f"req-{i}", deployment=d, api_key=key, created_at=now - dt.timedelta(minutes=i % 12, seconds=5),
+            endpoint="chat.completions", stream=True, status_code=200, prompt_tokens=900 + 10 * i,
+            completion_tokens=200 + i, ttft_ms=60 + 3 * i, e2e_ms=480 + 20 * i, mean_itl_ms=11 + i / 10)
+    gateway_rollup(since=now - dt.timedelta(minutes=15), until=now + dt.timedelta(minutes=1))
+    run = ConformanceRun.objects.create(
+        deployment=d, started_at=now, finished_at=now, base_url="http://gw/v1", model=d.spec["model_id"],
+        passed=True, summary="14 of 14 checks passed.",
+        pd_health={"verdict": "healthy", "ok": True, "messages": [], "nixl_bytes": 81920, "throughput_gbps": 41.3,
+                   "link_gbps": 3200, "efa": True})
+    for i, name in enumerate(("models_list", "chat_stream_framing", "stream_include_usage", "finish_reason_once")):
+        ConformanceCheck.objects.create(run=run, position=i, name=name, passed=True, evidence="ok")
+
+
+def test_request_approve_watch_and_key(browser, live_server, redis_client):  # noqa: F811
+    team = TeamFactory(slug="ml-research", name="ML Research", gpu_quota=16)
+    member = MembershipFactory(team=team, user=UserFactory(username="mia"), role=Membership.Role.MEMBER).user
+    MembershipFactory(team=team, user=UserFactory(username="ada"), role=Membership.Role.ADMIN)
+    ClusterFactory(name="gpu-prod", kind=Cluster.Kind.KUBERNETES)
+    base = live_server.url
+
+    # 1. The member signs in and sees an empty list that says what to do.
+    member_ctx, page = sign_in(browser, base, "mia", screenshot="01-sign-in")
+    assert page.get_by_role("heading", name="No deployments yet").is_visible()
+    shot(page, "02-deployments-empty")
+
+    # 2. The request form: defaults follow the instance type; errors show next to fields as the user types.
+    page.get_by_role("link", name="+ New deployment").click()
+    page.get_by_label("Name", exact=True).fill("chat-8b")
+    page.get_by_label("Model name").fill("llama-3-8b")
+    page.get_by_label("Weights", exact=True).fill("s3://models/llama-3-8b")
+    page.locator("#id_decode_instance_type").select_option("p5.48xlarge")
+    assert page.locator("#id_decode_gpus_per_node").input_value() == "8"
+    assert page.locator("#id_decode_tensor_parallel_size").input_value() == "8"
+    for label, value in (("Layers", "32"), ("Hidden size", "4096"), ("Attention heads", "32"), ("KV heads", "8"),
+                         ("Head dim", "128"), ("Parameters", "8030261248")):
+        page.get_by_label(label, exact=True).fill(value)
+    page.locator("#plan-panel .verdict").wait_for()
+    page.locator("#id_prefill_tensor_parallel_size").fill("3")
+    error = page.locator("#err-prefill_tensor_parallel_size")
+    error.get_by_text("does not divide the 4 GPUs per node").wait_for()
+    assert page.locator("#id_prefill_tensor_parallel_size").get_attribute("aria-invalid") == "true"
+    page.locator("#plan-panel").get_by_text("GPUs requested").wait_for()
+    assert "12" in page.locator("#plan-panel .big").inner_text()
+    shot(page, "03-request-form-inline-error")
+    page.locator("#id_prefill_tensor_parallel_size").fill("4")
+    page.wait_for_function("document.getElementById('err-prefill_tensor_parallel_size').textContent.trim() === ''")
+    shot(page, "04-request-form")
+    # A click lost to a layout jump would leave us on the form (Chrome's scroll anchoring did that once).
+    page.get_by_role("button", name="Request deployment").click()
+    page.wait_for_url(re.compile(r"/deployments/\d+/$"))
+    d = Deployment.objects.get(name="chat-8b")
+    assert d.status == Status.PENDING_APPROVAL and d.spec["decode"]["instance_type"] == "p5.48xlarge"
+    assert page.locator("[data-status]").get_attribute("data-status") == "pending_approval"
+    shot(page, "05-detail-pending")
+
+    # 3. The admin approves in another browser context, with a comment.
+    admin_ctx, admin = sign_in(browser, base, "ada")
+    admin.get_by_role("link", name="Approvals").click()
+    admin.get_by_role("heading", name="chat-8b in ML Research").wait_for()
+    shot(admin, "06-approvals")
+    admin.get_by_label("Comment").fill("Approved for the support pilot.")
+    admin.get_by_role("button", name="Approve").click()
+    admin.get_by_text("Approved chat-8b.").wait_for()
+    assert admin.get_by_role("heading", name="Nothing waits for you").is_visible()
+
+    # 4. The member's page updates by itself: the decision, then the worker's steps, then running.
+    page.locator("[data-status=approved]").wait_for(timeout=15000)
+    assert page.locator("#status-panel").get_by_text("Approved for the support pilot.").first.is_visible()
+    polls = []
+    page.on("request", lambda r: polls.append(r.url) if r.url.endswith("/status/") else None)
+    drive_to_running(Deployment.objects.get(pk=d.pk))
+    page.locator("[data-status=running]").wait_for(timeout=15000)
+    timeline = page.locator(".timeline").inner_text()
+    for step in ("Requested", "Approved", "Provisioning", "Node pools ready", "Serve running", "Endpoint ready",
+                 "Running"):
+        assert step in timeline, step
+    assert page.locator(".live").count() == 0  # the panel says it is no longer live...
+    settled_polls = len(polls)
+    page.wait_for_timeout(4500)
+    assert len(polls) == settled_polls  # ...and htmx stopped polling after the 286
+
+    # 5. The member creates an API key and copies it; it is shown once.
+    page.get_by_role("link", name="API keys").click()
+    page.get_by_label("Name").fill("support-bot")
+    page.get_by_role("button", name="Create key").click()
+    secret = page.locator("#new-secret").input_value()
+    key = credential_check(model=ApiKey, raw=secret)
+    assert secret.startswith("tdm_") and key.name == "support-bot"
+    page.locator("section.secret").get_by_role("button", name="Copy").click()
+    page.get_by_role("button", name="Copied").wait_for()
+    assert page.evaluate("navigator.clipboard.readText()") == secret
+    shot(page, "08-api-key-created")
+    page.goto("/keys/")
+    assert secret not in page.content() and page.locator("#new-secret").count() == 0
+
+    # 6. Traffic through the gateway shows as latency, throughput and usage by key; conformance has run.
+    record_traffic(Deployment.objects.get(pk=d.pk), key)
+    page.goto(f"/deployments/{d.pk}/")
+    page.locator("[data-latency-panel][data-rendered=true]").wait_for()
+    datasets = page.evaluate("window.tandemCharts.latency.data.datasets.map(d => d.label)")
+    assert any(label.startswith("TTFT") for label in datasets) and any(label.startswith("End-to-end") for label in datasets)
+    points = page.evaluate("window.tandemCharts.latency.data.datasets.flatMap(d => d.data).filter(v => v).length")
+    assert points > 0
+    page.get_by_role("button", name="p99").click()
+    assert page.evaluate("window.tandemCharts.latency.options.scales.y.title.text").startswith("p99")
+    page.get_by_role("button", name="p95").click()
+    usage = page.locator("[data-usage-panel]")
+    usage.get_by_text("support-bot").wait_for()
+    assert "24" in usage.inner_text()  # requests made with the key
+    conformance = page.locator("[data-conformance-panel]")
+    conformance.get_by_text("All checks passed").wait_for()
+    assert "stream_include_usage" in conformance.inner_text()
+    page.get_by_role("tab", name="curl").click()
+    assert page.locator("#snip-curl").is_visible() and not page.locator("#snip-py").is_visible()
+    page.get_by_role("tab", name="Python").click()
+    shot(page, "07-detail-running")
+
+    # 7. The remaining pages, for the record.
+    page.get_by_role("link", name="Team").click()
+    page.get_by_role("heading", name="Members").wait_for()
+    shot(page, "09-team")
+    page.get_by_role("link", name="Access tokens").click()
+    page.get_by_label("Name").fill("ci")
+    page.get_by_role("button", name="Create token").click()
+    assert page.locator("#new-secret").input_value().startswith("tdp_")
+    shot(page, "10-access-token-created")
+    page.goto("/deployments/")
+    shot(page, "11-deployments-list")
+    page.goto(f"/deployments/{d.pk}/delete/")
+    shot(page, "12-delete-confirm")
+    admin.goto("/approvals/")
+    shot(admin, "13-approvals-empty")
+    member_ctx.close()
+    admin_ctx.close()

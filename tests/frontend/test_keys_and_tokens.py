@@ -1,0 +1,80 @@
+"""API keys and personal access tokens: the secret is shown once, the list never shows it, revoke confirms."""
+import pytest
+from django.urls import reverse
+
+from deployments.models import AccessToken, ApiKey
+from deployments.services.api_keys import api_key_create
+from deployments.services.credentials import credential_check
+
+pytestmark = pytest.mark.django_db
+KEYS, TOKENS = "/keys/", "/tokens/"
+
+
+def test_urls():
+    assert reverse("frontend:api-keys") == KEYS and reverse("frontend:tokens") == TOKENS
+
+
+def test_create_key_shows_the_secret_once(signed_in, member, team, deployment):
+    client = signed_in(member)
+    response = client.post(KEYS, {"name": "chat-backend", "scope": "selected", "deployments": [deployment.pk],
+                                  "expires_in_days": "30", "requests_per_minute": "600"})
+    page = response.content.decode()
+    key = ApiKey.objects.get(name="chat-backend")
+    secret = page.split('id="new-secret" type="text" readonly value="')[1].split('"')[0]
+    assert response.status_code == 201 and credential_check(model=ApiKey, raw=secret) == key
+    assert "only time" in page and 'data-copy-target="#new-secret"' in page
+    assert key.team == team and not key.all_deployments and list(key.deployments.all()) == [deployment]
+    assert key.expires_at is not None and key.requests_per_minute == 600
+    listing = client.get(KEYS).content.decode()
+    assert secret not in listing and f"tdm_{key.key_id}_…{key.last4}" in listing and "chat-8b" in listing
+
+
+def test_create_key_errors_next_to_fields(signed_in, member):
+    response = signed_in(member).post(KEYS, {"name": "", "requests_per_minute": "-3"})
+    page = response.content.decode()
+    assert response.status_code == 400 and not ApiKey.objects.exists()
+    assert "Give the key a name" in page.split('id="err-key-name">')[1].split("</div>")[0]
+    assert "whole number above zero" in page.split('id="err-rpm">')[1].split("</div>")[0]
+
+
+def test_scoped_key_needs_deployments(signed_in, member):
+    page = signed_in(member).post(KEYS, {"name": "x", "scope": "selected"}).content.decode()
+    assert "Pick the deployments" in page and not ApiKey.objects.exists()
+
+
+def test_revoke_key_with_confirmation(signed_in, member, team, redis_client):
+    key, _ = api_key_create(actor=member, team=team, name="old")
+    client = signed_in(member)
+    url = reverse("frontend:api-key-revoke", args=[key.pk])
+    assert "Revoke API key “old”?" in client.get(url).content.decode()
+    assert client.post(url).status_code == 302
+    key.refresh_from_db()
+    assert key.revoked_at is not None
+    assert "revoked" in client.get(KEYS).content.decode()
+
+
+def test_another_teams_key_is_404(signed_in, outsider, member, team):
+    key, _ = api_key_create(actor=member, team=team, name="theirs")
+    client = signed_in(outsider)
+    assert client.get(reverse("frontend:api-key-revoke", args=[key.pk])).status_code == 404
+    assert client.post(reverse("frontend:api-key-revoke", args=[key.pk])).status_code == 404
+    assert "theirs" not in client.get(KEYS).content.decode()
+
+
+def test_tokens_create_list_revoke(signed_in, member, outsider):
+    client = signed_in(member)
+    page = client.post(TOKENS, {"name": "ci", "expires_in_days": "90"}).content.decode()
+    secret = page.split('id="new-secret" type="text" readonly value="')[1].split('"')[0]
+    token = AccessToken.objects.get(name="ci")
+    assert secret.startswith(f"tdp_{token.key_id}_") and credential_check(model=AccessToken, raw=secret) == token
+    assert secret not in client.get(TOKENS).content.decode()
+    url = reverse("frontend:token-revoke", args=[token.pk])
+    assert signed_in(outsider).post(url).status_code == 404
+    client.post(url)
+    token.refresh_from_db()
+    assert token.revoked_at is not None
+
+
+def test_token_needs_a_name(signed_in, member):
+    response = signed_in(member).post(TOKENS, {"name": " "})
+    assert response.status_code == 400 and "Give the token a name" in response.content.decode()
