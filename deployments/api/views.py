@@ -12,8 +12,7 @@ from deployments import selectors
 from deployments.api import serializers as s
 from deployments.models import AccessToken, Cluster, Membership
 from deployments.services import api_keys, clusters, lifecycle, teams
-from deployments.services.credentials import credential_mint, credential_revoke
-from deployments.services.events import event_record
+from deployments.services.access_tokens import access_token_create, access_token_revoke
 
 SecretOnce = inline_serializer("SecretOnce", {"secret": serializers.CharField(help_text="Shown only in this response.")})
 
@@ -194,14 +193,12 @@ class AccessTokenViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixin
     def create(self, request):
         data = s.AccessTokenSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        token, raw = credential_mint(model=AccessToken, user=request.user, **data.validated_data)
-        event_record(kind="access_token_created", actor=request.user, after={"name": token.name, "key_id": token.key_id})
+        token, raw = access_token_create(user=request.user, **data.validated_data)
         body = dict(s.AccessTokenSerializer(token).data, secret=raw)
         return Response(body, status=status.HTTP_201_CREATED)
 
     def perform_destroy(self, instance):
-        if credential_revoke(row=instance):
-            event_record(kind="access_token_revoked", actor=self.request.user, before={"key_id": instance.key_id})
+        access_token_revoke(user=self.request.user, token=instance)
 
 
 @extend_schema(parameters=[OpenApiParameter("team", str)])
