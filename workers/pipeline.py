@@ -12,9 +12,9 @@ from deployments.models import Deployment
 from deployments.services.events import event_record
 from deployments.services.lifecycle import deployment_transition
 from deployments.services.status import deployment_observe
-from deployments.spec import SpecError, spec_parse
+from deployments.spec import SpecError, spec_as_input, spec_parse
 from workers.targets import target_for
-from workers.targets.base import PermanentError, TransientError
+from workers.targets.base import PermanentError, Step, TransientError
 
 log = logging.getLogger(__name__)
 SETTLED = {Status.PENDING_APPROVAL, Status.REJECTED, Status.WITHDRAWN, Status.DELETED, Status.FAILED}
@@ -33,23 +33,28 @@ class _Pass:
                                         generation=self.d.generation, now=timezone.now())
 
     def step(self, kind: str, fn):
-        """Run one step; write an event with its duration when its outcome is new."""
+        """Run one step; write an event with its duration when its outcome differs from the last one."""
         started = time.monotonic()
         result = fn()
         ms = int((time.monotonic() - started) * 1000)
-        message = getattr(result, "message", "") or ""
-        last = self.d.events.order_by("-created_at", "-id").values_list("kind", "message").first()
-        if last != (kind, message):
-            event_record(kind=kind, deployment=self.d, message=message, duration_ms=ms)
+        self.note(kind, getattr(result, "message", "") or "", duration_ms=ms)
         return result
+
+    def note(self, kind: str, message: str, *, duration_ms: int | None = None) -> None:
+        """Record an event unless the last event of this kind said the same (passes repeat; events do not)."""
+        last = self.d.events.filter(kind=kind).order_by("-created_at", "-id").values_list("message", flat=True).first()
+        if last != message:
+            event_record(kind=kind, deployment=self.d, message=message, duration_ms=duration_ms)
 
 
 def _backoff(attempt: int, hint: float | None) -> float:
+    """Exponential, jittered and bounded; never sooner than the server's Retry-After."""
     base = min(MAX_BACKOFF, 2.0 ** min(attempt, 6))
     return max(hint or 0.0, base * (0.5 + random.random() / 2))
 
 
 def reconcile_pass(deployment_id: int) -> float | None:
+    """One pass of the numbered pipeline; returns seconds until the next pass, or None when settled."""
     d = Deployment.objects.select_related("team", "cluster").filter(pk=deployment_id).first()
     if d is None or d.status in SETTLED:  # 1 load
         return None
@@ -57,13 +62,23 @@ def reconcile_pass(deployment_id: int) -> float | None:
     try:
         return _run(p)
     except TransientError as e:
-        attempt = sum(1 for c in p.d.events.order_by("-created_at")[:10] if c.kind == "transient_error")
+        attempt = _consecutive_transient(d)
         event_record(kind="transient_error", deployment=d, message=str(e))
         _fail_if_stuck(p, str(e))
         return _backoff(attempt, e.retry_after)
     except PermanentError as e:
         deployment_transition(deployment=d, to=Status.FAILED, reason=str(e))
         return None
+
+
+def _consecutive_transient(d: Deployment) -> int:
+    """How many transient errors in a row the latest events show (drives the backoff)."""
+    count = 0
+    for kind in d.events.order_by("-created_at", "-id").values_list("kind", flat=True)[:10]:
+        if kind != "transient_error":
+            break
+        count += 1
+    return count
 
 
 def _fail_if_stuck(p: _Pass, last_reason: str) -> None:
@@ -87,7 +102,7 @@ def _run(p: _Pass) -> float | None:
         return None
 
     try:  # 3 validate
-        spec_parse(_as_input(d.spec), target_kind=d.cluster.kind)
+        spec_parse(spec_as_input(d.spec), target_kind=d.cluster.kind)
     except SpecError as e:
         raise PermanentError(f"The spec is no longer valid: {e}") from None
     p.cond("Approved", True, "Approved")
@@ -113,6 +128,7 @@ def _run(p: _Pass) -> float | None:
     p.cond("Applied", True, "Applied", f"spec hash {desired_hash[:12]}")
 
     serve_ok = observed.serve_status == "RUNNING"  # 8 derive
+    p.note("serve_status", f"{observed.serve_status or 'Unknown'}: {observed.message}".rstrip(": "))
     p.cond("ServeRunning", serve_ok, observed.serve_status or "Unknown", observed.message)
     if observed.serve_status == "DEPLOY_FAILED":
         _write(p)
@@ -130,24 +146,11 @@ def _run(p: _Pass) -> float | None:
     return None
 
 
-def _apply(target, d, desired):
-    from workers.targets.base import Step
-
-    target.apply(d, desired)
-    return Step(ready=True, message=f"Applied generation {d.generation}.")
+def _apply(target, d, desired) -> Step:
+    step = target.apply(d, desired)
+    detail = f": {step.message}" if isinstance(step, Step) and step.message else ""
+    return Step(ready=True, message=f"Applied generation {d.generation}{detail}")
 
 
 def _write(p: _Pass, **fields) -> None:  # 9 write status if changed
     deployment_observe(deployment_id=p.d.pk, conditions=p.conditions, **fields)
-
-
-def _as_input(spec: dict) -> dict:
-    """A stored spec back into the request shape spec_parse reads."""
-    return {
-        "model": {"id": spec["model_id"], "source": spec["model_source"]},
-        "runtime": spec["runtime"],
-        "prefill": spec["prefill"],
-        "decode": spec["decode"],
-        "engine": spec["engine"],
-        "expected_load": spec["expected_load"],
-    }

@@ -2,18 +2,24 @@
 
 1 load (stop if settled) → 2 deletion → 3 validate → 4 node pools → 5 desired objects → 6 observe →
 7 apply if the hash differs → 8 derive conditions and status → 9 write status if changed → 10 requeue.
-Calling it twice does what calling it once does; one reconciler per deployment runs at a time (Redis lock).
+Calling it twice does what calling it once does.
+
+One reconciler per deployment at a time: a PostgreSQL session advisory lock. Unlike a lock with a TTL in Redis,
+it is released the moment its holder dies (a SIGKILLed worker's connection closes), so the redelivered message
+continues at once instead of waiting out the TTL; and while it is held, its holder is alive and will requeue.
 """
 import logging
 
 import redis
 from django.conf import settings
+from django.db import connection
 
 from deployments.lifecycle import Status
 from deployments.models import Deployment
 
 log = logging.getLogger(__name__)
-LOCK_SECONDS = 600
+LOCK_BUSY_RETRY_SECONDS = 2.0
+LOCK_CLASS = 0x7A4D  # first key of the two-key advisory lock: "Tandem reconcile"; the second is the id
 
 
 def unsettled_deployment_ids() -> list[int]:
@@ -22,18 +28,43 @@ def unsettled_deployment_ids() -> list[int]:
     return list(Deployment.objects.filter(status__in=live).values_list("pk", flat=True))
 
 
-def reconcile(deployment_id: int) -> float | None:
-    """Run one pass; return seconds until the next pass, or None when the deployment is settled."""
-    lock = redis.Redis.from_url(settings.REDIS_URL).lock(f"tandem:reconcile:{deployment_id}", timeout=LOCK_SECONDS,
-                                                         blocking=False)
-    if not lock.acquire():
-        return None  # another worker holds it and requeues itself
-    try:
-        from workers.pipeline import reconcile_pass
+def _try_lock(deployment_id: int) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [LOCK_CLASS, deployment_id])
+        return bool(cursor.fetchone()[0])
 
-        return reconcile_pass(deployment_id)
-    finally:
+
+def _unlock(deployment_id: int) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [LOCK_CLASS, deployment_id])
+
+
+def _claim_requeue(deployment_id: int, delay: float) -> bool:
+    """True when no other pass has already scheduled the next one (keeps one chain of requeues per deployment).
+
+    Status changes and the beat job enqueue extra passes; each would otherwise start a chain of its own.
+    The marker lives a little shorter than the delay, so the scheduled pass itself can claim the next one.
+    """
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    return bool(client.set(f"tandem:reconcile:next:{deployment_id}", 1, nx=True, px=max(int(delay * 800), 1)))
+
+
+def reconcile(deployment_id: int) -> float | None:
+    """Run one pass; return seconds until the next pass, or None when settled or another pass owns it."""
+    if _try_lock(deployment_id):
         try:
-            lock.release()
-        except redis.exceptions.LockError:
-            log.warning("reconcile lock for %s expired before release", deployment_id)
+            from workers.pipeline import reconcile_pass
+
+            delay = reconcile_pass(deployment_id)
+        finally:
+            try:
+                _unlock(deployment_id)
+            except Exception:  # a broken connection has released it already
+                log.warning("could not release the reconcile lock of %s", deployment_id)
+    else:
+        # The holder is alive (its connection is). It may be finishing a pass that read the state before the
+        # change that enqueued us, so look again shortly, unless the holder's own requeue covers it.
+        delay = LOCK_BUSY_RETRY_SECONDS
+    if delay is not None and not _claim_requeue(deployment_id, delay):
+        return None
+    return delay

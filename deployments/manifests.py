@@ -1,0 +1,131 @@
+"""Kubernetes objects for a deployment, built as data: YAML bases from k8s_templates/ patched structurally.
+
+Pure functions: a stored spec in, plain dicts out (Namespace, Service, RayService). User text only ever lands in
+dict values, never in YAML source. Every object carries Tandem's labels and a spec-hash annotation, so a driver
+re-applies only the objects whose content changed.
+"""
+import copy
+from functools import cache
+from pathlib import Path
+
+import yaml
+
+from deployments.catalog import INSTANCE_TYPES, RUNTIMES
+from deployments.serve_config import POOL_RESOURCE, STAGES, serve_config_build, spec_hash
+
+TEMPLATES = Path(__file__).resolve().parents[1] / "k8s_templates"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "tandem"}
+HASH_ANNOTATION = "tandem.dev/spec-hash"
+DEPLOYMENT_LABEL = "tandem.dev/deployment"
+POOL_LABEL = "tandem.dev/pool"
+# Where a model-access credential (e.g. HF_TOKEN for gated Hugging Face models) lives: a Secret the cluster's
+# operator creates in the namespace. Manifests only reference it; optional, so public models need none.
+MODEL_SECRET = "tandem-model-access"
+EFA_HUGEPAGES = "5120Mi"  # what AWS's EFA device plugin guide reserves for libfabric
+
+
+@cache
+def _template(name: str) -> dict:
+    return yaml.safe_load((TEMPLATES / name).read_text())
+
+
+def template(name: str) -> dict:
+    """A fresh copy of a YAML base from k8s_templates/."""
+    return copy.deepcopy(_template(name))
+
+
+def namespace_name(*, prefix: str, team_slug: str) -> str:
+    """One namespace per team on a cluster: `<prefix><team>`, cut to a DNS label."""
+    return f"{prefix}{team_slug}"[:63].rstrip("-")
+
+
+def _labels(*, team_slug: str, name: str) -> dict:
+    return {**MANAGED_BY, "tandem.dev/team": team_slug, DEPLOYMENT_LABEL: name}
+
+
+def _stamp(obj: dict) -> dict:
+    """Set the spec-hash annotation to the hash of everything else in the object."""
+    obj.setdefault("metadata", {}).setdefault("annotations", {}).pop(HASH_ANNOTATION, None)
+    if not obj["metadata"]["annotations"]:
+        del obj["metadata"]["annotations"]
+    digest = spec_hash(obj)
+    obj["metadata"].setdefault("annotations", {})[HASH_ANNOTATION] = digest
+    return obj
+
+
+def _secret_env() -> list[dict]:
+    ref = {"name": MODEL_SECRET, "key": "HF_TOKEN", "optional": True}
+    return [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": ref}}]
+
+
+def _worker_group(*, stage: str, pool: dict, image: str, labels: dict, node_selector: dict) -> dict:
+    instance = INSTANCE_TYPES[pool["instance_type"]]
+    group = template("worker_group.yaml")
+    group.update(groupName=stage, replicas=pool["nodes"], minReplicas=pool["nodes"], maxReplicas=pool["nodes"])
+    # The custom resource the stage's placement bundles consume: one unit per GPU of the node.
+    group["resources"] = {POOL_RESOURCE[stage]: str(max(pool["gpus_per_node"], 1))}
+    pod = group["template"]
+    pod["metadata"] = {"labels": {**labels, POOL_LABEL: stage}}
+    spec = pod["spec"]
+    spec["nodeSelector"] = dict(node_selector)
+    container = spec["containers"][0]
+    container["image"] = image
+    container["env"] = _secret_env()
+    # Leave a core and a tenth of memory to the kubelet and daemonsets, else the pod never fits the node.
+    amounts = {"cpu": str(max(instance.vcpus - 2, 1)), "memory": f"{int(instance.memory_gib * 0.9)}Gi",
+               "nvidia.com/gpu": str(pool["gpus_per_node"])}
+    if instance.has_efa:
+        amounts["vpc.amazonaws.com/efa"] = str(instance.efa_interfaces)
+        amounts["hugepages-2Mi"] = EFA_HUGEPAGES
+        spec["tolerations"].append({"key": "vpc.amazonaws.com/efa", "operator": "Exists", "effect": "NoSchedule"})
+        container["env"].append({"name": "FI_PROVIDER", "value": "efa"})
+    container["resources"] = {"requests": dict(amounts), "limits": dict(amounts)}
+    return group
+
+
+def rayservice_build(*, name: str, namespace: str, team_slug: str, spec: dict, target_kind: str,
+                     node_selectors: dict[str, dict]) -> dict:
+    """The RayService: head group, prefill and decode worker groups, serveConfigV2 from the one serve config."""
+    runtime = RUNTIMES[spec["runtime"]]
+    labels = _labels(team_slug=team_slug, name=name)
+    rs = template("rayservice.yaml")
+    rs["metadata"] = {"name": name, "namespace": namespace, "labels": labels}
+    serve = serve_config_build(deployment_name=name, spec=spec, target_kind=target_kind)
+    rs["spec"]["serveConfigV2"] = yaml.safe_dump(serve, sort_keys=False)
+    cluster = rs["spec"]["rayClusterConfig"]
+    cluster["rayVersion"] = runtime.ray  # must equal the image's Ray, which the runtime table couples
+    head = cluster["headGroupSpec"]["template"]
+    head["metadata"] = {"labels": {**labels, POOL_LABEL: "head"}}
+    head["spec"]["containers"][0]["image"] = runtime.image
+    cluster["workerGroupSpecs"] = [
+        _worker_group(stage=stage, pool=spec[stage], image=runtime.image, labels=labels,
+                      node_selector=node_selectors[stage])
+        for stage in STAGES
+    ]
+    return _stamp(rs)
+
+
+def manifests_build(*, name: str, namespace: str, team_slug: str, spec: dict, target_kind: str,
+                    node_selectors: dict[str, dict] | None = None) -> list[dict]:
+    """Namespace, endpoint Service and RayService for one deployment, each with its spec-hash annotation."""
+    if node_selectors is None:
+        node_selectors = {s: {"node.kubernetes.io/instance-type": spec[s]["instance_type"]} for s in STAGES}
+    labels = _labels(team_slug=team_slug, name=name)
+    ns = template("namespace.yaml")
+    ns["metadata"] = {"name": namespace, "labels": {**MANAGED_BY, "tandem.dev/team": team_slug}}
+    svc = template("service.yaml")
+    svc["metadata"] = {"name": f"{name}-endpoint", "namespace": namespace, "labels": labels}
+    svc["spec"]["selector"][DEPLOYMENT_LABEL] = name
+    rs = rayservice_build(name=name, namespace=namespace, team_slug=team_slug, spec=spec,
+                          target_kind=target_kind, node_selectors=node_selectors)
+    return [_stamp(ns), _stamp(svc), rs]
+
+
+def manifests_hash(objects: list[dict]) -> str:
+    """One hash over all objects' spec-hash annotations: the deployment's desired state."""
+    return spec_hash([o["metadata"]["annotations"][HASH_ANNOTATION] for o in objects])
+
+
+def endpoint_url(*, name: str, namespace: str) -> str:
+    """The in-cluster base URL of the endpoint Service (what an in-cluster gateway forwards to)."""
+    return f"http://{name}-endpoint.{namespace}.svc.cluster.local:8000"

@@ -1,0 +1,110 @@
+"""The one serve config: a stored deployment spec → the Ray Serve config for `build_pd_openai_app`.
+
+Pure functions only: the `ray` target PUTs the result to the dashboard, the `kubernetes` and `eks` targets wrap
+it as a RayService's `serveConfigV2`. Prefill and decode are pinned to their own pool by a custom Ray resource
+(`prefill_pool` / `decode_pool`) that each stage's placement bundle consumes and only that pool's nodes advertise.
+"""
+import hashlib
+import json
+
+from deployments.catalog import INSTANCE_TYPES, RUNTIMES
+
+IMPORT_PATH = "ray.serve.llm:build_pd_openai_app"
+STAGES = ("prefill", "decode")
+POOL_RESOURCE = {"prefill": "prefill_pool", "decode": "decode_pool"}
+# On the CPU runtime each engine gets a core of its own (the local target has two).
+CPU_OMP_CORE = {"prefill": "0", "decode": "1"}
+CPU_MAX_NUM_SEQS = 8
+KV_ROLE = {"prefill": "kv_producer", "decode": "kv_consumer"}
+# Ray's accelerator_type names where they differ from the catalog's GPU names.
+RAY_ACCELERATOR = {"A100-40GB": "A100-40G", "A100-80GB": "A100-80G"}
+
+
+def spec_hash(obj) -> str:
+    """A stable content hash of any JSON-able value (sorted keys), used to detect drift."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _model_source(source: str):
+    # Ray Serve LLM reads object storage through a mirror config; HF ids and local paths go as they are.
+    if source.startswith("s3://"):
+        return {"bucket_uri": source}
+    return source
+
+
+def _offline_env(source: str) -> dict:
+    # A model on local disk must not trigger a Hub lookup (no network on such machines); one from the Hub must.
+    if source.startswith("/"):
+        return {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    return {}
+
+
+def _kv_transfer(*, stage: str, cpu: bool, efa: bool, connector: str) -> dict:
+    # vLLM deprecates kv_both for NixlConnector: prefill produces KV, decode consumes it (verified on the local
+    # PD stack, local/README.md).
+    kv = {"kv_connector": connector, "kv_role": KV_ROLE[stage]}
+    if cpu:
+        kv["kv_buffer_device"] = "cpu"
+    if efa:
+        # NIXL's default UCX backend silently runs at TCP speed on EFA (ai-dynamo/nixl#909).
+        kv["kv_connector_extra_config"] = {"backends": ["LIBFABRIC"]}
+    return kv
+
+
+def _stage_config(*, stage: str, spec: dict, cpu: bool) -> dict:
+    pool, engine = spec[stage], spec["engine"]
+    instance = INSTANCE_TYPES[pool["instance_type"]]
+    resource = POOL_RESOURCE[stage]
+    autoscaling = {"min_replicas": pool["replicas_min"], "max_replicas": pool["replicas_max"]}
+    kv = _kv_transfer(stage=stage, cpu=cpu, efa=instance.has_efa, connector=engine["kv_connector"])
+    config = {"model_loading_config": {"model_id": spec["model_id"], "model_source": _model_source(spec["model_source"])}}
+    if cpu:
+        config.update({
+            "accelerator_config": {"kind": "cpu"},
+            "placement_group_config": {"bundles": [{"CPU": 1, resource: 1}], "strategy": "PACK"},
+            # num_cpus 0: the bundle already holds the core; the actor asking for one more never schedules.
+            "deployment_config": {"autoscaling_config": autoscaling, "ray_actor_options": {"num_cpus": 0}},
+            "engine_kwargs": {
+                "dtype": engine["dtype"], "enforce_eager": True, "max_model_len": engine["max_model_len"],
+                "max_num_seqs": CPU_MAX_NUM_SEQS, "max_num_batched_tokens": engine["max_model_len"],
+                "kv_transfer_config": kv,
+            },
+            "runtime_env": {"env_vars": {
+                "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": CPU_OMP_CORE[stage],
+                **_offline_env(spec["model_source"]),
+            }},
+        })
+    else:
+        tp = pool["tensor_parallel_size"]
+        config.update({
+            "accelerator_type": RAY_ACCELERATOR.get(instance.gpu, instance.gpu),
+            # One bundle per tensor-parallel rank, all on one node of this stage's pool.
+            "placement_group_config": {"bundles": [{"GPU": 1, resource: 1} for _ in range(tp)],
+                                       "strategy": "STRICT_PACK"},
+            "deployment_config": {"autoscaling_config": autoscaling},
+            "engine_kwargs": {
+                "tensor_parallel_size": tp, "max_model_len": engine["max_model_len"], "dtype": engine["dtype"],
+                "gpu_memory_utilization": engine["gpu_memory_utilization"], "kv_transfer_config": kv,
+            },
+        })
+    config["log_engine_metrics"] = True  # per-stage latency comes from these (observability issue)
+    return config
+
+
+def serve_config_build(*, deployment_name: str, spec: dict, target_kind: str,
+                       http_options: dict | None = None) -> dict:
+    """The Ray Serve config (applications + cluster options) that runs `spec` as one PD application."""
+    runtime = RUNTIMES[spec["runtime"]]
+    cpu = runtime.accelerator == "cpu"
+    args = {stage + "_config": _stage_config(stage=stage, spec=spec, cpu=cpu) for stage in STAGES}
+    if cpu:
+        # Without this the ingress asks for a CPU the two engines already hold and never schedules.
+        args["ingress_deployment_config"] = {"ray_actor_options": {"num_cpus": 0}}
+    app = {"name": deployment_name, "route_prefix": "/", "import_path": IMPORT_PATH, "args": args}
+    config = {"applications": [app]}
+    if http_options is None and target_kind in ("kubernetes", "eks"):
+        http_options = {"host": "0.0.0.0", "port": 8000}  # the pod's Serve port behind the Service
+    if http_options:
+        config["http_options"] = dict(http_options)
+    config["proxy_location"] = "HeadOnly"  # the endpoint Service and the local target both reach the head
+    return config

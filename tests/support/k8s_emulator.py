@@ -1,0 +1,279 @@
+"""A Kubernetes API over real HTTP for tests: kmock's KubernetesEmulator, extended where it differs from a real
+API server, plus a tiny stand-in for the KubeRay operator.
+
+Extensions (kept here, never in the product code):
+- metadata a real server adds: uid, resourceVersion, generation (bumped on spec changes), creationTimestamp;
+- PUT (replace) with optimistic concurrency: a stale resourceVersion gets 409, and `status` is kept;
+- bearer-token auth (401 without the right token, or without the EKS token prefix);
+- injected faults: the next N requests matching a method and path get a status (409/429/500/410...);
+- a stall: a RayService create is stored, then its answer held back (to kill a worker mid-provision);
+- "KubeRay": a RayService reads as Ready with its Serve application RUNNING `ready_after` seconds after its
+  spec last changed (or DEPLOY_FAILED when `fail_apps` is set).
+"""
+import asyncio
+import itertools
+import json
+import logging
+import re
+import threading
+import time
+import uuid
+from datetime import UTC, datetime
+
+import aiohttp.web
+import attrs
+import kmock
+import yaml
+
+RAYSERVICES = kmock.resource("ray.io", "v1", "rayservices")
+NAMESPACE_PATH = re.compile(r"^/api/v1/namespaces(?:/([^/]+))?/?$")
+
+
+@attrs.define
+class Fault:
+    method: str
+    path: re.Pattern
+    status: int
+    count: int = 1
+    headers: dict = attrs.field(factory=dict)
+
+
+@attrs.define(kw_only=True)
+class KubeRayEmulator(kmock.KubernetesEmulator):
+    """KubernetesEmulator + real-server metadata, PUT, auth, faults, stalls and a stand-in KubeRay."""
+
+    base_url: str = ""  # set once served (EmulatorThread)
+    ready_after: float = 0.3
+    fail_apps: bool = False
+    operator_enabled: bool = True
+    token: str | None = None
+    token_prefix: str | None = None
+    stall_rayservice_create: float = 0.0
+    stalled: threading.Event = attrs.field(factory=threading.Event)
+    faults: list[Fault] = attrs.field(factory=list)
+    hits: list[tuple[str, str]] = attrs.field(factory=list)
+    namespaces: dict[str, dict] = attrs.field(factory=dict)
+    authorizations: list[str] = attrs.field(factory=list)  # what clients sent, for auth assertions
+    _versions: itertools.count = attrs.field(factory=lambda: itertools.count(1))
+    _changed: dict = attrs.field(factory=dict)
+
+    def install_kuberay(self) -> None:
+        """Declare the resources a cluster with KubeRay serves (discovery answers for them)."""
+        self.resources["v1/services"] = {"kind": "Service", "namespaced": True}
+        self.resources["ray.io/v1/rayservices"] = {"kind": "RayService", "namespaced": True,
+                                                   "subresources": ["status"]}
+
+    def inject(self, method: str, path: str, status: int, *, count: int = 1, headers: dict | None = None) -> None:
+        """The next `count` requests with this method whose path matches the regex get `status`."""
+        self.faults.append(Fault(method.upper(), re.compile(path), status, count, headers or {}))
+
+    def rayservices(self) -> list[dict]:
+        """Every RayService that exists now."""
+        return [obj.raw for (res, _, _), obj in list(self.objects.items()) if res == RAYSERVICES and not obj.deleted]
+
+    def live_objects(self) -> list[tuple[str, str | None, str]]:
+        """(resource, namespace, name) of everything that exists now, namespaces included."""
+        found = [(f"{res.group}/{res.version}/{res.plural}".lstrip("/"), ns, name)
+                 for (res, ns, name), obj in list(self.objects.items()) if not obj.deleted]
+        return found + [("v1/namespaces", None, n) for n in self.namespaces]
+
+    # --- request handling -----------------------------------------------------------------------------
+    async def __call__(self, raw_request):
+        # kmock parses /api/v1/namespaces[/name] as a namespace prefix, not as the Namespace resource;
+        # namespaces are served here instead.
+        if match := NAMESPACE_PATH.match(raw_request.path):
+            body = await raw_request.read()
+            return self._namespace(raw_request.method, match.group(1), raw_request.headers,
+                                   json.loads(body) if body else None)
+        return await super().__call__(raw_request)
+
+    def _guard(self, method: str, path: str, headers):
+        self.hits.append((method, path))
+        self.authorizations.append(headers.get("Authorization", ""))
+        if (denied := self._auth(headers)) is not None:
+            return denied
+        return self._fault(method, path)
+
+    def _namespace(self, method: str, name: str | None, headers, data):
+        if (refused := self._guard(method, f"/api/v1/namespaces{'/' + name if name else ''}", headers)) is not None:
+            return refused
+        if method == "POST" and name is None:
+            name = data["metadata"]["name"]
+            if name in self.namespaces:
+                return self._status(409, "AlreadyExists", f'namespaces "{name}" already exists')
+            data["metadata"].update(uid=str(uuid.uuid4()), resourceVersion=str(next(self._versions)))
+            self.namespaces[name] = data
+            return aiohttp.web.json_response(data, status=201)
+        if name is None or name not in self.namespaces:
+            return self._status(404, "NotFound", f'namespaces "{name}" not found')
+        if method == "GET":
+            return aiohttp.web.json_response(self.namespaces[name])
+        if method == "PATCH":
+            meta = self.namespaces[name]["metadata"]
+            for key in ("labels", "annotations"):
+                meta[key] = {**meta.get(key, {}), **(data.get("metadata", {}).get(key) or {})}
+            return aiohttp.web.json_response(self.namespaces[name])
+        if method == "DELETE":
+            # A real namespace deletion cascades to everything inside it.
+            for key, obj in list(self.objects.items()):
+                if key[1] == name and not obj.deleted:
+                    obj.delete()
+            return aiohttp.web.json_response(self.namespaces.pop(name))
+        return self._status(405, "MethodNotAllowed", method)
+
+    async def _handle(self, request):
+        if (refused := self._guard(request.method.value, request.url.path, request.headers)) is not None:
+            return refused
+        if request.resource == RAYSERVICES and request.action in (kmock.action.FETCH, kmock.action.LIST):
+            async with self._lock:
+                self._operate()
+        if request.method == kmock.method.PUT and request.name:
+            return await self._replace(request)
+        creating = request.action == kmock.action.CREATE and isinstance(request.data, dict)
+        if creating:
+            meta = request.data.setdefault("metadata", {})
+            meta.update(uid=str(uuid.uuid4()), resourceVersion=str(next(self._versions)), generation=1,
+                        creationTimestamp=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+        elif request.action == kmock.action.UPDATE and isinstance(request.data, dict):
+            self._bump(request)
+        response = await super()._handle(request)
+        if creating and request.resource == RAYSERVICES and response.status == 200:
+            meta = request.data["metadata"]
+            self._changed[(request.namespace or meta.get("namespace"), meta["name"])] = time.monotonic()
+            if self.stall_rayservice_create:
+                self.stalled.set()
+                await asyncio.sleep(self.stall_rayservice_create)
+        return response
+
+    def _auth(self, headers):
+        if self.token is None and self.token_prefix is None:
+            return None
+        given = headers.get("Authorization", "")
+        ok = given == f"Bearer {self.token}" if self.token is not None else \
+            given.startswith(f"Bearer {self.token_prefix}")
+        return None if ok else self._status(401, "Unauthorized", "Unauthorized")
+
+    def _fault(self, method: str, path: str):
+        for fault in self.faults:
+            if fault.count > 0 and fault.method == method and fault.path.search(path):
+                fault.count -= 1
+                return self._status(fault.status, "Injected", f"injected {fault.status}", fault.headers)
+        return None
+
+    @staticmethod
+    def _status(code: int, reason: str, message: str, headers: dict | None = None):
+        body = {"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure", "code": code,
+                "reason": reason, "message": message}
+        return aiohttp.web.json_response(body, status=code, headers=headers or {})
+
+    def _bump(self, request) -> None:
+        """A PATCH: new resourceVersion; a new generation when it touches the spec (not the status)."""
+        key = (request.resource, request.namespace, request.name)
+        if key not in self.objects or self.objects[key].deleted:
+            return
+        meta = request.data.setdefault("metadata", {})
+        meta["resourceVersion"] = str(next(self._versions))
+        if request.subresource != "status" and "spec" in request.data:
+            meta["generation"] = self.objects[key].raw.get("metadata", {}).get("generation", 1) + 1
+
+    async def _replace(self, request):
+        """PUT as a real API server does it: whole-object replace, 409 on a stale resourceVersion."""
+        key = (request.resource, request.namespace, request.name)
+        async with self._lock:
+            if key not in self.objects or self.objects[key].deleted:
+                return self._status(404, "NotFound", f"{request.name} not found")
+            current = self.objects[key].raw
+            new = dict(request.data)
+            given = new.get("metadata", {}).get("resourceVersion")
+            if given is not None and given != current["metadata"].get("resourceVersion"):
+                return self._status(409, "Conflict", "the object has been modified; please apply your changes "
+                                                     "to the latest version and try again")
+            meta = {**new.get("metadata", {})}
+            for k in ("uid", "creationTimestamp"):
+                meta[k] = current["metadata"].get(k)
+            meta["resourceVersion"] = str(next(self._versions))
+            spec_changed = new.get("spec") != current.get("spec")
+            meta["generation"] = current["metadata"].get("generation", 1) + (1 if spec_changed else 0)
+            new["metadata"] = meta
+            if "status" in current:
+                new["status"] = current["status"]  # the status subresource is not written by a PUT
+            self.objects[key].delete()
+            self.objects[key].create(new)
+            if spec_changed and request.resource == RAYSERVICES:
+                self._changed[(request.namespace, request.name)] = time.monotonic()
+            return aiohttp.web.json_response(new)
+
+    def _operate(self) -> None:
+        """The stand-in KubeRay: write each RayService's status from how long ago its spec changed."""
+        if not self.operator_enabled:
+            return
+        for (res, ns, name), obj in list(self.objects.items()):
+            if res != RAYSERVICES or obj.deleted:
+                continue
+            raw = obj.raw
+            generation = raw.get("metadata", {}).get("generation", 1)
+            apps = [a["name"] for a in yaml.safe_load(raw.get("spec", {}).get("serveConfigV2") or "{}")
+                    .get("applications", [])]
+            ready = time.monotonic() - self._changed.get((ns, name), 0) >= self.ready_after
+            app_status = ("DEPLOY_FAILED" if self.fail_apps else "RUNNING") if ready else "DEPLOYING"
+            now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            serving = ready and not self.fail_apps
+            status = {
+                "observedGeneration": generation,
+                "conditions": [{"type": "Ready", "status": "True" if serving else "False",
+                                "reason": "RayServiceReady" if serving else "Initializing",
+                                "message": "" if serving else "waiting for Serve", "lastTransitionTime": now}],
+                "activeServiceStatus": {"applicationStatuses": {
+                    a: {"status": app_status, "message": "boom: import failed" if self.fail_apps else ""}
+                    for a in apps}},
+                "numServeEndpoints": 1 if serving else 0,
+            }
+            if raw.get("status") != status:
+                obj.patch({"status": None})
+                obj.patch({"status": status})
+
+
+class EmulatorThread:
+    """Serves a kmock handler over HTTP on 127.0.0.1 from a thread with its own event loop."""
+
+    def __init__(self, handler: kmock.RawHandler):
+        self.handler = handler
+        self.url = ""
+        self._ready = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._thread = threading.Thread(target=self._run, name="k8s-emulator", daemon=True)
+
+    def _run(self) -> None:
+        logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # one line per request drowns the logs
+        self._loop = asyncio.new_event_loop()
+        self._loop.run_until_complete(self._serve())
+
+    async def _serve(self) -> None:
+        self._stop = asyncio.Event()
+        async with self.handler, kmock.Server(self.handler) as server:
+            self.url = f"http://127.0.0.1:{server.port}"
+            if hasattr(self.handler, "base_url"):
+                self.handler.base_url = self.url
+            self._ready.set()
+            await self._stop.wait()
+
+    def __enter__(self) -> "EmulatorThread":
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("the Kubernetes emulator did not start")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(10)
+
+
+def kubeconfig_text(*, url: str, token: str, context: str = "emulator") -> str:
+    """A kubeconfig for the emulator, as the text a secret reference would hold."""
+    return yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": context,
+        "clusters": [{"name": context, "cluster": {"server": url}}],
+        "users": [{"name": "tandem", "user": {"token": token}}],
+        "contexts": [{"name": context, "context": {"cluster": context, "user": "tandem"}}],
+    })

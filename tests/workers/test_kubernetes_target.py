@@ -1,0 +1,132 @@
+"""The kubernetes driver over real HTTP: the official client against the emulated API server with KubeRay."""
+import time
+
+import pytest
+
+from tests.workers.conftest import TOKEN
+from workers.targets.base import PermanentError, TransientError
+from workers.targets.kubernetes import KubernetesTarget
+
+RS_PATH = r"/apis/ray\.io/v1/namespaces/tandem-ml-research/rayservices"
+
+
+def writes(emulator):
+    return [h for h in emulator.hits if h[0] in ("POST", "PUT", "PATCH", "DELETE")]
+
+
+def apply(target, deployment):
+    objects, _ = target.desired(deployment)
+    return target.apply(deployment, objects)
+
+
+def test_apply_creates_namespace_service_and_rayservice_then_repeats_as_a_no_op(emulator, k8s_deployment):
+    target = KubernetesTarget(k8s_deployment.cluster)
+    assert target.observe(k8s_deployment).exists is False
+    first = apply(target, k8s_deployment)
+    assert "created RayService tandem-ml-research/llama" in first.message
+    count = len(writes(emulator))
+    second = apply(KubernetesTarget(k8s_deployment.cluster), k8s_deployment)
+    assert second.message.startswith("nothing changed")
+    assert len(writes(emulator)) == count
+    assert len(emulator.rayservices()) == 1
+    assert {"v1/namespaces", "v1/services", "ray.io/v1/rayservices"} == {r for r, _, _ in emulator.live_objects()}
+
+
+def test_status_follows_ready_and_application_statuses(emulator, k8s_deployment):
+    target = KubernetesTarget(k8s_deployment.cluster)
+    apply(target, k8s_deployment)
+    _, desired_hash = target.desired(k8s_deployment)
+    observed = target.observe(k8s_deployment)
+    assert (observed.serve_status, observed.applied_hash) == ("DEPLOYING", desired_hash)
+    assert target.endpoint_answers(k8s_deployment, observed).ready is False
+    time.sleep(0.35)
+    observed = target.observe(k8s_deployment)
+    assert observed.serve_status == "RUNNING"
+    assert observed.endpoint_url == "http://llama-endpoint.tandem-ml-research.svc.cluster.local:8000"
+    assert target.endpoint_answers(k8s_deployment, observed).ready is True
+
+
+def test_an_update_replaces_only_the_rayservice_and_status_waits_for_the_new_generation(emulator, k8s_deployment):
+    target = KubernetesTarget(k8s_deployment.cluster)
+    apply(target, k8s_deployment)
+    time.sleep(0.35)
+    assert target.observe(k8s_deployment).serve_status == "RUNNING"
+    before = len(writes(emulator))
+    k8s_deployment.spec["engine"]["max_model_len"] = 4096
+    step = apply(target, k8s_deployment)
+    assert step.message == "updated RayService tandem-ml-research/llama (unchanged: Namespace, Service)"
+    assert [m for m, _ in writes(emulator)[before:]] == ["PUT"]
+    rs = emulator.rayservices()[0]
+    assert rs["metadata"]["generation"] == 2 and "max_model_len: 4096" in rs["spec"]["serveConfigV2"]
+    assert target.observe(k8s_deployment).serve_status == "DEPLOYING"
+
+
+@pytest.mark.parametrize(("method", "path", "status", "headers", "retry_after"), [
+    ("PUT", RS_PATH, 409, {}, None),              # someone else wrote the RayService in between
+    ("GET", RS_PATH, 429, {"Retry-After": "7"}, 7.0),
+    ("GET", RS_PATH, 500, {}, None),
+    ("GET", RS_PATH, 410, {}, None),              # Gone: a stale resourceVersion / expired watch
+    ("POST", RS_PATH, 503, {}, None),
+])
+def test_transient_api_errors_are_classified_for_retry(emulator, k8s_deployment, method, path, status, headers,
+                                                       retry_after):
+    target = KubernetesTarget(k8s_deployment.cluster)
+    if method == "PUT":
+        apply(target, k8s_deployment)
+        k8s_deployment.spec["engine"]["max_model_len"] = 4096
+    emulator.inject(method, path, status, headers=headers)
+    with pytest.raises(TransientError) as caught:
+        apply(target, k8s_deployment)
+    assert caught.value.retry_after == retry_after
+    assert str(status) in str(caught.value) or "throttling" in str(caught.value)
+    apply(target, k8s_deployment)  # the fault was one-off: the retry converges
+    assert len(emulator.rayservices()) == 1
+
+
+def test_a_concurrent_writer_makes_the_replace_conflict(emulator, k8s_deployment):
+    target = KubernetesTarget(k8s_deployment.cluster)
+    apply(target, k8s_deployment)
+    objects, _ = target.desired(k8s_deployment)
+    stale = target._read(objects[-1])
+    emulator.objects[list(k for k in emulator.objects if k[2] == "llama")[0]].patch(
+        {"metadata": {"resourceVersion": "999"}})
+    with pytest.raises(TransientError, match="409"):
+        target._replace(objects[-1], stale)
+
+
+def test_missing_kuberay_is_permanent_and_says_what_to_install(emulator, k8s_deployment):
+    del emulator.resources["ray.io/v1/rayservices"]
+    with pytest.raises(PermanentError, match="KubeRay is not installed.*Install KubeRay 1.4"):
+        apply(KubernetesTarget(k8s_deployment.cluster), k8s_deployment)
+
+
+def test_rejected_credentials_are_permanent_and_the_token_is_not_in_the_message(emulator, k8s_deployment, tmp_path):
+    emulator.token = "another-token"
+    with pytest.raises(PermanentError, match="refused Tandem's credentials") as caught:
+        KubernetesTarget(k8s_deployment.cluster).observe(k8s_deployment)
+    assert TOKEN not in str(caught.value)
+
+
+def test_an_invalid_manifest_is_permanent(emulator, k8s_deployment):
+    emulator.inject("POST", RS_PATH, 422)
+    with pytest.raises(PermanentError, match="rejected the manifest"):
+        apply(KubernetesTarget(k8s_deployment.cluster), k8s_deployment)
+
+
+def test_an_unreachable_api_server_is_transient(k8s_deployment, tmp_path):
+    path = tmp_path / "dead-kubeconfig"
+    from tests.support.k8s_emulator import kubeconfig_text
+
+    path.write_text(kubeconfig_text(url="http://127.0.0.1:9", token=TOKEN))
+    k8s_deployment.cluster.secret_ref = f"file:{path}"
+    with pytest.raises(TransientError, match="Cannot reach"):
+        KubernetesTarget(k8s_deployment.cluster).observe(k8s_deployment)
+
+
+def test_teardown_deletes_everything_and_confirms_it_is_gone(emulator, k8s_deployment):
+    target = KubernetesTarget(k8s_deployment.cluster)
+    apply(target, k8s_deployment)
+    step = target.teardown(k8s_deployment)
+    assert step.ready, step.message
+    assert emulator.live_objects() == []
+    assert target.teardown(k8s_deployment).ready  # again: nothing to do, still done

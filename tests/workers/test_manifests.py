@@ -1,0 +1,131 @@
+"""RayService, Namespace and Service manifests: valid against KubeRay's CRD and Kubernetes' schemas, pinned to
+their pools, no secret values, and stable (golden files for a g6e and a p5 deployment)."""
+import os
+from pathlib import Path
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from deployments.catalog import RUNTIMES
+from deployments.manifests import HASH_ANNOTATION, manifests_build
+from deployments.spec import spec_parse
+from tests.factories import spec_input
+
+ROOT = Path(__file__).resolve().parents[2]
+CRD = Path(os.environ.get("TANDEM_KUBERAY_CRD", ROOT.parent / "shared/reference/kuberay/ray.io_rayservices.yaml"))
+GOLDEN = ROOT / "tests" / "golden"
+K8S_VERSION = "1.31"
+
+
+def _pool(itype, gpus, tp, nodes=1):
+    return {"instance_type": itype, "nodes": nodes, "gpus_per_node": gpus, "tensor_parallel_size": tp}
+
+
+SPECS = {
+    "g6e": spec_input(prefill=_pool("g6e.xlarge", 1, 1), decode=_pool("g6e.xlarge", 1, 1, nodes=2)),
+    "p5": spec_input(prefill=_pool("p5.48xlarge", 8, 8), decode=_pool("p5.48xlarge", 8, 4)),
+}
+
+
+def _render(key: str) -> list[dict]:
+    spec = spec_parse(SPECS[key], target_kind="eks").to_dict()
+    return manifests_build(name="llama", namespace="tandem-ml-research", team_slug="ml-research", spec=spec,
+                           target_kind="eks")
+
+
+@pytest.fixture(scope="module")
+def crd_schema():
+    if not CRD.exists():
+        pytest.skip(f"KubeRay CRD not found at {CRD}")
+    crd = yaml.safe_load(CRD.read_text())
+    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
+    return version["schema"]["openAPIV3Schema"]
+
+
+@pytest.mark.parametrize("key", SPECS)
+def test_rayservice_is_valid_against_the_kuberay_crd(key, crd_schema):
+    rs = _render(key)[-1]
+    jsonschema.validate(rs, crd_schema)
+
+
+def test_the_crd_check_catches_a_broken_manifest(crd_schema):
+    rs = _render("g6e")[-1]
+    rs["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["replicas"] = "two"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(rs, crd_schema)
+
+
+@pytest.mark.parametrize("key", SPECS)
+def test_core_objects_and_pod_templates_are_valid_kubernetes(key):
+    ns, svc, rs = _render(key)
+    kubernetes_validate.validate(ns, K8S_VERSION, strict=True)
+    kubernetes_validate.validate(svc, K8S_VERSION, strict=True)
+    cluster = rs["spec"]["rayClusterConfig"]
+    for group in [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]:
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", **group["template"]["metadata"]},
+               "spec": group["template"]["spec"]}
+        kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
+
+
+def _worker(rs, stage):
+    return next(g for g in rs["spec"]["rayClusterConfig"]["workerGroupSpecs"] if g["groupName"] == stage)
+
+
+def test_p5_workers_get_efa_devices_hugepages_and_libfabric():
+    rs = _render("p5")[-1]
+    prefill = _worker(rs, "prefill")
+    limits = prefill["template"]["spec"]["containers"][0]["resources"]["limits"]
+    assert limits["nvidia.com/gpu"] == "8" and limits["vpc.amazonaws.com/efa"] == "32"
+    assert limits["hugepages-2Mi"] == "5120Mi"
+    assert {"key": "vpc.amazonaws.com/efa", "operator": "Exists", "effect": "NoSchedule"} in \
+        prefill["template"]["spec"]["tolerations"]
+    assert prefill["resources"] == {"prefill_pool": "8"}
+    serve = yaml.safe_load(rs["spec"]["serveConfigV2"])
+    kv = serve["applications"][0]["args"]["decode_config"]["engine_kwargs"]["kv_transfer_config"]
+    assert kv["kv_connector_extra_config"] == {"backends": ["LIBFABRIC"]}
+
+
+def test_g6e_workers_have_no_efa_and_the_head_has_no_gpu():
+    rs = _render("g6e")[-1]
+    decode = _worker(rs, "decode")
+    assert decode["replicas"] == 2
+    limits = decode["template"]["spec"]["containers"][0]["resources"]["limits"]
+    assert "vpc.amazonaws.com/efa" not in limits and "hugepages-2Mi" not in limits
+    assert decode["template"]["spec"]["nodeSelector"] == {"node.kubernetes.io/instance-type": "g6e.xlarge"}
+    head = rs["spec"]["rayClusterConfig"]["headGroupSpec"]
+    assert "nvidia.com/gpu" not in str(head["template"]["spec"]["containers"][0]["resources"])
+    ports = {p["containerPort"] for p in head["template"]["spec"]["containers"][0]["ports"]}
+    assert {8265, 8080, 8000} <= ports
+
+
+def test_ray_version_matches_the_runtime_image_and_the_secret_is_only_referenced():
+    rs = _render("g6e")[-1]
+    runtime = RUNTIMES[spec_parse(SPECS["g6e"], target_kind="eks").runtime]
+    assert rs["spec"]["rayClusterConfig"]["rayVersion"] == runtime.ray
+    assert f":{runtime.ray}-" in runtime.image
+    env = _worker(rs, "prefill")["template"]["spec"]["containers"][0]["env"]
+    token = next(e for e in env if e["name"] == "HF_TOKEN")
+    assert "value" not in token and token["valueFrom"]["secretKeyRef"]["name"] == "tandem-model-access"
+
+
+def test_spec_hash_annotations_move_only_for_the_objects_that_changed():
+    before = _render("g6e")
+    SPECS["changed"] = {**SPECS["g6e"], "engine": {"max_model_len": 4096}}
+    try:
+        after = _render("changed")
+    finally:
+        del SPECS["changed"]
+    hashes = [[o["metadata"]["annotations"][HASH_ANNOTATION] for o in objs] for objs in (before, after)]
+    assert hashes[0][:2] == hashes[1][:2] and hashes[0][2] != hashes[1][2]
+
+
+@pytest.mark.parametrize("key", SPECS)
+def test_rendering_matches_the_golden_file(key):
+    path = GOLDEN / f"manifests-{key}.yaml"
+    rendered = yaml.safe_dump_all(_render(key), sort_keys=True)
+    if os.environ.get("UPDATE_GOLDEN") or not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(rendered)
+    assert rendered == path.read_text(), f"regenerate with UPDATE_GOLDEN=1 if the change to {path.name} is intended"

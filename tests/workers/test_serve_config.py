@@ -1,0 +1,75 @@
+"""The one serve config: what Ray Serve LLM's build_pd_openai_app receives on CPU (local) and GPU targets."""
+import json
+from pathlib import Path
+
+import pytest
+
+from deployments.serve_config import serve_config_build, spec_hash
+from deployments.spec import spec_parse
+from tests.factories import local_spec_input, spec_input
+
+GROUND_TRUTH = Path(__file__).resolve().parents[2] / "local" / "pd_serve_config.json"
+
+
+def _stored(data, kind):
+    return spec_parse(data, target_kind=kind).to_dict()
+
+
+def _pool(itype, gpus, tp, **extra):
+    return {"instance_type": itype, "nodes": 1, "gpus_per_node": gpus, "tensor_parallel_size": tp, **extra}
+
+
+@pytest.mark.skipif(not GROUND_TRUTH.exists(), reason="local/pd_serve_config.json not written yet")
+def test_cpu_rendering_equals_the_config_verified_on_the_local_pd_stack():
+    truth = json.loads(GROUND_TRUTH.read_text())
+    app = truth["applications"][0]
+    source = app["args"]["prefill_config"]["model_loading_config"]["model_source"]
+    max_len = app["args"]["prefill_config"]["engine_kwargs"]["max_model_len"]
+    spec = _stored(local_spec_input(model={"id": "tiny-llama", "source": source},
+                                    engine={"max_model_len": max_len, "dtype": "bfloat16"}), "ray")
+    built = serve_config_build(deployment_name=app["name"], spec=spec, target_kind="ray",
+                               http_options=truth["http_options"])
+    assert built == truth
+
+
+def test_gpu_stages_are_pinned_to_their_pools_with_one_bundle_per_tensor_parallel_rank():
+    spec = _stored(spec_input(prefill=_pool("g6e.xlarge", 1, 1, replicas_min=1, replicas_max=1),
+                              decode=_pool("g6e.12xlarge", 4, 2, replicas_min=1, replicas_max=2)), "kubernetes")
+    args = serve_config_build(deployment_name="llama", spec=spec, target_kind="kubernetes")["applications"][0]["args"]
+    prefill, decode = args["prefill_config"], args["decode_config"]
+    assert prefill["placement_group_config"]["bundles"] == [{"GPU": 1, "prefill_pool": 1}]
+    assert decode["placement_group_config"]["bundles"] == [{"GPU": 1, "decode_pool": 1}] * 2
+    assert decode["engine_kwargs"]["tensor_parallel_size"] == 2
+    assert decode["deployment_config"]["autoscaling_config"] == {"min_replicas": 1, "max_replicas": 2}
+    assert prefill["accelerator_type"] == "L40S"
+    assert prefill["model_loading_config"] == {"model_id": "llama-3-8b",
+                                               "model_source": {"bucket_uri": "s3://models/llama-3-8b"}}
+    assert "ingress_deployment_config" not in args
+
+
+def test_nixl_uses_libfabric_only_where_the_instance_has_efa():
+    spec = _stored(spec_input(prefill=_pool("p5.48xlarge", 8, 8), decode=_pool("g6e.xlarge", 1, 1)), "eks")
+    args = serve_config_build(deployment_name="llama", spec=spec, target_kind="eks")["applications"][0]["args"]
+    assert args["prefill_config"]["engine_kwargs"]["kv_transfer_config"] == {
+        "kv_connector": "NixlConnector", "kv_role": "kv_producer",
+        "kv_connector_extra_config": {"backends": ["LIBFABRIC"]}}
+    assert args["decode_config"]["engine_kwargs"]["kv_transfer_config"] == {
+        "kv_connector": "NixlConnector", "kv_role": "kv_consumer"}
+
+
+def test_hub_models_are_not_forced_offline_on_the_cpu_runtime():
+    local = _stored(local_spec_input(), "ray")
+    hub = _stored(local_spec_input(model={"id": "tiny", "source": "org/tiny-model"}), "ray")
+    env = [serve_config_build(deployment_name="t", spec=s, target_kind="ray")["applications"][0]["args"]
+           ["decode_config"]["runtime_env"]["env_vars"] for s in (local, hub)]
+    assert env[0]["HF_HUB_OFFLINE"] == "1" and "HF_HUB_OFFLINE" not in env[1]
+    assert env[1]["VLLM_CPU_OMP_THREADS_BIND"] == "1"
+
+
+def test_the_hash_moves_with_the_spec_and_only_with_it():
+    spec = _stored(spec_input(), "kubernetes")
+    first = serve_config_build(deployment_name="llama", spec=spec, target_kind="kubernetes")
+    again = serve_config_build(deployment_name="llama", spec=json.loads(json.dumps(spec)), target_kind="kubernetes")
+    spec["engine"]["max_model_len"] = 4096
+    changed = serve_config_build(deployment_name="llama", spec=spec, target_kind="kubernetes")
+    assert spec_hash(first) == spec_hash(again) != spec_hash(changed)

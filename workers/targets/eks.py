@@ -1,0 +1,188 @@
+"""The `eks` target: the kubernetes driver, plus boto3 for the cluster's endpoint, auth and GPU node groups.
+
+Node groups are one per deployment and stage (`<prefix><team>-<name>-prefill|decode`), tagged as Tandem's;
+Tandem resizes and deletes only node groups that carry its tag. Each pass does one step and returns, so a
+node group that is still CREATING makes the reconciler come back later instead of blocking a worker.
+"""
+from botocore.exceptions import BotoCoreError, ClientError, ConnectionError as BotoConnectionError
+
+from deployments.catalog import INSTANCE_TYPES
+from deployments.serve_config import STAGES
+from workers import clients
+from workers.targets.base import PermanentError, Step, TransientError
+from workers.targets.kubernetes import KubernetesTarget
+
+TAG_MANAGED = "tandem.dev/managed-by"
+THROTTLING = {"Throttling", "ThrottlingException", "TooManyRequestsException", "RequestLimitExceeded",
+              "ServiceUnavailableException", "ServerException", "InternalFailure"}
+DENIED = {"AccessDeniedException", "UnauthorizedOperation", "UnrecognizedClientException",
+          "InvalidClientTokenId", "ExpiredTokenException"}
+WAITING = {"CREATING", "UPDATING", "DELETING"}
+NODEGROUP_LABEL = "eks.amazonaws.com/nodegroup"  # EKS puts it on every node of a managed node group
+
+
+def aws_error(e: Exception, *, doing: str) -> Exception:
+    """Classify a boto3 failure as transient (throttling, 5xx, network) or permanent (denied, invalid)."""
+    if isinstance(e, ClientError):
+        code = e.response.get("Error", {}).get("Code", "")
+        status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+        message = e.response.get("Error", {}).get("Message", "")
+        if code in THROTTLING or status == 429 or status >= 500:
+            return TransientError(f"AWS is throttling or unavailable while {doing} ({code}); retrying.")
+        if code in DENIED:
+            return PermanentError(f"AWS refused the worker's credentials while {doing} ({code}): give the "
+                                  "worker's role eks:DescribeCluster and eks:*Nodegroup* permissions.")
+        return PermanentError(f"AWS rejected {doing}: {code}: {message}")
+    if isinstance(e, (BotoConnectionError, BotoCoreError)):
+        return TransientError(f"Cannot reach AWS while {doing}: {type(e).__name__}; retrying.")
+    return e
+
+
+class EksTarget(KubernetesTarget):
+    """Drives a deployment onto an EKS cluster, managing the prefill and decode node groups."""
+
+    def __init__(self, cluster, *, api=None, session=None):
+        super().__init__(cluster, api=api)
+        self._session = session
+        self._eks = None
+
+    @property
+    def region(self) -> str:
+        return self.cluster.config["region"]
+
+    @property
+    def eks_name(self) -> str:
+        return self.cluster.config["cluster_name"]
+
+    @property
+    def eks(self):
+        if self._eks is None:
+            session = self._session or clients.aws_session(region=self.region)
+            self._session = session
+            self._eks = clients.aws_client(session, "eks", endpoint_url=self.cluster.config.get("aws_endpoint_url"))
+        return self._eks
+
+    def _aws(self, doing: str, fn, **kwargs):
+        try:
+            return fn(**kwargs)
+        except (ClientError, BotoCoreError) as e:
+            raise aws_error(e, doing=doing) from None
+
+    def build_api(self):
+        """Endpoint and CA from DescribeCluster, a fresh STS-presigned bearer token; no kubeconfig, no CLI."""
+        info = self._aws(f"describing EKS cluster {self.eks_name}", self.eks.describe_cluster,
+                         name=self.eks_name)["cluster"]
+        if info.get("status") != "ACTIVE":
+            raise TransientError(f"EKS cluster {self.eks_name} is {info.get('status')}; waiting for ACTIVE.")
+        host = self.cluster.config.get("kubernetes_endpoint_url") or info["endpoint"]
+        try:
+            token = clients.eks_bearer_token(session=self._session, cluster_name=self.eks_name, region=self.region,
+                                             sts_endpoint_url=self.cluster.config.get("aws_endpoint_url"))
+        except BotoCoreError as e:
+            raise aws_error(e, doing="signing the EKS token") from None
+        return clients.kubernetes_api_from_token(host=host, token=token,
+                                                 ca_data=info.get("certificateAuthority", {}).get("data"))
+
+    # --- node groups ----------------------------------------------------------------------------------
+    def nodegroup_name(self, deployment, stage: str) -> str:
+        """The node group of one stage of one deployment (EKS allows 63 characters)."""
+        prefix = self.cluster.config.get("nodegroup_prefix", "tandem-")
+        return f"{prefix}{deployment.team.slug}-{deployment.name}"[: 63 - len(stage) - 1] + f"-{stage}"
+
+    def node_selectors(self, deployment) -> dict[str, dict]:
+        return {s: {NODEGROUP_LABEL: self.nodegroup_name(deployment, s)} for s in STAGES}
+
+    def _describe(self, name: str) -> dict | None:
+        try:
+            return self.eks.describe_nodegroup(clusterName=self.eks_name, nodegroupName=name)["nodegroup"]
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") == "ResourceNotFoundException":
+                return None
+            raise aws_error(e, doing=f"describing node group {name}") from None
+        except BotoCoreError as e:
+            raise aws_error(e, doing=f"describing node group {name}") from None
+
+    def _create_nodegroup(self, deployment, stage: str, name: str) -> None:
+        pool = deployment.spec[stage]
+        instance = INSTANCE_TYPES[pool["instance_type"]]
+        taints = [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}]
+        if instance.has_efa:
+            taints.append({"key": "vpc.amazonaws.com/efa", "value": "true", "effect": "NO_SCHEDULE"})
+        kwargs = {
+            "clusterName": self.eks_name, "nodegroupName": name,
+            "scalingConfig": {"minSize": pool["nodes"], "maxSize": pool["nodes"], "desiredSize": pool["nodes"]},
+            "instanceTypes": [pool["instance_type"]], "amiType": "AL2023_x86_64_NVIDIA",
+            "labels": {"tandem.dev/pool": stage, "tandem.dev/deployment": deployment.name,
+                       "tandem.dev/team": deployment.team.slug},
+            "taints": taints,
+            "tags": {TAG_MANAGED: "tandem", "tandem.dev/deployment-id": str(deployment.pk)},
+            "subnets": list(self.cluster.config.get("subnet_ids") or []),
+            "nodeRole": self.cluster.config.get("node_role_arn", ""),
+        }
+        try:
+            self.eks.create_nodegroup(**kwargs)
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") == "ResourceInUseException":
+                return  # a previous pass (or a killed worker) already asked for it
+            raise aws_error(e, doing=f"creating node group {name}") from None
+        except BotoCoreError as e:
+            raise aws_error(e, doing=f"creating node group {name}") from None
+
+    def _ensure_one(self, deployment, stage: str) -> tuple[bool, str]:
+        name = self.nodegroup_name(deployment, stage)
+        pool = deployment.spec[stage]
+        ng = self._describe(name)
+        if ng is None:
+            self._create_nodegroup(deployment, stage, name)
+            return False, f"{name}: creating {pool['nodes']} × {pool['instance_type']}"
+        status = ng.get("status")
+        if status == "CREATE_FAILED":
+            issues = "; ".join(i.get("message", "") for i in ng.get("health", {}).get("issues", [])) or "no detail"
+            raise PermanentError(f"Node group {name} could not be created ({issues}). Check the instance type's "
+                                 "availability and quota in the cluster's subnets, then retry.")
+        if status in WAITING:
+            return False, f"{name}: {status.lower()}"
+        ours = ng.get("tags", {}).get(TAG_MANAGED) == "tandem"
+        if pool["instance_type"] not in (ng.get("instanceTypes") or []):
+            if not ours:
+                raise PermanentError(f"Node group {name} exists with other instance types and is not Tandem's; "
+                                     "rename the deployment or remove that node group.")
+            # Instance types of a managed node group are fixed: replace it.
+            self._aws(f"replacing node group {name}", self.eks.delete_nodegroup, clusterName=self.eks_name,
+                      nodegroupName=name)
+            return False, f"{name}: replacing for {pool['instance_type']}"
+        want = {"minSize": pool["nodes"], "maxSize": pool["nodes"], "desiredSize": pool["nodes"]}
+        have = {k: ng.get("scalingConfig", {}).get(k) for k in want}
+        if have != want and ours:
+            self._aws(f"resizing node group {name}", self.eks.update_nodegroup_config, clusterName=self.eks_name,
+                      nodegroupName=name, scalingConfig=want)
+            return False, f"{name}: resizing to {pool['nodes']} node(s)"
+        if status != "ACTIVE":
+            raise PermanentError(f"Node group {name} is {status}; fix it in the EKS console, then retry.")
+        return True, f"{name}: {pool['nodes']} × {pool['instance_type']} active"
+
+    def ensure_node_pools(self, deployment) -> Step:
+        """Both stages' node groups exist, ACTIVE, with the requested instance type and size."""
+        results = [self._ensure_one(deployment, stage) for stage in STAGES]
+        return Step(ready=all(ok for ok, _ in results), message="; ".join(m for _, m in results))
+
+    def teardown(self, deployment) -> Step:
+        """Kubernetes objects first (so pods leave the nodes), then the node groups Tandem created."""
+        step = super().teardown(deployment)
+        if not step.ready:
+            return step
+        left = []
+        for stage in STAGES:
+            name = self.nodegroup_name(deployment, stage)
+            ng = self._describe(name)
+            if ng is None:
+                continue
+            if ng.get("tags", {}).get(TAG_MANAGED) != "tandem":
+                continue  # not ours: leave it
+            if ng.get("status") != "DELETING":
+                self._aws(f"deleting node group {name}", self.eks.delete_nodegroup, clusterName=self.eks_name,
+                          nodegroupName=name)
+            left.append(name)
+        if left:
+            return Step(ready=False, message=f"Deleting node groups: {', '.join(left)}.")
+        return Step(ready=True, message=f"{step.message} Node groups deleted.")

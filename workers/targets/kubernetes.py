@@ -1,0 +1,258 @@
+"""The `kubernetes` target: a RayService (KubeRay) plus its namespace and endpoint Service, on any cluster.
+
+Apply is create-or-replace and safe to repeat: each object is read, created when absent, and replaced (with the
+read resourceVersion, so a concurrent writer gets a 409 and we retry) only when its spec-hash annotation differs.
+Status comes from the RayService's `status.conditions` (Ready) and `activeServiceStatus.applicationStatuses`.
+"""
+import json
+from collections.abc import Callable
+
+import urllib3
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from deployments.manifests import HASH_ANNOTATION, MANAGED_BY, endpoint_url, manifests_build, manifests_hash, namespace_name
+from workers import clients
+from workers.targets.base import Observed, PermanentError, Step, Target, TransientError
+
+GROUP, VERSION, PLURAL = "ray.io", "v1", "rayservices"
+TIMEOUT = (5, 20)  # connect, read seconds for every API call
+
+
+def api_error(e: Exception, *, doing: str, cluster: str) -> Exception:
+    """Classify a Kubernetes client failure as transient (retry) or permanent (tell the user)."""
+    if isinstance(e, (urllib3.exceptions.HTTPError, OSError)):
+        return TransientError(f"Cannot reach the Kubernetes API of {cluster} while {doing}: {type(e).__name__}.")
+    if not isinstance(e, ApiException):
+        return e
+    status, reason = e.status or 0, _status_message(e)
+    if status == 429:
+        retry_after = (e.headers or {}).get("Retry-After")
+        hint = float(retry_after) if retry_after and retry_after.isdigit() else None
+        return TransientError(f"The Kubernetes API of {cluster} is throttling ({doing}); retrying.", retry_after=hint)
+    if status in (409, 410) or status >= 500:
+        return TransientError(f"Kubernetes answered {status} while {doing} on {cluster}: {reason}; retrying.")
+    if status in (401, 403):
+        return PermanentError(f"Kubernetes refused Tandem's credentials on {cluster} ({status}) while {doing}: "
+                              "check the kubeconfig's user and its RBAC (Tandem needs to manage namespaces, "
+                              "services and ray.io rayservices).")
+    if status in (400, 422):
+        return PermanentError(f"Kubernetes rejected the manifest while {doing} on {cluster}: {reason}")
+    return PermanentError(f"Kubernetes answered {status} while {doing} on {cluster}: {reason}")
+
+
+def _status_message(e: ApiException) -> str:
+    try:
+        return json.loads(e.body or "{}").get("message") or e.reason or ""
+    except ValueError:
+        return e.reason or ""
+
+
+class KubernetesTarget(Target):
+    """Drives a deployment onto a Kubernetes cluster that runs KubeRay."""
+
+    def __init__(self, cluster, *, api: k8s.ApiClient | None = None):
+        super().__init__(cluster)
+        self._api = api
+
+    # --- clients --------------------------------------------------------------------------------------
+    @property
+    def api(self) -> k8s.ApiClient:
+        if self._api is None:
+            self._api = self.build_api()
+        return self._api
+
+    def build_api(self) -> k8s.ApiClient:
+        """The API client for this cluster (the eks driver overrides this)."""
+        return clients.kubernetes_api_from_kubeconfig(secret_ref=self.cluster.secret_ref,
+                                                      context=self.cluster.config.get("context"))
+
+    def _call(self, doing: str, fn: Callable, *args, **kwargs):
+        try:
+            return fn(*args, _request_timeout=TIMEOUT, **kwargs)
+        except (ApiException, urllib3.exceptions.HTTPError, OSError) as e:
+            raise api_error(e, doing=doing, cluster=self.cluster.name) from None
+
+    def _get(self, doing: str, fn: Callable, *args):
+        """Read one object as a dict, or None when it does not exist."""
+        try:
+            result = fn(*args, _request_timeout=TIMEOUT)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise api_error(e, doing=doing, cluster=self.cluster.name) from None
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise api_error(e, doing=doing, cluster=self.cluster.name) from None
+        return result if isinstance(result, dict) else self.api.sanitize_for_serialization(result)
+
+    # --- names ----------------------------------------------------------------------------------------
+    def namespace(self, deployment) -> str:
+        prefix = self.cluster.config.get("namespace_prefix", "tandem-")
+        return namespace_name(prefix=prefix, team_slug=deployment.team.slug)
+
+    def node_selectors(self, deployment) -> dict[str, dict] | None:
+        """Node labels each pool is pinned to; None lets manifests pin by instance type."""
+        return None
+
+    # --- the contract ---------------------------------------------------------------------------------
+    def desired(self, deployment) -> tuple[list[dict], str]:
+        objects = manifests_build(name=deployment.name, namespace=self.namespace(deployment),
+                                  team_slug=deployment.team.slug, spec=deployment.spec,
+                                  target_kind=self.cluster.kind, node_selectors=self.node_selectors(deployment))
+        return objects, manifests_hash(objects)
+
+    def _read(self, obj: dict) -> dict | None:
+        kind, meta = obj["kind"], obj["metadata"]
+        core = k8s.CoreV1Api(self.api)
+        if kind == "Namespace":
+            return self._get("reading the namespace", core.read_namespace, meta["name"])
+        if kind == "Service":
+            return self._get("reading the endpoint Service", core.read_namespaced_service, meta["name"],
+                             meta["namespace"])
+        return self._get("reading the RayService", k8s.CustomObjectsApi(self.api).get_namespaced_custom_object,
+                         GROUP, VERSION, meta["namespace"], PLURAL, meta["name"])
+
+    def observe(self, deployment) -> Observed:
+        objects, _ = self.desired(deployment)
+        found = [self._read(o) for o in objects]
+        rs = found[-1]
+        if rs is None:
+            return Observed(exists=False)
+        hashes = [(f or {}).get("metadata", {}).get("annotations", {}).get(HASH_ANNOTATION, "") for f in found]
+        applied = manifests_hash([{"metadata": {"annotations": {HASH_ANNOTATION: h}}} for h in hashes]) \
+            if all(hashes) else ""
+        serve_status, message, ready = self._serve_status(rs, deployment.name)
+        return Observed(exists=True, applied_hash=applied, serve_status=serve_status, message=message,
+                        endpoint_url=endpoint_url(name=deployment.name, namespace=self.namespace(deployment)),
+                        details={"ready": ready, "numServeEndpoints": rs.get("status", {}).get("numServeEndpoints", 0)})
+
+    @staticmethod
+    def _serve_status(rs: dict, app: str) -> tuple[str, str, bool]:
+        status = rs.get("status") or {}
+        generation = rs.get("metadata", {}).get("generation")
+        if generation is not None and status.get("observedGeneration") != generation:
+            return "DEPLOYING", "KubeRay has not acted on the latest spec yet.", False
+        ready = next((c for c in status.get("conditions", []) if c.get("type") == "Ready"), None)
+        apps = (status.get("activeServiceStatus") or {}).get("applicationStatuses") or {}
+        app_status = apps.get(app, {})
+        is_ready = bool(ready and ready.get("status") == "True")
+        if app_status.get("status") == "RUNNING" and is_ready:
+            return "RUNNING", ready.get("message", ""), True
+        message = app_status.get("message") or (ready or {}).get("message") or "Waiting for KubeRay."
+        return app_status.get("status") or "DEPLOYING", message, is_ready
+
+    def _require_crd(self) -> None:
+        """Refuse, with what to install, when the cluster does not serve ray.io/v1 rayservices."""
+        found = self._get("looking for KubeRay", k8s.CustomObjectsApi(self.api).get_api_resources, GROUP, VERSION)
+        if not any(r.get("name") == PLURAL for r in (found or {}).get("resources", [])):
+            raise PermanentError(f"KubeRay is not installed on {self.cluster.name}: the RayService CRD "
+                                 f"({PLURAL}.{GROUP}/{VERSION}) is missing. Install KubeRay 1.4 or newer.")
+
+    def apply(self, deployment, desired: list[dict]) -> Step:
+        """Create what is missing and replace what changed; leave the rest alone."""
+        self._require_crd()
+        done, unchanged = [], []
+        for obj in desired:
+            current = self._read(obj)
+            label = f"{obj['kind']} {obj['metadata'].get('namespace', '')}/{obj['metadata']['name']}".replace(" /", " ")
+            if current is None:
+                self._create(obj)
+                done.append(f"created {label}")
+            elif current.get("metadata", {}).get("annotations", {}).get(HASH_ANNOTATION) != \
+                    obj["metadata"]["annotations"][HASH_ANNOTATION]:
+                self._replace(obj, current)
+                done.append(f"updated {label}")
+            else:
+                unchanged.append(obj["kind"])
+        message = "; ".join(done) or "nothing changed"
+        if unchanged:
+            message += f" (unchanged: {', '.join(unchanged)})"
+        return Step(ready=True, message=message)
+
+    def _create(self, obj: dict) -> None:
+        kind, meta = obj["kind"], obj["metadata"]
+        core = k8s.CoreV1Api(self.api)
+        try:
+            if kind == "Namespace":
+                core.create_namespace(obj, _request_timeout=TIMEOUT)
+            elif kind == "Service":
+                core.create_namespaced_service(meta["namespace"], obj, _request_timeout=TIMEOUT)
+            else:
+                k8s.CustomObjectsApi(self.api).create_namespaced_custom_object(
+                    GROUP, VERSION, meta["namespace"], PLURAL, obj, _request_timeout=TIMEOUT)
+        except ApiException as e:
+            # A namespace someone else just made is what we wanted; anything else: re-read next pass.
+            if e.status == 409 and kind == "Namespace":
+                return
+            raise api_error(e, doing=f"creating the {kind}", cluster=self.cluster.name) from None
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise api_error(e, doing=f"creating the {kind}", cluster=self.cluster.name) from None
+
+    def _replace(self, obj: dict, current: dict) -> None:
+        kind, meta = obj["kind"], obj["metadata"]
+        core = k8s.CoreV1Api(self.api)
+        if kind == "Namespace":
+            self._call("labelling the namespace", core.patch_namespace, meta["name"], {"metadata": meta})
+        elif kind == "Service":
+            # A merge patch keeps the clusterIP the API server assigned (a replace would have to copy it).
+            self._call("updating the endpoint Service", core.patch_namespaced_service, meta["name"],
+                       meta["namespace"], {"metadata": meta, "spec": obj["spec"]})
+        else:
+            # A replace, not a merge patch: keys dropped from the spec (e.g. EFA devices) must go away too.
+            body = {**obj, "metadata": {**meta, "resourceVersion": current["metadata"].get("resourceVersion")}}
+            self._call("updating the RayService", k8s.CustomObjectsApi(self.api).replace_namespaced_custom_object,
+                       GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], body)
+
+    def teardown(self, deployment) -> Step:
+        """Delete the RayService and Service (and the team namespace once nothing of Tandem's is left)."""
+        objects, _ = self.desired(deployment)
+        ns_obj, svc, rs = objects
+        namespace = ns_obj["metadata"]["name"]
+        custom, core = k8s.CustomObjectsApi(self.api), k8s.CoreV1Api(self.api)
+        remaining = []
+        for obj, delete in ((rs, lambda: custom.delete_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, rs["metadata"]["name"], _request_timeout=TIMEOUT)),
+                            (svc, lambda: core.delete_namespaced_service(
+                                svc["metadata"]["name"], namespace, _request_timeout=TIMEOUT))):
+            if self._read(obj) is None:
+                continue
+            self._delete(f"deleting the {obj['kind']}", delete)
+            if self._read(obj) is not None:
+                remaining.append(obj["kind"])
+        if remaining:
+            return Step(ready=False, message=f"Waiting for {', '.join(remaining)} to go away.")
+        self._namespace_release(namespace)
+        if self._read(ns_obj) is not None:
+            return Step(ready=False, message=f"Waiting for namespace {namespace} to go away.")
+        return Step(ready=True, message=f"Deleted the RayService and endpoint Service in {namespace}.")
+
+    def _delete(self, doing: str, fn: Callable) -> None:
+        try:
+            fn()
+        except ApiException as e:
+            if e.status != 404:
+                raise api_error(e, doing=doing, cluster=self.cluster.name) from None
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise api_error(e, doing=doing, cluster=self.cluster.name) from None
+
+    def _namespace_release(self, namespace: str) -> None:
+        """Delete the team namespace when it is Tandem's and no RayService of Tandem's is left in it."""
+        ns = self._get("reading the namespace", k8s.CoreV1Api(self.api).read_namespace, namespace)
+        if ns is None:
+            return
+        labels = ns.get("metadata", {}).get("labels") or {}
+        if any(labels.get(k) != v for k, v in MANAGED_BY.items()):
+            return  # someone else's namespace: never delete it
+        selector = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
+        left = self._call("listing RayServices", k8s.CustomObjectsApi(self.api).list_namespaced_custom_object,
+                          GROUP, VERSION, namespace, PLURAL, label_selector=selector)
+        if not (left or {}).get("items"):
+            self._delete("deleting the namespace",
+                         lambda: k8s.CoreV1Api(self.api).delete_namespace(namespace, _request_timeout=TIMEOUT))
+
+    def endpoint_answers(self, deployment, observed: Observed) -> Step:
+        """KubeRay counts the head pods ready to serve; the in-cluster URL answers once there is one."""
+        count = observed.details.get("numServeEndpoints") or 0
+        if count < 1:
+            return Step(ready=False, message="No Serve endpoint is ready yet.")
+        return Step(ready=True, message=f"{observed.endpoint_url} ({count} serving pod(s))")

@@ -1,0 +1,145 @@
+"""The `ray` target: an existing Ray cluster, driven through its dashboard's Serve REST API.
+
+`PUT /api/serve/applications/` is declarative for the whole cluster: it removes every application it does not
+list. So apply and teardown read what is deployed first and PUT everyone else's applications back unchanged.
+"""
+import re
+from urllib.parse import urlsplit
+
+import httpx
+
+from deployments.serve_config import serve_config_build, spec_hash
+from workers import clients
+from workers.targets.base import Observed, PermanentError, Step, Target, TransientError
+
+APPS = "/api/serve/applications/"
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def _clean(message: str, *, limit: int = 600) -> str:
+    """Ray's messages carry ANSI colours and whole tracebacks: keep the plain last lines, where the cause is."""
+    lines = [line for line in ANSI.sub("", message or "").strip().splitlines() if line.strip()]
+    return "\n".join(lines[-3:])[-limit:]
+
+
+def http_error(e: Exception, *, doing: str, cluster: str) -> Exception:
+    """Classify a dashboard failure: network, 429 and 5xx are transient; auth and invalid config are not."""
+    if isinstance(e, httpx.TransportError):
+        return TransientError(f"Cannot reach the Ray dashboard of {cluster} while {doing}: {type(e).__name__}.")
+    if not isinstance(e, httpx.HTTPStatusError):
+        return e
+    status, text = e.response.status_code, _clean(e.response.text, limit=500)
+    if status == 429 or status >= 500:
+        retry_after = e.response.headers.get("Retry-After", "")
+        return TransientError(f"The Ray dashboard of {cluster} answered {status} while {doing}; retrying.",
+                              retry_after=float(retry_after) if retry_after.isdigit() else None)
+    if status in (401, 403):
+        return PermanentError(f"The Ray dashboard of {cluster} refused Tandem's token ({status}): check the "
+                              "cluster's secret reference holds the Ray auth token.")
+    return PermanentError(f"The Ray dashboard of {cluster} rejected {doing} ({status}): {text}")
+
+
+def _project(value, shape):
+    """`value` cut down to the keys `shape` has, so defaults Ray fills in do not count as drift."""
+    if isinstance(shape, dict) and isinstance(value, dict):
+        return {k: _project(value.get(k), v) for k, v in shape.items()}
+    if isinstance(shape, list) and isinstance(value, list) and len(shape) == len(value):
+        return [_project(v, s) for v, s in zip(value, shape)]
+    return value
+
+
+class RayTarget(Target):
+    """Drives a deployment onto an existing Ray cluster (the local target, or any reachable Ray)."""
+
+    def __init__(self, cluster, *, http: httpx.Client | None = None, probe: httpx.Client | None = None):
+        super().__init__(cluster)
+        self._http = http
+        self._probe = probe
+
+    @property
+    def http(self) -> httpx.Client:
+        if self._http is None:
+            self._http = clients.ray_dashboard_client(base_url=self.cluster.config["dashboard_url"],
+                                                      secret_ref=self.cluster.secret_ref)
+        return self._http
+
+    @property
+    def serve_url(self) -> str:
+        """Where Serve's HTTP proxy answers: the configured serve_url, else the dashboard's host on 8000."""
+        if url := self.cluster.config.get("serve_url"):
+            return url.rstrip("/")
+        host = urlsplit(self.cluster.config["dashboard_url"]).hostname
+        return f"http://{host}:8000"
+
+    def _request(self, method: str, doing: str, **kwargs) -> httpx.Response:
+        try:
+            response = self.http.request(method, APPS, **kwargs)
+            response.raise_for_status()
+        except httpx.HTTPError as e:
+            raise http_error(e, doing=doing, cluster=self.cluster.name) from None
+        return response
+
+    def _deployed(self) -> dict:
+        body = self._request("GET", "reading Serve applications").json()
+        return body.get("applications") or {}
+
+    def desired(self, deployment) -> tuple[dict, str]:
+        parts = urlsplit(self.serve_url)
+        # Bind where the URL points when it is loopback (the local target); otherwise listen on all interfaces.
+        host = parts.hostname if parts.hostname in ("127.0.0.1", "localhost", "::1") else "0.0.0.0"
+        config = serve_config_build(deployment_name=deployment.name, spec=deployment.spec, target_kind="ray",
+                                    http_options={"host": host, "port": parts.port or 8000})
+        return config, spec_hash(config["applications"][0])
+
+    def observe(self, deployment) -> Observed:
+        config, _ = self.desired(deployment)
+        app = self._deployed().get(deployment.name)
+        if app is None:
+            return Observed(exists=False)
+        wanted = config["applications"][0]
+        applied = spec_hash(_project(app.get("deployed_app_config") or {}, wanted))
+        return Observed(exists=True, applied_hash=applied, serve_status=app.get("status", ""),
+                        message=_clean(app.get("message", "")), endpoint_url=self.serve_url)
+
+    def _others(self, name: str) -> list[dict]:
+        return [a["deployed_app_config"] for n, a in self._deployed().items()
+                if n != name and a.get("deployed_app_config") and a.get("status") != "DELETING"]
+
+    def apply(self, deployment, desired: dict) -> Step:
+        """PUT our application together with every other application already on the cluster."""
+        others = self._others(deployment.name)
+        body = {**desired, "applications": [*others, *desired["applications"]]}
+        self._request("PUT", "deploying the application", json=body)
+        kept = f" (kept {len(others)} other application(s))" if others else ""
+        return Step(ready=True, message=f"Deployed Serve application {deployment.name}{kept}.")
+
+    def teardown(self, deployment) -> Step:
+        """Remove our application; the others stay. Ready once the dashboard no longer lists it."""
+        deployed = self._deployed()
+        app = deployed.get(deployment.name)
+        if app is None:
+            return Step(ready=True, message=f"Serve application {deployment.name} is gone.")
+        if app.get("status") != "DELETING":
+            others = self._others(deployment.name)
+            if others:
+                self._request("PUT", "removing the application", json={"applications": others})
+            else:
+                self._request("DELETE", "removing the application")
+        return Step(ready=False, message=f"Serve application {deployment.name} is being deleted.")
+
+    def endpoint_answers(self, deployment, observed: Observed) -> Step:
+        """The OpenAI-compatible endpoint lists the deployment's model."""
+        probe = self._probe or clients.http_client()
+        try:
+            response = probe.get(f"{observed.endpoint_url}/v1/models")
+        except httpx.HTTPError as e:
+            return Step(ready=False, message=f"{observed.endpoint_url} does not answer yet ({type(e).__name__}).")
+        finally:
+            if probe is not self._probe:
+                probe.close()
+        if response.status_code != 200:
+            return Step(ready=False, message=f"{observed.endpoint_url}/v1/models answered {response.status_code}.")
+        models = [m.get("id") for m in response.json().get("data", [])]
+        if deployment.spec["model_id"] not in models:
+            return Step(ready=False, message=f"{observed.endpoint_url} does not list {deployment.spec['model_id']} yet.")
+        return Step(ready=True, message=f"{observed.endpoint_url} serves {deployment.spec['model_id']}.")
