@@ -6,7 +6,7 @@ Run with the RUNTIME venv's python (it needs torch, transformers and tokenizers)
     $TANDEM_RUNTIME_DIR/venv/bin/python local/build_tiny_model.py [OUT_DIR] [--force]
 
 OUT_DIR defaults to ${TANDEM_RUNTIME_DIR:-~/.cache/tandem/pd-runtime}/models/tiny-llama.
-Shape: hidden 128, 2 layers, 2 attention heads and 2 KV heads (head_dim 64), intermediate 256,
+Shape: hidden 128, 2 layers, 2 attention heads and 2 KV heads (head_dim 64), intermediate 192,
 vocab from a byte-level BPE tokenizer trained here on generated text, chat template in
 tokenizer_config.json, bf16 safetensors, under 1 MB. Deterministic (fixed seed). Idempotent: a
 complete directory (stamp file written last) is left as it is. Nothing is downloaded from any hub.
@@ -27,7 +27,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 SEED = 1234
-VOCAB_SIZE = 2048
+VOCAB_SIZE = 1024
 MAX_POSITIONS = 2048
 STAMP_NAME = ".tandem-tiny-model.json"
 SPEC = {
@@ -38,7 +38,7 @@ SPEC = {
     "num_attention_heads": 2,
     "num_key_value_heads": 2,
     "head_dim": 64,
-    "intermediate_size": 256,
+    "intermediate_size": 192,
     "vocab_size_target": VOCAB_SIZE,
     "max_position_embeddings": MAX_POSITIONS,
     "dtype": "bfloat16",

