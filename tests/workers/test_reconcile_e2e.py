@@ -7,7 +7,7 @@ from deployments.models import Deployment, Membership
 from deployments.services.lifecycle import deployment_approve, deployment_delete, deployment_request, deployment_update
 from deployments.services.quota import team_gpus_held
 from tests.factories import MembershipFactory, TeamFactory, spec_input
-from tests.workers.conftest import Worker, wait_for
+from tests.support.processes import Worker, wait_for
 
 pytestmark = pytest.mark.e2e
 RS_WRITES = ("POST", "PUT", "PATCH", "DELETE")

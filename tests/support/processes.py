@@ -1,0 +1,77 @@
+"""Real processes for integration tests: a Celery worker and the gateway on the test database and Redis."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import quote
+
+from django.conf import settings
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_database_url() -> str:
+    """A DATABASE_URL naming the test database (TCP or a Unix-socket directory)."""
+    db = connection.settings_dict
+    host = db["HOST"] or "127.0.0.1"
+    host = quote(host, safe="") if host.startswith("/") else host
+    auth = db["USER"] + (f":{db['PASSWORD']}" if db.get("PASSWORD") else "")
+    port = f":{db['PORT']}" if db.get("PORT") else ""
+    return f"postgres://{auth}@{host}{port}/{db['NAME']}"
+
+
+def worker_environment(tmp_path: Path, **overrides) -> dict:
+    """Environment for a process that must see this test's rows and Redis; fast requeues for tests."""
+    return {**os.environ,
+            "DJANGO_SETTINGS_MODULE": "controlplane.settings.test",
+            "DATABASE_URL": test_database_url(),
+            "REDIS_URL": settings.REDIS_URL, "CELERY_BROKER_URL": settings.REDIS_URL,
+            "TANDEM_RECONCILE_REQUEUE_SECONDS": "0.3",
+            # A killed worker's message comes back after this long; production keeps it above the task limit.
+            "TANDEM_VISIBILITY_TIMEOUT": "4", "TANDEM_TASK_TIME_LIMIT": "60",
+            "PYTHONPATH": str(ROOT), "TANDEM_WORKER_LOG": str(tmp_path / "worker.log"), **overrides}
+
+
+class Worker:
+    """A real `celery worker` subprocess on the test database and Redis."""
+
+    def __init__(self, env: dict):
+        self.env = env
+        self.proc: subprocess.Popen | None = None
+        self.log = open(env["TANDEM_WORKER_LOG"], "ab")
+
+    def start(self) -> "Worker":
+        cmd = [sys.executable, "-m", "celery", "-A", "controlplane", "worker", "--pool=solo", "-l", "WARNING",
+               "--without-heartbeat", "--without-gossip", "--without-mingle"]
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup, no ack, connections dropped by the kernel."""
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+
+def wait_for(predicate, *, timeout: float = 30.0, every: float = 0.1, what: str = "condition"):
+    """Poll until predicate() is truthy; fail the test with `what` when it never is."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
