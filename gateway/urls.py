@@ -1,3 +1,6 @@
-"""URL routes of the gateway app."""
+"""URL routes of the gateway app (included under /api/v1/)."""
+from django.urls import path
 
-urlpatterns: list = []
+from gateway.views import UsageView
+
+urlpatterns = [path("usage/", UsageView.as_view(), name="gateway-usage")]

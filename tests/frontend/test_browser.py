@@ -67,7 +67,7 @@ def record_traffic(d: Deployment, key: ApiKey) -> None:
 
 def test_request_approve_watch_and_key(browser, live_server, redis_client):  # noqa: F811
     team = TeamFactory(slug="ml-research", name="ML Research", gpu_quota=16)
-    member = MembershipFactory(team=team, user=UserFactory(username="mia"), role=Membership.Role.MEMBER).user
+    MembershipFactory(team=team, user=UserFactory(username="mia"), role=Membership.Role.MEMBER)
     MembershipFactory(team=team, user=UserFactory(username="ada"), role=Membership.Role.ADMIN)
     ClusterFactory(name="gpu-prod", kind=Cluster.Kind.KUBERNETES)
     base = live_server.url

@@ -1,0 +1,215 @@
+"""A mock OpenAI upstream (vLLM-like framing) for tests and benchmarks: configurable TTFT, chunks and pacing.
+
+    python -m bench.mock_upstream --port 9100 [--ttft 0.02 --chunks 16 --gap 0.005] [--record]
+
+Defaults are the zero-delay mode (no sleeps at all). A deployment's endpoint URL may carry per-scenario options
+as a path prefix, so tests need no extra headers:  http://127.0.0.1:9100/o/ttft=0.5,chunks=4,drop=2
+    ttft, gap   seconds before the first chunk / between chunks      chunks  content chunks to send
+    fail        answer this HTTP status before any byte              drop    close the connection after N chunks
+    pad         bytes of filler per content chunk (slow-reader tests)
+
+With --record, every request is remembered by its X-Request-ID (usage sent, upstream auth, cancellation) and
+served at GET /_mock/requests for tests to compare against what the gateway recorded.
+"""
+import argparse
+import asyncio
+import sys
+import time
+
+import orjson
+from aiohttp import web
+
+DONE = b"data: [DONE]\n\n"
+
+
+def parse_options(text: str, defaults: dict) -> dict:
+    options = dict(defaults)
+    for item in filter(None, (text or "").split(",")):
+        name, _, value = item.partition("=")
+        options[name] = float(value) if name in ("ttft", "gap") else int(value)
+    return options
+
+
+def prompt_tokens(body: dict) -> int:
+    """A deterministic stand-in for tokenizing: whitespace-separated words of every message or prompt."""
+    if "messages" in body:
+        text = " ".join(m.get("content") or "" for m in body["messages"] if isinstance(m.get("content"), str))
+    else:
+        prompt = body.get("prompt", body.get("input", ""))
+        text = prompt if isinstance(prompt, str) else " ".join(map(str, prompt))
+    return max(1, len(text.split()))
+
+
+class Mock:
+    def __init__(self, defaults: dict, record: bool):
+        self.defaults = defaults
+        self.record = record
+        self.requests: dict[str, dict] = {}
+        self.served = 0
+
+    def _log(self, request, body, **fields):
+        if self.record:
+            rid = request.headers.get("X-Request-ID", f"none-{self.served}")
+            entry = self.requests.setdefault(rid, {"auth": request.headers.get("Authorization"), "body": body})
+            entry.update(fields)
+            return entry
+        return {}
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        self.served += 1
+        options = parse_options(request.match_info.get("opts", ""), self.defaults)
+        body = orjson.loads(await request.read())
+        kind = request.match_info["kind"]
+        entry = self._log(request, body, started=time.time(), cancelled=False, finished=False)
+        if options["fail"]:
+            return web.Response(status=options["fail"], content_type="application/json",
+                                body=orjson.dumps({"error": {"message": "mock failure", "type": "server_error",
+                                                             "param": None, "code": None}}))
+        try:
+            if kind == "embeddings":
+                return self.embeddings(body, entry)
+            if body.get("stream"):
+                return await self.stream(request, kind, body, options, entry)
+            if options["drop"]:  # a non-streamed answer that never comes: the connection just closes
+                request.transport.close()
+                return web.Response()
+            return await self.once(kind, body, options, entry)
+        except (asyncio.CancelledError, ConnectionResetError):
+            entry["cancelled"] = True
+            entry["cancelled_at"] = time.time()
+            raise
+
+    def _tokens(self, body: dict, options: dict) -> tuple[list[str], str]:
+        """The content pieces to send and the finish reason, honouring max_tokens and stop strings."""
+        limit = body.get("max_completion_tokens") or body.get("max_tokens") or options["chunks"]
+        count, reason = (limit, "length") if limit < options["chunks"] else (options["chunks"], "stop")
+        stops = body.get("stop") or []
+        stops = [stops] if isinstance(stops, str) else stops
+        pieces = []
+        for i in range(count):
+            piece = f"tok{i} " + ("x" * options["pad"] if options["pad"] else "")
+            if any(s in piece for s in stops):
+                return pieces, "stop"
+            pieces.append(piece)
+        return pieces, reason
+
+    def _usage(self, body, completion):
+        prompt = prompt_tokens(body)
+        return {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion}
+
+    async def once(self, kind, body, options, entry):
+        if options["ttft"]:
+            await asyncio.sleep(options["ttft"])
+        pieces, reason = self._tokens(body, options)
+        usage = self._usage(body, len(pieces))
+        text = "".join(pieces)
+        choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": reason}
+                  if kind == "chat/completions" else {"index": 0, "text": text, "finish_reason": reason})
+        entry.update(usage=usage, finished=True)
+        return web.Response(content_type="application/json", body=orjson.dumps({
+            "id": "cmpl-mock", "object": "chat.completion" if kind == "chat/completions" else "text_completion",
+            "created": int(time.time()), "model": body.get("model"), "choices": [choice], "usage": usage}))
+
+    def embeddings(self, body, entry):
+        inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        usage = {"prompt_tokens": prompt_tokens(body), "total_tokens": prompt_tokens(body)}
+        entry.update(usage=usage, finished=True)
+        return web.Response(content_type="application/json", body=orjson.dumps({
+            "object": "list", "model": body.get("model"), "usage": usage,
+            "data": [{"object": "embedding", "index": i, "embedding": [0.1, 0.2, 0.3]} for i in range(len(inputs))]}))
+
+    async def stream(self, request, kind, body, options, entry):
+        chat = kind == "chat/completions"
+        head = {"id": "chatcmpl-mock" if chat else "cmpl-mock", "object": "chat.completion.chunk" if chat
+                else "text_completion", "created": int(time.time()), "model": body.get("model")}
+
+        def event(choices, **extra) -> bytes:
+            return b"data: " + orjson.dumps({**head, "choices": choices, **extra}) + b"\n\n"
+
+        def content(text, reason=None) -> bytes:
+            choice = {"index": 0, "delta": {"content": text}} if chat else {"index": 0, "text": text}
+            choice["finish_reason"] = reason
+            return event([choice])
+
+        pieces, reason = self._tokens(body, options)
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
+        await resp.prepare(request)
+        if options["ttft"]:
+            await asyncio.sleep(options["ttft"])
+        first = event([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]) \
+            if chat else b""
+        sent = 0
+        for i, piece in enumerate(pieces):
+            if i and options["gap"]:
+                await asyncio.sleep(options["gap"])
+            if options["drop"] and sent == options["drop"]:
+                entry.update(dropped=True)
+                request.transport.close()  # mid-stream, without the closing chunk: a broken upstream
+                return resp
+            await resp.write(first + content(piece) if i == 0 else content(piece))
+            sent += 1
+            if entry:
+                entry["sent"] = sent  # progress, for tests that watch backpressure
+        entry["sent"] = sent
+        tail = content("", reason)
+        usage = self._usage(body, sent)
+        if (body.get("stream_options") or {}).get("include_usage"):
+            tail += event([], usage=usage)
+        await resp.write(tail + DONE)
+        entry.update(usage=usage, finished=True)
+        await resp.write_eof()
+        return resp
+
+    async def requests_view(self, request):
+        return web.Response(body=orjson.dumps(self.requests), content_type="application/json")
+
+    async def reset_view(self, request):
+        self.requests.clear()
+        return web.Response(text="ok")
+
+
+def build_app(defaults: dict, record: bool) -> web.Application:
+    mock = Mock(defaults, record)
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    for prefix in ("", "/o/{opts}"):
+        app.router.add_post(prefix + "/v1/{kind:chat/completions|completions|embeddings}", mock.handle)
+    app.router.add_get("/_mock/requests", mock.requests_view)
+    app.router.add_post("/_mock/reset", mock.reset_view)
+    app["mock"] = mock
+    return app
+
+
+async def serve(host: str, port: int, defaults: dict, record: bool) -> None:
+    runner = web.AppRunner(build_app(defaults, record), handler_cancellation=True, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, backlog=4096)
+    await site.start()
+    bound = site._server.sockets[0].getsockname()[1]
+    print(f"mock upstream listening on {host}:{bound}", flush=True)
+    await asyncio.Event().wait()
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.mock_upstream")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=9100, help="0 picks a free port (printed)")
+    parser.add_argument("--ttft", type=float, default=0.0)
+    parser.add_argument("--chunks", type=int, default=16)
+    parser.add_argument("--gap", type=float, default=0.0)
+    parser.add_argument("--record", action="store_true")
+    args = parser.parse_args(argv)
+    defaults = {"ttft": args.ttft, "chunks": args.chunks, "gap": args.gap, "fail": 0, "drop": 0, "pad": 0}
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    try:
+        asyncio.run(serve(args.host, args.port, defaults, args.record))
+    except KeyboardInterrupt:
+        sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,46 @@
+"""`python -m gateway` serves the OpenAI-compatible endpoint; `python -m gateway drain` ships request records."""
+import argparse
+import os
+import resource
+
+
+def _raise_fd_limit() -> None:
+    # Every stream holds two sockets (client and upstream): 1,000 streams need more than the usual 1,024.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def main() -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings.local")
+    parser = argparse.ArgumentParser(prog="python -m gateway")
+    parser.add_argument("command", nargs="?", default="serve", choices=["serve", "drain"])
+    parser.add_argument("--host")
+    parser.add_argument("--port", type=int)
+    parser.add_argument("--interval", type=float, default=1.0, help="drain: seconds between passes")
+    args = parser.parse_args()
+
+    import django
+
+    django.setup()  # settings and JSON logging only; the request path never touches the ORM
+    if args.command == "drain":
+        from gateway.tasks import drain_forever
+
+        drain_forever(interval=args.interval)
+        return
+
+    import uvicorn
+
+    from gateway.app import Gateway
+    from gateway.config import config_from_settings
+
+    _raise_fd_limit()
+    overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
+    config = config_from_settings(**overrides)
+    uvicorn.run(Gateway(config), host=config.host, port=config.port, loop="uvloop", http="httptools",
+                lifespan="on", access_log=False, server_header=False, log_config=None, backlog=4096,
+                timeout_keep_alive=75)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,145 @@
+"""The gateway's ASGI application: lifespan (pools, listeners) and a tiny router over a handful of paths."""
+import asyncio
+import logging
+
+import aiohttp
+import orjson
+import redis.asyncio as aioredis
+
+from controlplane.request_id import new_or_given
+from gateway import metrics
+from gateway.config import GatewayConfig
+from gateway.errors import GatewayError
+from gateway.keys import KeyRing
+from gateway.proxy import handle_openai, send_error
+from gateway.ratelimit import RateLimiter
+from gateway.routing import Router
+from gateway.store import Store
+from gateway.timing import Recorder
+
+log = logging.getLogger(__name__)
+
+OPENAI_POSTS = {b"/v1/chat/completions": "chat.completions", b"/v1/completions": "completions",
+                b"/v1/embeddings": "embeddings"}
+
+
+class Gateway:
+    """One gateway process: caches, one pooled upstream client, a recorder; no state replicas must share."""
+
+    def __init__(self, config: GatewayConfig):
+        self.config = config
+        self.store = Store(config.database_conninfo)
+        self.keys = KeyRing(self.store, hmac_secret=config.hmac_secret, ttl=config.key_ttl_s,
+                            negative_ttl=config.negative_ttl_s)
+        self.router = Router(self.store, ttl=config.route_ttl_s)
+        self.redis = None
+        self.session = None
+        self.limiter = None
+        self.recorder = None
+        self._tasks: list[asyncio.Task] = []
+
+    async def startup(self) -> None:
+        await self.store.open()
+        self.redis = aioredis.Redis.from_url(self.config.redis_url)
+        self.limiter = RateLimiter(self.redis)
+        self.recorder = Recorder(self.redis, interval=self.config.flush_interval_s, access_log=self.config.access_log)
+        # One pooled client for every deployment; no connection limit (streams are long-lived and many).
+        self.session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30),
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.config.connect_timeout_s,
+                                          sock_read=self.config.upstream_timeout_s),
+            skip_auto_headers=("Accept-Encoding", "User-Agent"), auto_decompress=False)
+        self._tasks = [asyncio.ensure_future(self.keys.listen(self.config.redis_url)),
+                       asyncio.ensure_future(self.recorder.run())]
+        try:  # refuse traffic until revocations can reach us
+            await asyncio.wait_for(self.keys.listening.wait(), timeout=10)
+        except asyncio.TimeoutError:
+            log.warning("key invalidation channel not subscribed yet; starting anyway")
+        log.info("gateway ready on %s:%s", self.config.host, self.config.port)
+
+    async def shutdown(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.recorder.pending:
+            await self.recorder.flush()
+        await self.session.close()
+        await self.redis.aclose()
+        await self.store.close()
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            await self.http(scope, receive, send)
+        elif scope["type"] == "lifespan":
+            await self.lifespan(receive, send)
+
+    async def lifespan(self, receive, send):
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    await self.startup()
+                except Exception as e:  # noqa: BLE001 - reported to the server, which exits
+                    log.exception("gateway failed to start")
+                    await send({"type": "lifespan.startup.failed", "message": str(e)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.shutdown()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def http(self, scope, receive, send):
+        authorization = given_id = content_length = None
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                authorization = value
+            elif name == b"x-request-id":
+                given_id = value
+            elif name == b"content-length":
+                content_length = int(value) if value.isdigit() else None
+        request_id = new_or_given(given_id.decode("latin-1") if given_id else None)
+        path, method = scope["raw_path"].partition(b"?")[0], scope["method"]
+        endpoint = OPENAI_POSTS.get(path)
+        if endpoint is not None and method == "POST":
+            metrics.IN_FLIGHT.inc()
+            try:
+                await handle_openai(self, scope, receive, send, endpoint, request_id, authorization, content_length)
+            finally:
+                metrics.IN_FLIGHT.dec()
+        elif path == b"/v1/models" and method == "GET":
+            await self.list_models(send, request_id, authorization)
+        elif path == b"/metrics" and method == "GET":
+            body, content_type = metrics.render()
+            await _plain(send, 200, body, content_type)
+        elif path in (b"/healthz", b"/readyz") and method == "GET":
+            ready = path == b"/healthz" or self.keys.listening.is_set()
+            await _plain(send, 200 if ready else 503, b'{"status":"%s"}' % (b"ok" if ready else b"not ready"),
+                         b"application/json")
+        elif endpoint is not None or path == b"/v1/models":
+            await send_error(send, GatewayError(405, f"{method} is not allowed here.", code="method_not_allowed"),
+                             request_id.encode())
+        else:
+            await send_error(send, GatewayError(404, f"There is no {path.decode(errors='replace')} here; the "
+                                                     "gateway serves /v1/models, /v1/chat/completions, "
+                                                     "/v1/completions and /v1/embeddings.", code="not_found"),
+                             request_id.encode())
+
+    async def list_models(self, send, request_id: str, authorization) -> None:
+        try:
+            key = await self.keys.authenticate(authorization)
+            routes = await self.router.models(key)
+        except GatewayError as err:
+            await send_error(send, err, request_id.encode())
+            return
+        body = orjson.dumps({"object": "list", "data": [
+            {"id": r.model_id, "object": "model", "created": r.created, "owned_by": key.team_slug} for r in routes]})
+        await _plain(send, 200, body, b"application/json", request_id.encode())
+
+
+async def _plain(send, status: int, body: bytes, content_type: bytes, request_id: bytes | None = None):
+    headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
+    if request_id:
+        headers.append((b"x-request-id", request_id))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

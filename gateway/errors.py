@@ -1,0 +1,94 @@
+"""OpenAI-shaped errors: `{"error": {"message", "type", "param", "code"}}` with the right HTTP status."""
+import orjson
+
+
+class GatewayError(Exception):
+    """A request the gateway answers itself, with a status and an OpenAI-shaped body."""
+
+    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error", param: str | None = None,
+                 code: str | None = None, headers: list[tuple[bytes, bytes]] | None = None, raw: bytes | None = None):
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
+        self.headers = headers or []
+        self.raw = raw  # an upstream error body that is already OpenAI-shaped, passed on as is
+
+    def body(self) -> bytes:
+        return self.raw or error_body(self.message, self.type, self.param, self.code)
+
+
+def error_body(message: str, type: str, param: str | None = None, code: str | None = None) -> bytes:
+    return orjson.dumps({"error": {"message": message, "type": type, "param": param, "code": code}})
+
+
+def bad_request(message: str, *, param: str | None = None, code: str = "invalid_value") -> GatewayError:
+    return GatewayError(400, message, param=param, code=code)
+
+
+def unauthorized(message: str = "Invalid API key. Pass `Authorization: Bearer tdm_...` with a live key.") -> GatewayError:
+    return GatewayError(401, message, type="authentication_error", code="invalid_api_key")
+
+
+def forbidden(model: str) -> GatewayError:
+    return GatewayError(403, f"This API key may not call the model `{model}`.", type="permission_error",
+                        param="model", code="model_not_allowed")
+
+
+def model_not_found(model: str) -> GatewayError:
+    return GatewayError(404, f"The model `{model}` does not exist in your team.", param="model",
+                        code="model_not_found")
+
+
+def rate_limited(what: str, retry_after: int) -> GatewayError:
+    return GatewayError(429, f"Rate limit reached for {what} per minute on this API key. Retry after {retry_after}s.",
+                        type="rate_limit_error", code="rate_limit_exceeded",
+                        headers=[(b"retry-after", str(retry_after).encode())])
+
+
+def too_large(limit: int) -> GatewayError:
+    return GatewayError(413, f"The request body is larger than {limit} bytes.", code="request_too_large")
+
+
+def bad_gateway(message: str, code: str = "upstream_error") -> GatewayError:
+    return GatewayError(502, message, type="upstream_error", code=code)
+
+
+def unavailable(message: str, code: str = "deployment_not_running") -> GatewayError:
+    return GatewayError(503, message, type="service_unavailable", code=code)
+
+
+def gateway_timeout(seconds: float) -> GatewayError:
+    return GatewayError(504, f"The deployment did not answer within {seconds:g}s.", type="timeout",
+                        code="upstream_timeout")
+
+
+def upstream_error_event(message: str, code: str) -> bytes:
+    """What a client gets when upstream breaks mid-stream: an SSE error event, then `[DONE]`."""
+    return b"data: " + error_body(message, "upstream_error", None, code) + b"\n\ndata: [DONE]\n\n"
+
+
+def from_upstream(status: int, payload: bytes) -> GatewayError:
+    """An upstream error answer: the client's own mistakes keep their status, the rest become 502/503/504.
+
+    401/403/404 from upstream mean the gateway and the deployment disagree (token, model name), not that the
+    client erred, so they are 502s as well.
+    """
+    message, raw = "", None
+    try:
+        data = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        data = None
+    if isinstance(data, dict):
+        err = data.get("error")
+        if isinstance(err, dict) and "message" in err:
+            message, raw = str(err["message"]), payload
+        else:
+            message = str(data.get("detail") or data.get("message") or "")
+    if not message:
+        message = payload[:200].decode(errors="replace").strip()
+    if status in (400, 413, 422, 429):
+        return GatewayError(400 if status == 422 else status, message or "The deployment refused the request.",
+                            type="rate_limit_error" if status == 429 else "invalid_request_error", raw=raw)
+    if status in (503, 504):
+        return GatewayError(status, f"The deployment is unavailable ({status}): {message}"[:500],
+                            type="service_unavailable" if status == 503 else "timeout", code="upstream_unavailable")
+    return bad_gateway(f"The deployment answered {status}: {message}"[:500])

@@ -1,0 +1,107 @@
+"""Reading and checking a client's request body before anything is sent upstream (400 and 413 come from here)."""
+import orjson
+
+from gateway.errors import bad_request, too_large
+
+
+class ClientGone(Exception):
+    """The client disconnected before its request body arrived."""
+
+
+async def read_body(receive, content_length: int | None, limit: int) -> bytes:
+    if content_length is not None and content_length > limit:
+        raise too_large(limit)
+    message = await receive()
+    if message["type"] == "http.disconnect":
+        raise ClientGone
+    body = message.get("body", b"")
+    if not message.get("more_body"):  # the usual case: one message holds the whole body
+        if len(body) > limit:
+            raise too_large(limit)
+        return body
+    parts, size = [body], len(body)
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientGone
+        body = message.get("body", b"")
+        size += len(body)
+        if size > limit:
+            raise too_large(limit)
+        parts.append(body)
+        if not message.get("more_body"):
+            return b"".join(parts)
+
+
+def _positive_int(data: dict, name: str) -> int | None:
+    value = data.get(name)
+    if value is not None and (type(value) is not int or value < 1):
+        raise bad_request(f"`{name}` must be a positive integer.", param=name)
+    return value
+
+
+def parse_request(body: bytes, endpoint: str) -> dict:
+    """The request as a dict, after the checks the gateway can make without knowing the deployment."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise bad_request("The request body is not valid JSON.", code="invalid_json") from None
+    if type(data) is not dict:
+        raise bad_request("The request body must be a JSON object.", code="invalid_json")
+    model = data.get("model")
+    if not isinstance(model, str) or not model:
+        raise bad_request("`model` is required: the name of a deployment of your team.", param="model",
+                          code="missing_required_parameter")
+    stream = data.get("stream")
+    if stream is not None and type(stream) is not bool:
+        raise bad_request("`stream` must be true or false.", param="stream")
+    options = data.get("stream_options")
+    if options is not None:
+        if not stream:
+            raise bad_request("`stream_options` is only allowed when `stream` is true.", param="stream_options")
+        if type(options) is not dict:
+            raise bad_request("`stream_options` must be an object.", param="stream_options")
+    _positive_int(data, "max_tokens")
+    _positive_int(data, "max_completion_tokens")
+    _positive_int(data, "n")
+    if endpoint == "chat.completions":
+        messages = data.get("messages")
+        if type(messages) is not list or not messages:
+            raise bad_request("`messages` must be a non-empty list.", param="messages",
+                              code="missing_required_parameter")
+    elif endpoint == "completions":
+        if data.get("prompt") is None:
+            raise bad_request("`prompt` is required.", param="prompt", code="missing_required_parameter")
+    elif endpoint == "embeddings":
+        if data.get("input") is None:
+            raise bad_request("`input` is required.", param="input", code="missing_required_parameter")
+        if stream:
+            raise bad_request("Embeddings cannot be streamed.", param="stream")
+    return data
+
+
+def check_against_deployment(data: dict, route) -> None:
+    """Parameters that depend on the deployment: the output budget cannot exceed its context length."""
+    limit = route.max_model_len
+    if not limit:
+        return
+    for name in ("max_completion_tokens", "max_tokens"):
+        value = data.get(name)
+        if value is not None and value > limit:
+            raise bad_request(f"`{name}` is {value}, above this deployment's context length of {limit} tokens.",
+                              param=name)
+
+
+def upstream_body(body: bytes, data: dict, *, stream: bool) -> tuple[bytes, bool]:
+    """The bytes to send upstream and whether the client asked for the usage chunk itself.
+
+    For a stream the gateway always asks for `include_usage` (that is how it bills); when the client did not,
+    the body is re-encoded with it and the extra chunk is dropped on the way back.
+    """
+    if not stream:
+        return body, True
+    options = data.get("stream_options") or {}
+    if options.get("include_usage") is True:
+        return body, True
+    data["stream_options"] = {**options, "include_usage": True}
+    return orjson.dumps(data), False

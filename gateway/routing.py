@@ -1,0 +1,98 @@
+"""Routing by `model` within the key's team: a per-team table of deployments, cached briefly."""
+import logging
+from dataclasses import dataclass
+
+from yarl import URL
+
+from deployments.secret_refs import SecretRefError, secret_resolve
+from gateway.cache import AsyncCache
+from gateway.errors import forbidden, model_not_found, unavailable
+
+log = logging.getLogger(__name__)
+
+SERVING = frozenset({"running", "updating"})
+ENDPOINTS = {"chat.completions": "/v1/chat/completions", "completions": "/v1/completions",
+             "embeddings": "/v1/embeddings"}
+
+
+def upstream_headers(cluster_row: dict) -> list[tuple[str, str]]:
+    """Headers the gateway adds for this deployment's cluster.
+
+    A `ray` cluster with a secret reference gets its token as a bearer token (Ray 2.60 token auth). The
+    client's own Authorization (a Tandem key) is never passed on.
+    """
+    if cluster_row.get("cluster_kind") == "ray" and cluster_row.get("cluster_secret_ref"):
+        return [("Authorization", f"Bearer {secret_resolve(cluster_row['cluster_secret_ref'])}")]
+    return []
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One deployment as the gateway sees it: where to send traffic and what to check first."""
+
+    deployment_id: int
+    name: str
+    model_id: str
+    status: str
+    max_model_len: int | None
+    urls: dict  # endpoint name -> yarl.URL, built once (parsing a URL per request costs)
+    headers: tuple
+    created: int = 0
+    problem: str = ""  # set when the deployment cannot take traffic for a reason other than its status
+
+    @property
+    def serving(self) -> bool:
+        return self.status in SERVING and bool(self.urls) and not self.problem
+
+    @classmethod
+    def from_row(cls, row: dict) -> "Route":
+        base = (row["endpoint_url"] or "").rstrip("/")
+        problem, headers = "", ()
+        try:
+            headers = tuple(upstream_headers(row))
+        except SecretRefError as e:
+            problem = f"The cluster's credential is not available: {e}"
+            log.warning("deployment %s: %s", row["id"], problem)
+        urls = {name: URL(base + path, encoded=True) for name, path in ENDPOINTS.items()} if base else {}
+        return cls(deployment_id=row["id"], name=row["name"], model_id=row["model_id"], status=row["status"],
+                   max_model_len=row["max_model_len"], urls=urls, headers=headers,
+                   created=int(row["updated_at"].timestamp()) if row.get("updated_at") else 0, problem=problem)
+
+
+class TeamRoutes:
+    """A team's live deployments by model id; a serving deployment wins over one that is not."""
+
+    __slots__ = ("by_model",)
+
+    def __init__(self, routes: list[Route]):
+        self.by_model: dict[str, Route] = {}
+        for route in routes:  # newest first
+            current = self.by_model.get(route.model_id)
+            if current is None or (route.serving and not current.serving):
+                self.by_model[route.model_id] = route
+
+
+class Router:
+    def __init__(self, store, *, ttl: float):
+        self._store = store
+        self.cache = AsyncCache(self._load, ttl=ttl, negative_ttl=ttl)
+
+    async def _load(self, team_id: int) -> TeamRoutes:
+        return TeamRoutes([Route.from_row(r) for r in await self._store.team_deployments(team_id)])
+
+    async def resolve(self, key, model: str) -> Route:
+        """The route for this key and model, or the OpenAI-shaped 404 / 403 / 503."""
+        routes = await self.cache.get(key.team_id)
+        route = routes.by_model.get(model)
+        if route is None:
+            raise model_not_found(model)
+        if not key.allows(route.deployment_id):
+            raise forbidden(model)
+        if not route.serving:
+            raise unavailable(route.problem or f"The deployment serving `{model}` is {route.status.replace('_', ' ')}"
+                                               f"{'' if route.urls else ' and has no endpoint yet'}; try again later.")
+        return route
+
+    async def models(self, key) -> list[Route]:
+        routes = await self.cache.get(key.team_id)
+        return [r for r in routes.by_model.values() if r.serving and key.allows(r.deployment_id)]

@@ -1,0 +1,59 @@
+"""Async PostgreSQL reads of keys and deployments (psycopg pool); only cache misses reach it."""
+import logging
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from gateway.errors import unavailable
+
+log = logging.getLogger(__name__)
+
+KEY_SQL = """
+SELECT k.id, k.key_id, k.digest, k.team_id, t.slug AS team_slug, k.name,
+       k.revoked_at IS NOT NULL AS revoked, EXTRACT(EPOCH FROM k.expires_at) AS expires_at,
+       k.all_deployments, k.requests_per_minute, k.tokens_per_minute,
+       ARRAY(SELECT s.deployment_id FROM deployments_apikey_deployments s WHERE s.apikey_id = k.id) AS scope
+FROM deployments_apikey k JOIN deployments_team t ON t.id = k.team_id
+WHERE k.key_id = %s
+"""
+
+TEAM_DEPLOYMENTS_SQL = """
+SELECT d.id, d.name, d.spec->>'model_id' AS model_id, d.status, d.endpoint_url,
+       (d.spec->'engine'->>'max_model_len')::int AS max_model_len, d.updated_at,
+       c.kind AS cluster_kind, c.secret_ref AS cluster_secret_ref
+FROM deployments_deployment d JOIN deployments_cluster c ON c.id = d.cluster_id
+WHERE d.team_id = %s AND d.status NOT IN ('deleted', 'rejected', 'withdrawn')
+ORDER BY d.created_at DESC
+"""
+
+
+class Store:
+    def __init__(self, conninfo: str, *, max_size: int = 4):
+        # Small: lookups are cached, so the pool only serves misses and background refreshes.
+        self.pool = AsyncConnectionPool(conninfo, min_size=1, max_size=max_size, open=False,
+                                        kwargs={"autocommit": True, "row_factory": dict_row})
+
+    async def open(self):
+        # Do not wait: a replica that starts during a database outage answers 503s and recovers by itself.
+        await self.pool.open(wait=False)
+
+    async def close(self):
+        await self.pool.close()
+
+    async def _fetch(self, sql: str, args: tuple) -> list[dict]:
+        try:
+            async with self.pool.connection(timeout=5) as conn:
+                cur = await conn.execute(sql, args, prepare=True)
+                return await cur.fetchall()
+        except (psycopg.Error, PoolTimeout, OSError):
+            log.warning("database lookup failed", exc_info=True)
+            raise unavailable("The gateway cannot reach its key store right now; try again shortly.",
+                              code="store_unavailable") from None
+
+    async def key_row(self, key_id: str) -> dict | None:
+        rows = await self._fetch(KEY_SQL, (key_id,))
+        return rows[0] if rows else None
+
+    async def team_deployments(self, team_id: int) -> list[dict]:
+        return await self._fetch(TEAM_DEPLOYMENTS_SQL, (team_id,))

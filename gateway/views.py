@@ -1,0 +1,50 @@
+"""REST views of the gateway app: usage per key for a deployment the caller can see."""
+import datetime as dt
+import re
+
+from django.shortcuts import get_object_or_404
+from rest_framework import serializers
+from rest_framework.exceptions import ValidationError
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from deployments.selectors import deployments_visible_to
+from gateway.selectors import usage_by_key
+
+WINDOW = re.compile(r"^(\d{1,4})([mhd])$")
+UNITS = {"m": "minutes", "h": "hours", "d": "days"}
+MAX_WINDOW = dt.timedelta(days=90)
+
+
+def parse_window(text: str) -> dt.timedelta:
+    match = WINDOW.match(text or "")
+    if not match:
+        raise ValidationError({"window": ["Use a number and a unit: 30m, 24h or 7d."]})
+    window = dt.timedelta(**{UNITS[match[2]]: int(match[1])})
+    if not dt.timedelta(0) < window <= MAX_WINDOW:
+        raise ValidationError({"window": ["The window must be between 1m and 90d."]})
+    return window
+
+
+class UsageRowSerializer(serializers.Serializer):
+    api_key = serializers.CharField(allow_null=True, help_text="The key's public id (null: a deleted key)")
+    name = serializers.CharField(allow_null=True)
+    requests = serializers.IntegerField()
+    prompt_tokens = serializers.IntegerField()
+    completion_tokens = serializers.IntegerField()
+    partial = serializers.IntegerField(help_text="Requests that ended early")
+
+
+class UsageView(APIView):
+    """Per-key request and token totals for one deployment over a window (`?deployment=<id>&window=24h`)."""
+
+    serializer_class = UsageRowSerializer
+
+    def get(self, request):
+        deployment_id = request.query_params.get("deployment", "")
+        if not deployment_id.isdigit():
+            raise ValidationError({"deployment": ["Pass the id of one of your team's deployments."]})
+        deployment = get_object_or_404(deployments_visible_to(request.user), pk=int(deployment_id))
+        window = parse_window(request.query_params.get("window", "24h"))
+        rows = usage_by_key(deployment=deployment, window=window)
+        return Response(UsageRowSerializer(rows, many=True).data)

@@ -1,0 +1,108 @@
+"""Real processes for gateway tests: the mock upstream and `python -m gateway`, on the test database."""
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from deployments.lifecycle import Status
+from deployments.models import Cluster, Membership
+from deployments.services.api_keys import api_key_create
+from tests.factories import ClusterFactory, DeploymentFactory, MembershipFactory, TeamFactory
+from tests.support.processes import Proc
+from tests.support.processes import start_gateway as support_start_gateway
+
+ROOT = Path(__file__).resolve().parents[2]
+RAY_TOKEN = "ray-token-for-tests"
+
+
+def start_gateway(tmp: Path, **env) -> Proc:
+    """A gateway with a short upstream timeout, a 1 MiB body limit and a Ray token in its environment."""
+    return support_start_gateway(tmp, **{"TANDEM_TEST_RAY_TOKEN": RAY_TOKEN,
+                                         "TANDEM_GATEWAY_MAX_BODY_BYTES": str(1024 * 1024),
+                                         "TANDEM_GATEWAY_UPSTREAM_TIMEOUT_S": "2", **env})
+
+
+@pytest.fixture(scope="session")
+def mock_upstream(tmp_path_factory):
+    log = tmp_path_factory.mktemp("mock") / "mock.log"
+    proc = subprocess.Popen([sys.executable, "-m", "bench.mock_upstream", "--port", "0", "--record",
+                             "--chunks", "8"], cwd=ROOT, stdout=subprocess.PIPE, stderr=log.open("wb"), text=True)
+    line = proc.stdout.readline()
+    match = re.search(r":(\d+)$", line.strip())
+    if not match:
+        proc.kill()
+        raise RuntimeError(f"mock upstream did not start: {line!r} {log.read_text()[-2000:]}")
+    yield Proc(proc, f"http://127.0.0.1:{match[1]}", log)
+    proc.terminate()
+    proc.wait(10)
+
+
+@pytest.fixture(scope="session")
+def gateway(django_db_setup, django_db_blocker, mock_upstream, tmp_path_factory):
+    proc = start_gateway(tmp_path_factory.mktemp("gw"))
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def mock_requests(mock_upstream):
+    def fetch(request_id: str | None = None):
+        data = httpx.get(mock_upstream.base_url + "/_mock/requests", timeout=30).json()
+        return data if request_id is None else data.get(request_id)
+
+    return fetch
+
+
+@pytest.fixture
+def world(transactional_db, redis_client, mock_upstream):
+    """Builds a team with a member, deployments pointing at the mock, and keys."""
+
+    class World:
+        def __init__(self):
+            self.team = TeamFactory()
+            self.member = MembershipFactory(team=self.team, role=Membership.Role.MEMBER).user
+            self.cluster = ClusterFactory()
+
+        def deployment(self, model: str, *, options: str = "", status: str = Status.RUNNING, endpoint: str | None = None,
+                       cluster=None, max_model_len: int | None = None, team=None):
+            dep = DeploymentFactory(team=team or self.team, cluster=cluster or self.cluster, status=status)
+            dep.spec["model_id"] = model
+            if max_model_len:
+                dep.spec["engine"]["max_model_len"] = max_model_len
+            dep.endpoint_url = endpoint if endpoint is not None else (
+                mock_upstream.base_url + (f"/o/{options}" if options else ""))
+            dep.save()
+            return dep
+
+        def ray_cluster(self):
+            return ClusterFactory(kind=Cluster.Kind.RAY, config={"dashboard_url": "http://127.0.0.1:8265"},
+                                  secret_ref="env:TANDEM_TEST_RAY_TOKEN")
+
+        def key(self, **fields) -> tuple:
+            return api_key_create(actor=self.member, team=fields.pop("team", self.team), name="k", **fields)
+
+    return World()
+
+
+@pytest.fixture
+def openai_client(gateway):
+    from openai import OpenAI
+
+    def make(api_key: str, **kwargs):
+        return OpenAI(base_url=gateway.base_url + "/v1", api_key=api_key, max_retries=0, **kwargs)
+
+    return make
+
+
+def wait_until(predicate, timeout: float = 5.0, interval: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    return predicate()

@@ -1,0 +1,188 @@
+"""Every error the gateway answers is OpenAI-shaped with the right status; none is a 500 page."""
+import datetime as dt
+import time
+
+import httpx
+import openai
+import pytest
+from django.utils import timezone
+
+from tests.gateway.conftest import start_gateway
+from tests.support.processes import free_port
+
+
+def assert_openai_error(response: httpx.Response, status: int, code: str | None = None):
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/json"
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["message"]
+    if code:
+        assert error["code"] == code
+    return error
+
+
+def post(gateway, raw, body, path="/v1/chat/completions", **kwargs):
+    headers = {"Authorization": f"Bearer {raw}"} if raw else {}
+    return httpx.post(gateway.base_url + path, headers=headers, json=body, timeout=20, **kwargs)
+
+
+CHAT = {"messages": [{"role": "user", "content": "hi"}]}
+
+
+def test_401_for_missing_malformed_wrong_expired_and_revoked_keys(world, gateway, openai_client):
+    world.deployment("m")
+    key, raw = world.key()
+    assert_openai_error(post(gateway, None, {"model": "m", **CHAT}), 401, "invalid_api_key")
+    assert_openai_error(post(gateway, "sk-not-ours", {"model": "m", **CHAT}), 401)
+    wrong_secret = raw[:-4] + ("aaaa" if not raw.endswith("aaaa") else "bbbb")
+    assert_openai_error(post(gateway, wrong_secret, {"model": "m", **CHAT}), 401)
+    assert_openai_error(post(gateway, f"tdm_{'0' * 12}_{'x' * 40}", {"model": "m", **CHAT}), 401)
+    _, expired = world.key(expires_at=timezone.now() - dt.timedelta(seconds=1))
+    assert_openai_error(post(gateway, expired, {"model": "m", **CHAT}), 401)
+    with pytest.raises(openai.AuthenticationError):
+        openai_client("tdm_abc_" + "y" * 40).models.list()
+
+
+def test_403_when_the_key_may_not_call_the_model(world, gateway):
+    allowed = world.deployment("m-yes")
+    world.deployment("m-no")
+    _, raw = world.key(all_deployments=False, deployments=[allowed])
+    assert post(gateway, raw, {"model": "m-yes", **CHAT}).status_code == 200
+    assert_openai_error(post(gateway, raw, {"model": "m-no", **CHAT}), 403, "model_not_allowed")
+
+
+def test_404_unknown_model_including_another_teams(world, gateway):
+    from tests.factories import TeamFactory
+
+    world.deployment("theirs", team=TeamFactory())
+    _, raw = world.key()
+    assert_openai_error(post(gateway, raw, {"model": "nope", **CHAT}), 404, "model_not_found")
+    assert_openai_error(post(gateway, raw, {"model": "theirs", **CHAT}), 404, "model_not_found")
+
+
+def test_429_requests_per_minute_with_retry_after(world, gateway, openai_client):
+    world.deployment("m")
+    _, raw = world.key(requests_per_minute=2)
+    for _ in range(2):
+        assert post(gateway, raw, {"model": "m", **CHAT}).status_code == 200
+    r = post(gateway, raw, {"model": "m", **CHAT})
+    assert_openai_error(r, 429, "rate_limit_exceeded")
+    assert 1 <= int(r.headers["retry-after"]) <= 60
+    with pytest.raises(openai.RateLimitError):
+        openai_client(raw).chat.completions.create(model="m", **CHAT)
+
+
+def test_429_tokens_per_minute(world, gateway):
+    world.deployment("m")
+    _, raw = world.key(tokens_per_minute=5)  # one answer is 8 completion tokens
+    assert post(gateway, raw, {"model": "m", **CHAT}).status_code == 200
+    time.sleep(0.3)  # tokens are counted by the recorder, off the hot path
+    r = post(gateway, raw, {"model": "m", **CHAT})
+    assert_openai_error(r, 429, "rate_limit_exceeded")
+    assert "tokens" in r.json()["error"]["message"]
+
+
+def test_413_body_too_large(world, gateway):
+    world.deployment("m")
+    _, raw = world.key()
+    big = {"model": "m", "messages": [{"role": "user", "content": "x" * (2 * 1024 * 1024)}]}
+    assert_openai_error(post(gateway, raw, big), 413, "request_too_large")
+
+
+@pytest.mark.parametrize("content", [b"{not json", b"[1, 2]", b'{"messages": []}'])
+def test_400_malformed_json_or_body(world, gateway, content):
+    world.deployment("m")
+    _, raw = world.key()
+    r = httpx.post(gateway.base_url + "/v1/chat/completions", content=content,
+                   headers={"Authorization": f"Bearer {raw}", "Content-Type": "application/json"})
+    assert_openai_error(r, 400)
+
+
+@pytest.mark.parametrize("extra, param", [
+    ({"max_tokens": 100_000}, "max_tokens"),
+    ({"max_completion_tokens": 5000}, "max_completion_tokens"),
+    ({"max_tokens": -1}, "max_tokens"),
+    ({"stream": "yes"}, "stream"),
+    ({"stream_options": {"include_usage": True}}, "stream_options"),
+])
+def test_400_bad_parameters(world, gateway, openai_client, extra, param):
+    world.deployment("m", max_model_len=4096)
+    _, raw = world.key()
+    error = assert_openai_error(post(gateway, raw, {"model": "m", **CHAT, **extra}), 400)
+    assert error["param"] == param
+
+
+def test_400_through_the_openai_client(world, openai_client):
+    world.deployment("m", max_model_len=4096)
+    _, raw = world.key()
+    with pytest.raises(openai.BadRequestError) as info:
+        openai_client(raw).chat.completions.create(model="m", max_tokens=10_000, **CHAT)
+    assert "4096" in info.value.message
+
+
+def test_502_when_upstream_fails_before_the_first_byte(world, gateway, openai_client):
+    world.deployment("m", options="fail=500")
+    _, raw = world.key()
+    assert_openai_error(post(gateway, raw, {"model": "m", **CHAT}), 502, "upstream_error")
+    assert_openai_error(post(gateway, raw, {"model": "m", "stream": True, **CHAT}), 502, "upstream_error")
+    with pytest.raises(openai.InternalServerError):
+        openai_client(raw).chat.completions.create(model="m", stream=True, **CHAT)
+
+
+def test_502_when_upstream_closes_without_answering(world, gateway):
+    world.deployment("m", options="drop=1")
+    _, raw = world.key()
+    assert_openai_error(post(gateway, raw, {"model": "m", **CHAT}), 502)
+
+
+def test_upstream_client_errors_keep_their_status(world, gateway):
+    world.deployment("m", options="fail=400")
+    _, raw = world.key()
+    assert_openai_error(post(gateway, raw, {"model": "m", **CHAT}), 400)
+
+
+def test_502_when_upstream_is_unreachable(world, gateway):
+    world.deployment("m", endpoint=f"http://127.0.0.1:{free_port()}")
+    _, raw = world.key()
+    assert_openai_error(post(gateway, raw, {"model": "m", **CHAT}), 502, "upstream_unreachable")
+
+
+@pytest.mark.parametrize("status, endpoint", [("provisioning", None), ("failed", None), ("running", "")])
+def test_503_when_the_deployment_is_not_running(world, gateway, status, endpoint):
+    world.deployment("m", status=status, endpoint=endpoint)
+    _, raw = world.key()
+    assert_openai_error(post(gateway, raw, {"model": "m", **CHAT}), 503, "deployment_not_running")
+
+
+def test_503_when_the_ray_token_cannot_be_resolved(world, gateway):
+    cluster = world.ray_cluster()
+    cluster.secret_ref = "env:TANDEM_TEST_UNSET_VARIABLE"
+    cluster.save()
+    world.deployment("m", cluster=cluster)
+    _, raw = world.key()
+    error = assert_openai_error(post(gateway, raw, {"model": "m", **CHAT}), 503)
+    assert "TANDEM_TEST_UNSET_VARIABLE" in error["message"]
+
+
+def test_504_when_upstream_is_too_slow(world, gateway, openai_client):
+    world.deployment("m", options="ttft=3")  # the test gateway waits 2s
+    _, raw = world.key()
+    started = time.monotonic()
+    assert_openai_error(post(gateway, raw, {"model": "m", **CHAT}), 504, "upstream_timeout")
+    assert time.monotonic() - started < 2.9
+
+
+def test_405_for_a_wrong_method(gateway):
+    assert_openai_error(httpx.get(gateway.base_url + "/v1/chat/completions"), 405)
+
+
+def test_store_outage_is_a_503_not_a_500(world, tmp_path):
+    """A gateway whose database is unreachable answers OpenAI-shaped 503s for keys it has not cached."""
+    world.deployment("m")
+    _, raw = world.key()
+    proc = start_gateway(tmp_path, DATABASE_URL=f"postgres://postgres@127.0.0.1:{free_port()}/nothing")
+    try:
+        assert_openai_error(post(proc, raw, {"model": "m", **CHAT}), 503, "store_unavailable")
+    finally:
+        proc.stop()

@@ -1,0 +1,110 @@
+"""Pure parts of the gateway: SSE usage handling, request checks, upstream error mapping, the cache."""
+import asyncio
+
+import orjson
+import pytest
+
+from gateway.cache import AsyncCache
+from gateway.errors import GatewayError, from_upstream
+from gateway.requests import parse_request, upstream_body
+from gateway.streaming import _split_complete, take_usage
+from gateway.timing import Record
+
+CHUNK = b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\n'
+USAGE = b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":7,"total_tokens":10}}\n\n'
+DONE = b"data: [DONE]\n\n"
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_take_usage_reads_counts_and_drops_the_chunk_only_when_not_asked(keep):
+    rec = Record("r", "chat.completions")
+    out = take_usage(CHUNK + USAGE + DONE, rec, keep)
+    assert (rec.prompt_tokens, rec.completion_tokens) == (3, 7)
+    assert out == (CHUNK + USAGE + DONE if keep else CHUNK + DONE)
+
+
+def test_take_usage_leaves_null_usage_and_content_chunks_alone():
+    rec = Record("r", "chat.completions")
+    data = b'data: {"choices":[{"delta":{"content":"usage"}}],"usage":null}\n\n'
+    assert take_usage(data, rec, False) is data
+    assert rec.completion_tokens == 0
+
+
+@pytest.mark.parametrize("data, cut", [(b"data: a\n\ndata: b", 9), (b"data: a", 0), (b"data: a\r\n\r\nda", 11)])
+def test_split_complete_finds_the_end_of_the_last_whole_event(data, cut):
+    assert _split_complete(data) == cut
+
+
+def test_upstream_body_asks_for_usage_only_when_streaming_without_it():
+    raw = b'{"model":"m","stream":true,"messages":[{"role":"user","content":"x"}]}'
+    data = parse_request(raw, "chat.completions")
+    body, keep = upstream_body(raw, data, stream=True)
+    assert orjson.loads(body)["stream_options"] == {"include_usage": True} and keep is False
+    asked = b'{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user"}]}'
+    assert upstream_body(asked, parse_request(asked, "chat.completions"), stream=True) == (asked, True)
+    once = b'{"model":"m","messages":[{"role":"user","content":"x"}]}'
+    assert upstream_body(once, parse_request(once, "chat.completions"), stream=False) == (once, True)
+
+
+@pytest.mark.parametrize("body, param", [
+    (b'{"messages":[{"role":"user"}]}', "model"),
+    (b'{"model":"m"}', "messages"),
+    (b'{"model":"m","messages":[{}],"n":0}', "n"),
+    (b'{"model":"m","messages":[{}],"max_tokens":true}', "max_tokens"),
+])
+def test_parse_request_names_the_bad_parameter(body, param):
+    with pytest.raises(GatewayError) as info:
+        parse_request(body, "chat.completions")
+    assert info.value.status == 400 and info.value.param == param
+
+
+@pytest.mark.parametrize("status, body, expected", [
+    (400, b'{"error":{"message":"bad n","type":"BadRequestError","param":null,"code":400}}', 400),
+    (422, b'{"detail":"nope"}', 400),
+    (404, b'{"detail":"model not found"}', 502),
+    (500, b"<html>oops</html>", 502),
+    (503, b"", 503),
+    (504, b"", 504),
+])
+def test_upstream_errors_map_to_openai_shaped_statuses(status, body, expected):
+    err = from_upstream(status, body)
+    assert err.status == expected
+    assert set(orjson.loads(err.body())["error"]) >= {"message", "type"}
+
+
+def test_cache_does_not_keep_a_value_loaded_across_an_invalidation():
+    async def scenario():
+        release = asyncio.Event()
+        calls = []
+
+        async def loader(key):
+            calls.append(key)
+            await release.wait()
+            return f"row-{len(calls)}"
+
+        cache = AsyncCache(loader, ttl=60, negative_ttl=5)
+        first = asyncio.ensure_future(cache.get("k"))
+        await asyncio.sleep(0)
+        cache.invalidate("k")  # the key was revoked while its row was being read
+        release.set()
+        assert await first == "row-1"
+        assert await cache.get("k") == "row-2", "the stale row must not have been cached"
+        assert len(cache) == 1
+
+    asyncio.run(scenario())
+
+
+def test_cache_loads_once_for_concurrent_misses():
+    async def scenario():
+        calls = []
+
+        async def loader(key):
+            calls.append(key)
+            await asyncio.sleep(0.01)
+            return key
+
+        cache = AsyncCache(loader, ttl=60, negative_ttl=5)
+        assert await asyncio.gather(*(cache.get("k") for _ in range(50))) == ["k"] * 50
+        assert calls == ["k"]
+
+    asyncio.run(scenario())

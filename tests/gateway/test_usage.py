@@ -1,0 +1,150 @@
+"""Usage accounting: one record per request matching upstream's counts, the drain, the usage API, metrics."""
+import asyncio
+import time
+
+import httpx
+import orjson
+from openai import AsyncOpenAI
+
+from deployments.models import ApiKey
+from gateway.config import RECORD_STREAM
+from gateway.models import RequestRecord
+from gateway.tasks import drain_request_records
+from tests.factories import MembershipFactory, UserFactory
+from tests.gateway.conftest import wait_until
+
+TOTAL = 10_000
+CONCURRENCY = 48
+
+
+async def _run_many(base_url: str, raw: str) -> set[str]:
+    """TOTAL requests (half streamed, some with usage asked) with our own request ids; returns completed ids."""
+    client = AsyncOpenAI(base_url=base_url + "/v1", api_key=raw, max_retries=0, timeout=30)
+    queue = iter(range(TOTAL))
+    done: set[str] = set()
+
+    async def worker():
+        for i in queue:
+            rid = f"bulk-{i}"
+            words = " ".join(["w"] * (1 + i % 7))
+            messages = [{"role": "user", "content": words}]
+            if i % 2:
+                stream = await client.chat.completions.create(
+                    model="bulk", messages=messages, stream=True, max_tokens=1 + i % 5,
+                    stream_options={"include_usage": True} if i % 4 == 1 else None,
+                    extra_headers={"X-Request-ID": rid})
+                async for _ in stream:
+                    pass
+            else:
+                await client.chat.completions.create(model="bulk", messages=messages, max_tokens=1 + i % 5,
+                                                     extra_headers={"X-Request-ID": rid})
+            done.add(rid)
+
+    await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
+    await client.close()
+    return done
+
+
+def test_ten_thousand_requests_each_have_exactly_one_matching_record(world, gateway, mock_requests, redis_client):
+    world.deployment("bulk")
+    key, raw = world.key()
+    started = time.monotonic()
+    completed = asyncio.run(_run_many(gateway.base_url, raw))
+    assert len(completed) == TOTAL
+    upstream = {rid: v for rid, v in mock_requests().items() if rid.startswith("bulk-")}
+
+    def all_drained():
+        drain_request_records()
+        return RequestRecord.objects.filter(request_id__startswith="bulk-").count() >= TOTAL
+
+    assert wait_until(all_drained, timeout=60, interval=0.2)
+    records = {r.request_id: r for r in RequestRecord.objects.filter(request_id__startswith="bulk-")}
+    assert set(records) == completed == set(upstream)
+    mismatched = [rid for rid, r in records.items()
+                  if (r.prompt_tokens, r.completion_tokens) != (upstream[rid]["usage"]["prompt_tokens"],
+                                                                upstream[rid]["usage"]["completion_tokens"])
+                  or r.partial or r.status_code != 200 or r.api_key_id != key.pk]
+    assert not mismatched, mismatched[:5]
+    streamed = [r for r in records.values() if r.stream]
+    assert len(streamed) == TOTAL // 2 and all(r.ttft_ms is not None and r.e2e_ms >= r.ttft_ms for r in streamed)
+    key.refresh_from_db()
+    assert key.last_used_at is not None
+    assert redis_client.xlen(RECORD_STREAM) == 0
+    print(f"{TOTAL} requests through the gateway and drained in {time.monotonic() - started:.1f}s")
+
+
+def _record(request_id: str, key_pk: int, dep_pk: int, **fields) -> bytes:
+    base = {"request_id": request_id, "created_at": time.time(), "endpoint": "chat.completions", "stream": False,
+            "model": "m", "api_key_id": key_pk, "key_id": "x", "deployment_id": dep_pk, "status_code": 200,
+            "error_type": "", "prompt_tokens": 3, "completion_tokens": 5, "partial": False, "ttft_ms": None,
+            "e2e_ms": 1.0, "mean_itl_ms": None, "max_itl_ms": None, "bytes_out": 10}
+    return orjson.dumps({**base, **fields})
+
+
+def test_drain_is_idempotent_for_redelivered_records(world, redis_client):
+    dep = world.deployment("m")
+    key, _ = world.key()
+    for _ in range(2):  # as if a drainer inserted, died before acknowledging, and the entry came back
+        redis_client.xadd(RECORD_STREAM, {"r": _record("dup-1", key.pk, dep.pk)})
+    redis_client.xadd(RECORD_STREAM, {"r": _record("gone-key", 10**9, dep.pk)})
+    assert drain_request_records() == 3
+    assert RequestRecord.objects.filter(request_id="dup-1").count() == 1
+    assert RequestRecord.objects.get(request_id="gone-key").api_key_id is None
+    assert drain_request_records() == 0
+
+
+def test_usage_api_totals_per_key_for_team_members_only(world, gateway, api):
+    dep = world.deployment("m")
+    key_a, raw_a = world.key()
+    _, raw_b = world.key()
+    for raw, n in ((raw_a, 3), (raw_b, 1)):
+        for _ in range(n):
+            httpx.post(gateway.base_url + "/v1/chat/completions", headers={"Authorization": f"Bearer {raw}"},
+                       json={"model": "m", "messages": [{"role": "user", "content": "a b"}]}).raise_for_status()
+    def all_four():
+        drain_request_records()
+        return RequestRecord.objects.count() >= 4
+
+    assert wait_until(all_four, timeout=5)
+    api.force_authenticate(world.member)
+    r = api.get(f"/api/v1/usage/?deployment={dep.pk}&window=24h")
+    assert r.status_code == 200
+    assert r.json()[0] == {"api_key": key_a.key_id, "name": "k", "requests": 3, "prompt_tokens": 6,
+                           "completion_tokens": 24, "partial": 0}
+    assert r.json()[1]["requests"] == 1
+    assert api.get(f"/api/v1/usage/?deployment={dep.pk}&window=1y").status_code == 400
+    assert api.get("/api/v1/usage/?deployment=abc").status_code == 400
+    api.force_authenticate(UserFactory())
+    assert api.get(f"/api/v1/usage/?deployment={dep.pk}&window=24h").status_code == 404
+    other = MembershipFactory().user
+    api.force_authenticate(other)
+    assert api.get(f"/api/v1/usage/?deployment={dep.pk}").status_code == 404
+
+
+def test_metrics_by_deployment(world, gateway):
+    dep = world.deployment("m")
+    _, raw = world.key()
+    httpx.post(gateway.base_url + "/v1/chat/completions", headers={"Authorization": f"Bearer {raw}"},
+               json={"model": "m", "stream": True, "messages": [{"role": "user", "content": "a"}]}).raise_for_status()
+
+    def scraped():
+        text = httpx.get(gateway.base_url + "/metrics").text
+        return text if f'tandem_gateway_ttft_seconds_count{{deployment="{dep.pk}"}}' in text else None
+
+    text = wait_until(scraped, timeout=3)
+    assert text, "no TTFT series for the deployment"
+    assert f'tandem_gateway_requests_total{{deployment="{dep.pk}",endpoint="chat.completions",status="200"}}' in text
+    assert f'tandem_gateway_tokens_total{{deployment="{dep.pk}",kind="completion"}}' in text
+
+
+def test_last_used_at_is_updated(world, gateway):
+    world.deployment("m")
+    key, raw = world.key()
+    assert key.last_used_at is None
+    httpx.post(gateway.base_url + "/v1/chat/completions", headers={"Authorization": f"Bearer {raw}"},
+               json={"model": "m", "messages": [{"role": "user", "content": "a"}]}).raise_for_status()
+    def used():
+        drain_request_records()
+        return ApiKey.objects.get(pk=key.pk).last_used_at
+
+    assert wait_until(used, timeout=5)
