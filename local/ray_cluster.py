@@ -201,8 +201,11 @@ def cmd_stop(a: argparse.Namespace) -> int:
     st = read_state() or {}
     if RAY_BIN.exists():
         log("ray stop")
-        subprocess.run([str(RAY_BIN), "stop", "--grace-period", "15"], env=ray_env(),
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120, check=False)
+        try:
+            subprocess.run([str(RAY_BIN), "stop", "--grace-period", "5"], env=ray_env(),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60, check=False)
+        except subprocess.TimeoutExpired:
+            log("ray stop did not finish in 60 s; killing the session's processes")
     pgid = st.get("pgid")
     if pgid and pid_alive(st.get("pid")):
         log(f"terminating process group {pgid}")

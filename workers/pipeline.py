@@ -147,7 +147,15 @@ def _run(p: _Pass) -> float | None:
         return requeue
     if d.status in (Status.PROVISIONING, Status.UPDATING):
         deployment_transition(deployment=d, to=Status.RUNNING, reason="Serving.")
+        _conformance_enqueue(d.pk)
     return None
+
+
+def _conformance_enqueue(deployment_id: int) -> None:
+    """Check the endpoint's OpenAI behaviour through the gateway each time it (re)starts serving."""
+    from observability.tasks import run_conformance
+
+    run_conformance.delay(deployment_id)
 
 
 def _apply(target, d, desired) -> Step:

@@ -75,3 +75,56 @@ def wait_for(predicate, *, timeout: float = 30.0, every: float = 0.1, what: str 
             return value
         time.sleep(every)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Proc:
+    """A server subprocess with its base URL and log file."""
+
+    def __init__(self, proc: subprocess.Popen, base_url: str, log: Path):
+        self.proc, self.base_url, self.log = proc, base_url, log
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+    def rss_kib(self) -> int:
+        import re
+
+        status = Path(f"/proc/{self.proc.pid}/status").read_text()
+        return int(re.search(r"VmRSS:\s+(\d+)", status)[1])
+
+
+def start_gateway(tmp: Path, **env) -> Proc:
+    """`python -m gateway` on a free port, on the test database and Redis; returns once /readyz answers."""
+    import httpx
+
+    port = free_port()
+    log = tmp / f"gateway-{port}.log"
+    full_env = {**worker_environment(tmp), "TANDEM_KEY_HMAC_SECRET": settings.TANDEM_KEY_HMAC_SECRET, **env}
+    proc = subprocess.Popen([sys.executable, "-m", "gateway", "--port", str(port)], cwd=ROOT, env=full_env,
+                            stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"gateway exited: {log.read_text()[-3000:]}")
+        try:
+            if httpx.get(base + "/readyz", timeout=1).status_code == 200:
+                return Proc(proc, base, log)
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError(f"gateway did not become ready: {log.read_text()[-3000:]}")

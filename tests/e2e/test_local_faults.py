@@ -1,0 +1,63 @@
+"""Bad input and faults on the local target fail the deployment with a reason a user can act on, fast, and leave
+no application behind on Ray. A real worker drives each one."""
+import pytest
+
+from deployments.models import Cluster, Deployment, Membership
+from deployments.services import lifecycle
+from tests.e2e.conftest import MODEL
+from tests.e2e.test_local_pd import ray_apps
+from tests.factories import MembershipFactory, TeamFactory, local_spec_input
+from tests.support.processes import Worker, free_port, wait_for, worker_environment
+
+pytestmark = [pytest.mark.pd, pytest.mark.e2e]
+
+
+def approve_and_settle(cluster: Cluster, spec: dict, name: str) -> Deployment:
+    team = TeamFactory(gpu_quota=0)
+    member = MembershipFactory(team=team, role=Membership.Role.MEMBER).user
+    admin = MembershipFactory(team=team, role=Membership.Role.ADMIN).user
+    d = lifecycle.deployment_request(actor=member, team=team, cluster=cluster, name=name, spec=spec)
+    lifecycle.deployment_approve(actor=admin, deployment=d)
+    wait_for(lambda: Deployment.objects.get(pk=d.pk).status in ("running", "failed"), timeout=120, every=0.5,
+             what=f"{name} to settle")
+    return Deployment.objects.get(pk=d.pk)
+
+
+@pytest.fixture
+def worker(transactional_db, redis_client, tmp_path):
+    w = Worker(worker_environment(tmp_path, TANDEM_STUCK_AFTER_SECONDS="8")).start()
+    yield w
+    w.stop()
+
+
+@pytest.fixture
+def local_cluster(transactional_db, local_ray):
+    return Cluster.objects.create(name="local", kind=Cluster.Kind.RAY, secret_ref=f"file:{local_ray['token_file']}",
+                                  config={"dashboard_url": local_ray["dashboard_url"],
+                                          "serve_url": local_ray["serve_http_url"]})
+
+
+def test_a_model_source_that_does_not_exist(worker, local_cluster, local_ray):
+    spec = local_spec_input(model={"id": "ghost", "source": str(MODEL.parent / "does-not-exist")})
+    d = approve_and_settle(local_cluster, spec, "ghost")
+    assert d.status == "failed"
+    assert "does-not-exist does not exist on the Ray cluster's machine" in d.status_reason
+    assert "ghost" not in ray_apps(local_ray)
+
+
+def test_an_engine_setting_the_model_cannot_take(worker, local_cluster, local_ray):
+    spec = local_spec_input(model={"id": "too-long", "source": str(MODEL)}, engine={"max_model_len": 65536})
+    d = approve_and_settle(local_cluster, spec, "too-long")
+    assert d.status == "failed"
+    assert "max_model_len (65536) is greater than the model's max_position_embeddings (2048)" in d.status_reason
+    assert "too-long" not in ray_apps(local_ray)
+
+
+def test_ray_not_running(worker, transactional_db):
+    port = free_port()
+    cluster = Cluster.objects.create(name="nowhere", kind=Cluster.Kind.RAY,
+                                     config={"dashboard_url": f"http://127.0.0.1:{port}"})
+    d = approve_and_settle(cluster, local_spec_input(model={"id": "m", "source": str(MODEL)}), "nowhere")
+    assert d.status == "failed"
+    assert "Cannot reach the Ray dashboard of nowhere" in d.status_reason
+    assert d.events.filter(kind="transient_error").exists()

@@ -1,0 +1,174 @@
+"""The whole path on the real local PD stack: request → approve → a real worker deploys the Ray Serve LLM
+prefill/decode app (vLLM on CPU, KV over NIXL) → an API key → the official `openai` client through the gateway →
+usage, per-stage latency, conformance → the app is removed out-of-band and comes back → deletion leaves nothing."""
+import time
+
+import httpx
+import pytest
+from django.utils import timezone
+from openai import OpenAI
+from prometheus_client.parser import text_string_to_metric_families
+from rest_framework.test import APIClient
+
+from bench.local_pd_latency import compare_latency
+from deployments.models import Cluster, Deployment, Membership
+from gateway.models import RequestRecord
+from gateway.tasks import drain_request_records
+from observability.models import ConformanceRun
+from observability.planner import plan_for_spec
+from observability.scraper import scrape_deployment
+from tests.e2e.conftest import MODEL
+from tests.factories import MembershipFactory, TeamFactory, local_spec_input
+from tests.support.processes import Worker, start_gateway, wait_for, worker_environment
+
+pytestmark = [pytest.mark.pd, pytest.mark.e2e]
+PROMPT = "The disaggregated serving of language models moves the KV cache from prefill to decode. " * 3
+
+
+def ray_apps(state: dict) -> dict:
+    token = open(state["token_file"]).read().strip()
+    r = httpx.get(f"{state['dashboard_url']}/api/serve/applications/", headers={"Authorization": f"Bearer {token}"})
+    r.raise_for_status()
+    return r.json().get("applications") or {}
+
+
+def kv_counters(metrics_url: str) -> dict:
+    """External-KV prompt tokens (decode) and NIXL bytes/transfers, summed over replicas."""
+    out = {"external_kv_tokens": 0.0, "nixl_bytes": 0.0, "nixl_transfers": 0.0}
+    for family in text_string_to_metric_families(httpx.get(metrics_url, timeout=10).text):
+        for s in family.samples:
+            if s.name == "ray_vllm_prompt_tokens_by_source_total" and s.labels.get("source") == "external_kv_transfer":
+                out["external_kv_tokens"] += s.value
+            elif s.name == "ray_vllm_nixl_bytes_transferred_sum":
+                out["nixl_bytes"] += s.value
+            elif s.name == "ray_vllm_nixl_bytes_transferred_count":
+                out["nixl_transfers"] += s.value
+    return out
+
+
+def next_counters(state: dict, previous: dict) -> dict | None:
+    """The KV counters once a new NIXL transfer shows in them (None until then)."""
+    now = kv_counters(state["metrics_url"])
+    return now if now["nixl_transfers"] > previous["nixl_transfers"] else None
+
+
+def status_of(pk: int) -> str:
+    return Deployment.objects.values_list("status", flat=True).get(pk=pk)
+
+
+def test_pd_deployment_end_to_end(transactional_db, redis_client, local_ray, tmp_path):
+    team = TeamFactory(slug="ml-research", gpu_quota=0)
+    member = MembershipFactory(team=team, role=Membership.Role.MEMBER).user
+    admin = MembershipFactory(team=team, role=Membership.Role.ADMIN).user
+    Cluster.objects.create(name="local", kind=Cluster.Kind.RAY, secret_ref=f"file:{local_ray['token_file']}",
+                           config={"dashboard_url": local_ray["dashboard_url"], "serve_url": local_ray["serve_http_url"],
+                                   "metrics_url": local_ray["metrics_url"]})
+    gateway = start_gateway(tmp_path)
+    worker = Worker(worker_environment(tmp_path, TANDEM_GATEWAY_BASE_URL=f"{gateway.base_url}/v1",
+                                       TANDEM_TASK_TIME_LIMIT="300")).start()
+    api = APIClient()
+    try:
+        # A member requests the tiny model on the local cluster; a team admin approves.
+        spec = local_spec_input(model={"id": "tiny-llama", "source": str(MODEL)})
+        spec["engine"] = {"max_model_len": 1024, "dtype": "bfloat16"}
+        api.force_authenticate(member)
+        r = api.post("/api/v1/deployments/", {"team": team.slug, "cluster": "local", "name": "tiny",
+                                              "spec": spec}, format="json")
+        assert r.status_code == 201, r.json()
+        pk = r.json()["id"]
+        api.force_authenticate(admin)
+        assert api.post(f"/api/v1/deployments/{pk}/approve/", {}, format="json").json()["status"] == "approved"
+        approved_at = time.monotonic()
+
+        # A real worker reconciles it to running, with step events.
+        wait_for(lambda: status_of(pk) in ("running", "failed"), timeout=900, every=2, what="running")
+        d = Deployment.objects.get(pk=pk)
+        assert d.status == "running", d.status_reason
+        print(f"\napproval → running: {time.monotonic() - approved_at:.0f} s")
+        kinds = list(d.events.order_by("created_at", "id").values_list("kind", flat=True))
+        for step in ("approved", "status_provisioning", "applied", "serve_status", "endpoint", "status_running"):
+            assert step in kinds, kinds
+        assert d.endpoint_url == local_ray["serve_http_url"]
+        assert scrape_deployment(deployment_id=pk, client=httpx.Client(timeout=10), now=timezone.now()) is not None
+
+        # The conformance suite runs through the gateway once it is running, and passes on the real stack.
+        run = wait_for(lambda: ConformanceRun.objects.filter(deployment_id=pk).first(), timeout=300, every=2,
+                       what="the conformance run")
+        checks = {c.name: (c.passed, c.evidence) for c in run.checks.all()}
+        assert run.passed, checks
+        assert run.pd_health["ok"] is True, run.pd_health
+
+        # The member creates an API key; the official client changes only base_url and api_key.
+        api.force_authenticate(member)
+        secret = api.post("/api/v1/api-keys/", {"team": team.slug, "name": "e2e"}, format="json").json()["secret"]
+        client = OpenAI(base_url=f"{gateway.base_url}/v1", api_key=secret, max_retries=0, timeout=120)
+        before = kv_counters(local_ray["metrics_url"])
+        chat = client.chat.completions.create(model="tiny-llama", max_tokens=12,
+                                              messages=[{"role": "user", "content": "Say hello."}])
+        assert chat.choices[0].finish_reason in ("stop", "length") and chat.usage.completion_tokens > 0
+        # Ray exports metrics every few seconds: wait until the chat's transfer shows.
+        after_chat = wait_for(lambda: next_counters(local_ray, before), timeout=90, every=2, what="the chat's KV")
+        stream = list(client.completions.create(model="tiny-llama", prompt=PROMPT, max_tokens=16, stream=True,
+                                                stream_options={"include_usage": True}))
+        usage = stream[-1].usage
+        assert stream[-1].choices == [] and usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+        assert "".join(c.choices[0].text for c in stream if c.choices)
+        after = wait_for(lambda: next_counters(local_ray, after_chat), timeout=90, every=2, what="the stream's KV")
+
+        # KV really moved from prefill to decode (decode took the prompt from NIXL, not its own compute),
+        # and the planner predicted its size.
+        assert after_chat["external_kv_tokens"] - before["external_kv_tokens"] >= chat.usage.prompt_tokens
+        assert after["external_kv_tokens"] - after_chat["external_kv_tokens"] >= usage.prompt_tokens
+        moved = after["nixl_bytes"] - after_chat["nixl_bytes"]
+        assert moved > 0 and after["nixl_transfers"] - after_chat["nixl_transfers"] == 1
+        spec["expected_load"]["mean_prompt_tokens"] = usage.prompt_tokens
+        planned = plan_for_spec(spec, None)["kv_bytes_per_request"]
+        print(f"KV per request: planner {planned} B, NIXL {moved:.0f} B for {usage.prompt_tokens} prompt tokens")
+        assert abs(planned - moved) <= 0.10 * moved
+
+        # Usage is recorded for the key, matching what upstream counted.
+        wait_for(lambda: drain_request_records() or RequestRecord.objects.filter(api_key__name="e2e").count() >= 2,
+                 timeout=30, what="usage records")
+        records = {r.stream: r for r in RequestRecord.objects.filter(api_key__name="e2e")}
+        assert (records[False].prompt_tokens, records[False].completion_tokens) == (
+            chat.usage.prompt_tokens, chat.usage.completion_tokens)
+        assert (records[True].prompt_tokens, records[True].completion_tokens) == (
+            usage.prompt_tokens, usage.completion_tokens)
+        assert records[True].ttft_ms > 0
+
+        # Prefill, decode and KV-transfer metrics are scraped; per-stage latency shows real values.
+        from observability.rollups import gateway_rollup
+
+        scrape_deployment(deployment_id=pk, client=httpx.Client(timeout=10), now=timezone.now())
+        gateway_rollup(since=timezone.now() - timezone.timedelta(minutes=10), until=timezone.now())
+        stages = {(s["stage"], s["source"]): s for s in
+                  api.get(f"/api/v1/deployments/{pk}/latency/?window=15m").json()["stages"]}
+        for key in [("prefill", "engine"), ("decode", "engine"), ("kv_transfer", "engine"), ("ttft", "gateway"),
+                    ("e2e", "gateway")]:
+            assert any(p["count"] and p["p50"] for p in stages[key]["points"]), (key, stages.get(key))
+
+        print(compare_latency(direct_url=f"{local_ray['serve_http_url']}/v1", gateway_url=f"{gateway.base_url}/v1",
+                              api_key=secret, model="tiny-llama", runs=5))
+
+        # Removing the Serve app out-of-band makes the deployment leave running; the reconciler re-deploys it.
+        token = open(local_ray["token_file"]).read().strip()
+        httpx.delete(f"{local_ray['dashboard_url']}/api/serve/applications/",
+                     headers={"Authorization": f"Bearer {token}"}).raise_for_status()
+        from workers.tasks import resync_deployments
+
+        resync_deployments.delay()
+        wait_for(lambda: status_of(pk) != "running", timeout=120, every=1, what="leaving running")
+        wait_for(lambda: status_of(pk) in ("running", "failed"), timeout=900, every=2, what="running again")
+        assert status_of(pk) == "running"
+        assert Deployment.objects.get(pk=pk).events.filter(message__contains="disappeared").exists()
+        again = client.chat.completions.create(model="tiny-llama", max_tokens=4,
+                                               messages=[{"role": "user", "content": "Again?"}])
+        assert again.choices[0].message.content is not None
+
+        # Deletion tears it down: Ray has no application left.
+        assert api.delete(f"/api/v1/deployments/{pk}/").status_code == 202
+        wait_for(lambda: status_of(pk) == "deleted", timeout=180, every=1, what="deleted")
+        assert ray_apps(local_ray) == {}
+    finally:
+        worker.stop()
+        gateway.stop()
