@@ -124,6 +124,16 @@ def clean_stale_current_cluster() -> None:
             log(f"removed stale {f}")
 
 
+def lower_priority(pid: int) -> None:
+    """Give the Ray session the lowest CPU weight: idle vLLM CPU engines keep polling (largely in sched_yield),
+    and on a 2-core machine that starved the control plane (gunicorn timed out importing its URLconf). Ray still
+    gets every cycle nobody else wants. With the kernel's autogroups, a session's weight is set here, not by nice."""
+    try:
+        Path(f"/proc/{pid}/autogroup").write_text("19")
+    except OSError:  # no autogroups on this kernel: plain nice values apply, and Ray's workers already use them
+        pass
+
+
 def cmd_start(a: argparse.Namespace) -> int:
     st = read_state()
     if st and pid_alive(st.get("pid")):
@@ -163,6 +173,7 @@ def cmd_start(a: argparse.Namespace) -> int:
         "log_file": str(LOG_FILE), "venv": str(VENV), "resources": resources,
     }
     STATE_FILE.write_text(json.dumps(state, indent=2) + "\n")
+    lower_priority(proc.pid)
     t0 = time.monotonic()
     while time.monotonic() - t0 < a.timeout:
         if proc.poll() is not None:

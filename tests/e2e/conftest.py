@@ -1,7 +1,7 @@
 """The local prefill/decode stack for end-to-end tests: the real Ray Serve LLM + vLLM (CPU) runtime.
 
 `./tandem test` installs the runtime (cached) and builds the tiny model before pytest runs; these fixtures start
-the local Ray cluster once per session and always stop it.
+the local Ray cluster once for this package and always stop it.
 """
 import json
 import os
@@ -16,7 +16,7 @@ RUNTIME = Path(os.environ.get("TANDEM_RUNTIME_DIR") or Path.home() / ".cache/tan
 MODEL = RUNTIME / "models" / "tiny-llama"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def local_ray():
     """A running local Ray head shaped like the EKS cluster; its state (URLs, token file)."""
     if not (RUNTIME / "venv" / "bin" / "ray").exists() or not (MODEL / "config.json").exists():
