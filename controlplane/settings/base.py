@@ -126,6 +126,8 @@ TANDEM_GATEWAY_BASE_URL = env("TANDEM_GATEWAY_BASE_URL", "http://127.0.0.1:8001/
 TANDEM_RECONCILE_REQUEUE_SECONDS = env_float("TANDEM_RECONCILE_REQUEUE_SECONDS", 5.0)
 TANDEM_STUCK_AFTER_SECONDS = env_int("TANDEM_STUCK_AFTER_SECONDS", 1800)
 TANDEM_ROLLUP_RETENTION_DAYS = env_int("TANDEM_ROLLUP_RETENTION_DAYS", 14)
+# Ray exports engine metrics every few seconds: how long a probe waits for a run's traffic to show.
+TANDEM_METRICS_SETTLE_SECONDS = env_float("TANDEM_METRICS_SETTLE_SECONDS", 30.0)
 
 # --- Gateway (its own process: `python -m gateway`) ---------------------------------------------------
 TANDEM_GATEWAY_HOST = env("TANDEM_GATEWAY_HOST", "127.0.0.1")

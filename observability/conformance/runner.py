@@ -1,6 +1,7 @@
 """A conformance run for one deployment: a short-lived service key, the suite through the gateway, PD health
 from scrapes before and after, stored results, and the ConformancePassed condition."""
 import datetime as dt
+import time
 
 import httpx
 import redis
@@ -51,6 +52,19 @@ def _snapshot(d: Deployment, client: httpx.Client) -> tuple[dict | None, str]:
         return None, str(e)
 
 
+def _snapshot_after(d: Deployment, client: httpx.Client, before: dict) -> tuple[dict | None, str]:
+    """The scrape after the run, once the run's traffic shows in it: Ray exports engine metrics every few
+    seconds, so an immediate scrape can miss the whole run and read as 'no traffic'."""
+    deadline = time.monotonic() + settings.TANDEM_METRICS_SETTLE_SECONDS
+    while True:
+        after, error = _snapshot(d, client)
+        settled = after is None or pd_health(before, after, instance_type=d.spec["decode"]["instance_type"])[
+            "verdict"] != "no_traffic"
+        if settled or time.monotonic() >= deadline:
+            return after, error
+        time.sleep(2)
+
+
 def conformance_run_for_deployment(*, deployment_id: int, gateway_base_url: str,
                                    http: httpx.Client | None = None) -> ConformanceRun:
     """Run the suite through the gateway and record it. A failing check leaves the deployment running, with
@@ -66,7 +80,7 @@ def conformance_run_for_deployment(*, deployment_id: int, gateway_base_url: str,
             results = conformance_run(base_url=gateway_base_url, api_key=raw, model=d.model_id)
         finally:
             service_key_revoke(key=key)
-        after, after_err = _snapshot(d, http) if before is not None else (None, "")
+        after, after_err = _snapshot_after(d, http, before) if before is not None else (None, "")
     finally:
         if own_http:
             http.close()

@@ -1,2 +1,0 @@
-def test_health(client, db):
-    assert client.get("/healthz").json() == {"status": "ok"}
