@@ -152,8 +152,8 @@ def test_pd_deployment_end_to_end(transactional_db, redis_client, local_ray, tmp
 
         # Removing the Serve app out-of-band makes the deployment leave running; the reconciler re-deploys it.
         token = open(local_ray["token_file"]).read().strip()
-        httpx.delete(f"{local_ray['dashboard_url']}/api/serve/applications/",
-                     headers={"Authorization": f"Bearer {token}"}).raise_for_status()
+        httpx.delete(f"{local_ray['dashboard_url']}/api/serve/applications/",  # shuts Serve down: takes a while
+                     headers={"Authorization": f"Bearer {token}"}, timeout=180).raise_for_status()
         from workers.tasks import resync_deployments
 
         resync_deployments.delay()
