@@ -6,6 +6,9 @@ from rest_framework.test import APIClient
 
 from deployments.models import Membership
 from tests.factories import ClusterFactory, MembershipFactory, TeamFactory, UserFactory
+from tests.support.k8s_emulator import EmulatorThread, KubeRayEmulator, kubeconfig_text
+
+EMULATOR_TOKEN = "emulator-token-not-a-secret"
 
 
 @pytest.fixture
@@ -45,3 +48,21 @@ def cluster(db):
 def api():
     """An API client; `api.force_authenticate(user)` signs in."""
     return APIClient()
+
+
+@pytest.fixture
+def emulator():
+    """A Kubernetes API with KubeRay's CRD installed, answering on 127.0.0.1."""
+    handler = KubeRayEmulator(token=EMULATOR_TOKEN, ready_after=0.3)
+    handler.install_kuberay()
+    with EmulatorThread(handler):
+        yield handler
+
+
+@pytest.fixture
+def kubeconfig(emulator, tmp_path):
+    """A secret reference (file:) to a kubeconfig for the emulator."""
+    path = tmp_path / "kubeconfig"
+    path.write_text(kubeconfig_text(url=emulator.base_url, token=EMULATOR_TOKEN))
+    path.chmod(0o600)
+    return f"file:{path}"

@@ -12,6 +12,10 @@ STEP_LABELS = {
     "withdrawn": "Withdrawn", "retried": "Retry requested", "delete_requested": "Deletion requested",
     "update_requested": "Update requested", "update_approved": "Update approved",
     "update_rejected": "Update rejected", "update_withdrawn": "Update withdrawn", "updated": "Updated",
+    # Steps the reconcile worker records.
+    "node_pools": "Node pools", "applied": "Applied to the cluster", "serve_status": "Serve status",
+    "endpoint": "Endpoint check", "transient_error": "Retrying after an error", "teardown": "Teardown",
+    "conformance_passed": "Conformance passed", "conformance_warning": "Conformance warning",
 }
 
 

@@ -3,10 +3,9 @@
 A member requests a deployment, a team admin approves it in another browser context, the member watches the
 timeline update live to `running`, creates an API key and copies it, and sees latency, usage and conformance.
 
-Reaching `running` needs the reconcile worker and target drivers (other issues); until the lead switches this
-test to the real worker, the test drives the status through the same services the worker uses
-(`deployment_transition`, `deployment_observe`, `event_record`); traffic is written as the gateway records it
-and rolled up with the observability module's own `gateway_rollup`.
+A real Celery worker drives the approved deployment onto a Kubernetes API emulator (KubeRay's CRD installed)
+through the `kubernetes` target; traffic is written as the gateway records it and rolled up with the
+observability module's own `gateway_rollup`.
 """
 import datetime as dt
 import re
@@ -14,36 +13,17 @@ import re
 import pytest
 from django.utils import timezone
 
-from deployments.conditions import condition_set
 from deployments.lifecycle import Status
 from deployments.models import ApiKey, Cluster, Deployment, Membership
 from deployments.services.credentials import credential_check
-from deployments.services.events import event_record
-from deployments.services.lifecycle import deployment_transition
-from deployments.services.status import deployment_observe
 from gateway.models import RequestRecord
 from observability.models import ConformanceCheck, ConformanceRun
 from observability.rollups import gateway_rollup
 from tests.factories import ClusterFactory, MembershipFactory, TeamFactory, UserFactory
+from tests.support.processes import Worker, worker_environment
 from tests.frontend.browser import browser, shot, sign_in  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-def drive_to_running(d: Deployment) -> None:
-    """What the reconcile worker does (issue 3), through the same services: steps, conditions, status."""
-    deployment_transition(deployment=d, to=Status.PROVISIONING, reason="Making node pools ready.")
-    conditions = []
-    for kind, cond, ms in (("node_pools_ready", "NodePoolsReady", 41000), ("applied", "Applied", 900),
-                           ("serve_running", "ServeRunning", 88000), ("endpoint_ready", "EndpointReady", 1200)):
-        conditions = condition_set(conditions, type=cond, status=True, reason=cond, generation=d.generation,
-                                   now=d.updated_at)
-        deployment_observe(deployment_id=d.pk, conditions=conditions)
-        event_record(kind=kind, deployment=d, message=f"{cond} after {ms / 1000:.1f} s", duration_ms=ms)
-    conditions = condition_set(conditions, type="Approved", status=True, reason="Approved", generation=d.generation,
-                               now=d.updated_at)
-    deployment_observe(deployment_id=d.pk, conditions=conditions, observed_generation=d.generation)
-    deployment_transition(deployment=d, to=Status.RUNNING, reason="Endpoint answering.")
 
 
 def record_traffic(d: Deployment, key: ApiKey) -> None:
@@ -65,11 +45,20 @@ def record_traffic(d: Deployment, key: ApiKey) -> None:
         ConformanceCheck.objects.create(run=run, position=i, name=name, passed=True, evidence="ok")
 
 
-def test_request_approve_watch_and_key(browser, live_server, redis_client):  # noqa: F811
+@pytest.fixture
+def worker(transactional_db, redis_client, tmp_path):
+    """A real Celery worker on the test database: it reconciles the approved deployment."""
+    w = Worker(worker_environment(tmp_path)).start()
+    yield w
+    w.stop()
+
+
+def test_request_approve_watch_and_key(browser, live_server, worker, kubeconfig):  # noqa: F811
     team = TeamFactory(slug="ml-research", name="ML Research", gpu_quota=16)
     MembershipFactory(team=team, user=UserFactory(username="mia"), role=Membership.Role.MEMBER)
     MembershipFactory(team=team, user=UserFactory(username="ada"), role=Membership.Role.ADMIN)
-    ClusterFactory(name="gpu-prod", kind=Cluster.Kind.KUBERNETES)
+    ClusterFactory(name="gpu-prod", kind=Cluster.Kind.KUBERNETES, secret_ref=kubeconfig,
+                   config={"namespace_prefix": "tandem-"})
     base = live_server.url
 
     # 1. The member signs in and sees an empty list that says what to do.
@@ -118,15 +107,13 @@ def test_request_approve_watch_and_key(browser, live_server, redis_client):  # n
     assert admin.get_by_role("heading", name="Nothing waits for you").is_visible()
 
     # 4. The member's page updates by itself: the decision, then the worker's steps, then running.
-    page.locator("[data-status=approved]").wait_for(timeout=15000)
-    assert page.locator("#status-panel").get_by_text("Approved for the support pilot.").first.is_visible()
+    page.locator("#status-panel").get_by_text("Approved for the support pilot.").first.wait_for(timeout=15000)
     polls = []
     page.on("request", lambda r: polls.append(r.url) if r.url.endswith("/status/") else None)
-    drive_to_running(Deployment.objects.get(pk=d.pk))
-    page.locator("[data-status=running]").wait_for(timeout=15000)
+    page.locator("[data-status=running]").wait_for(timeout=90000)
     timeline = page.locator(".timeline").inner_text()
-    for step in ("Requested", "Approved", "Provisioning", "Node pools ready", "Serve running", "Endpoint ready",
-                 "Running"):
+    for step in ("Requested", "Approved", "Provisioning", "Node pools", "Applied to the cluster", "Serve status",
+                 "Endpoint check", "Running"):
         assert step in timeline, step
     assert page.locator(".live").count() == 0  # the panel says it is no longer live...
     settled_polls = len(polls)

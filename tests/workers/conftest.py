@@ -6,29 +6,10 @@ import pytest
 from deployments.models import Cluster
 from deployments.spec import spec_parse
 from tests.factories import ClusterFactory, DeploymentFactory, TeamFactory, spec_input
-from tests.support.k8s_emulator import EmulatorThread, KubeRayEmulator, kubeconfig_text
+from tests.conftest import EMULATOR_TOKEN as TOKEN  # noqa: F401 - the driver tests use it
 from tests.support.moto_server import MotoServer
 from tests.support.processes import Worker, wait_for, worker_environment  # noqa: F401 - fixtures and tests use them
 
-TOKEN = "emulator-token-not-a-secret"
-
-
-@pytest.fixture
-def emulator():
-    """A Kubernetes API with KubeRay's CRD installed, answering on 127.0.0.1."""
-    handler = KubeRayEmulator(token=TOKEN, ready_after=0.3)
-    handler.install_kuberay()
-    with EmulatorThread(handler):
-        yield handler
-
-
-@pytest.fixture
-def kubeconfig(emulator, tmp_path):
-    """A secret reference (file:) to a kubeconfig for the emulator."""
-    path = tmp_path / "kubeconfig"
-    path.write_text(kubeconfig_text(url=emulator.base_url, token=TOKEN))
-    path.chmod(0o600)
-    return f"file:{path}"
 
 
 @pytest.fixture
