@@ -140,7 +140,8 @@ def test_pd_deployment_end_to_end(transactional_db, redis_client, local_ray, tmp
         from observability.rollups import gateway_rollup
 
         scrape_deployment(deployment_id=pk, client=httpx.Client(timeout=10), now=timezone.now())
-        gateway_rollup(since=timezone.now() - timezone.timedelta(minutes=10), until=timezone.now())
+        now = timezone.now()  # include the current, unfinished minute (the beat job rolls up whole minutes)
+        gateway_rollup(since=now - timezone.timedelta(minutes=10), until=now + timezone.timedelta(minutes=1))
         stages = {(s["stage"], s["source"]): s for s in
                   api.get(f"/api/v1/deployments/{pk}/latency/?window=15m").json()["stages"]}
         for key in [("prefill", "engine"), ("decode", "engine"), ("kv_transfer", "engine"), ("ttft", "gateway"),
