@@ -13,7 +13,7 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-net
 @pytest.fixture
 def browser():
     if not os.path.exists(CHROMIUM):
-        pytest.skip("Debian's chromium is not installed (apt-get install -y chromium)")
+        pytest.fail("Debian's chromium is not installed: run ./tandem test, which installs it (apt-get install -y chromium)")
     # Playwright's sync API runs an event loop in this thread; the test also uses the ORM between steps.
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
     from playwright.sync_api import sync_playwright

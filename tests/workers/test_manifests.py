@@ -38,7 +38,7 @@ def _render(key: str) -> list[dict]:
 @pytest.fixture(scope="module")
 def crd_schema():
     if not CRD.exists():
-        pytest.skip(f"KubeRay CRD not found at {CRD}")
+        pytest.fail(f"The KubeRay CRD the manifests are validated against is missing: {CRD}")
     crd = yaml.safe_load(CRD.read_text())
     version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
     return version["schema"]["openAPIV3Schema"]

@@ -19,7 +19,6 @@ def _pool(itype, gpus, tp, **extra):
     return {"instance_type": itype, "nodes": 1, "gpus_per_node": gpus, "tensor_parallel_size": tp, **extra}
 
 
-@pytest.mark.skipif(not GROUND_TRUTH.exists(), reason="local/pd_serve_config.json not written yet")
 def test_cpu_rendering_equals_the_config_verified_on_the_local_pd_stack():
     truth = json.loads(GROUND_TRUTH.read_text())
     app = truth["applications"][0]
