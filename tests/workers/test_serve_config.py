@@ -2,7 +2,6 @@
 import json
 from pathlib import Path
 
-import pytest
 
 from deployments.serve_config import serve_config_build, spec_hash
 from deployments.spec import spec_parse
