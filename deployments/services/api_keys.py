@@ -51,11 +51,13 @@ def api_key_create(*, actor, team: Team, name: str, all_deployments: bool = True
 
 
 @transaction.atomic
-def api_key_revoke(*, actor, key: ApiKey) -> ApiKey:
-    if team_role(user=actor, team=key.team) is None:
+def api_key_revoke(*, actor, key: ApiKey, message: str = "") -> ApiKey:
+    """Revoke once and tell every gateway replica. `actor=None` is Tandem itself revoking a key it owns
+    (the conformance runner's service keys); a person must be a member of the key's team."""
+    if actor is not None and team_role(user=actor, team=key.team) is None:
         raise NotAllowed(f"You are not a member of team {key.team.slug}.")
     if credential_revoke(row=key):
-        event_record(kind="api_key_revoked", team=key.team, actor=actor, before=_public(key))
+        event_record(kind="api_key_revoked", team=key.team, actor=actor, message=message, before=_public(key))
         _announce(key.key_id)
     return key
 

@@ -4,15 +4,14 @@ import datetime as dt
 import time
 
 import httpx
-import redis
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from deployments.conditions import condition_set
 from deployments.models import ApiKey, Deployment
-from deployments.services.api_keys import KEY_EVENTS_CHANNEL
-from deployments.services.credentials import credential_mint, credential_revoke
+from deployments.services.api_keys import api_key_revoke
+from deployments.services.credentials import credential_mint
 from deployments.services.events import event_record
 from deployments.services.status import deployment_observe
 from observability.conformance.suite import conformance_run
@@ -36,13 +35,8 @@ def service_key_mint(*, deployment: Deployment) -> tuple[ApiKey, str]:
 
 
 def service_key_revoke(*, key: ApiKey) -> None:
-    """Revoke and tell every gateway replica at once (as api_key_revoke does for users' keys)."""
-    with transaction.atomic():
-        if credential_revoke(row=key):
-            event_record(kind="api_key_revoked", team=key.team, message="Service key for a conformance run.",
-                         before={"name": key.name, "key_id": key.key_id, "last4": key.last4})
-            transaction.on_commit(
-                lambda: redis.Redis.from_url(settings.REDIS_URL).publish(KEY_EVENTS_CHANNEL, key.key_id))
+    """Revoke the run's key at once, on every gateway replica."""
+    api_key_revoke(actor=None, key=key, message="Service key for a conformance run.")
 
 
 def _snapshot(d: Deployment, client: httpx.Client) -> tuple[dict | None, str]:
