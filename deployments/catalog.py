@@ -56,6 +56,9 @@ class Runtime:
     accelerator: str  # "gpu" or "cpu"
     kuberay_min: str
     target_kinds: tuple[str, ...]
+    # The engine's KV block size in tokens: NIXL moves whole blocks, so the planner rounds prompts up to it.
+    # vLLM defaults to 16 on CUDA and to 128 on its CPU build (vllm/platforms/cpu.py, when none is given).
+    kv_block_tokens: int = 16
 
 
 RUNTIMES: dict[str, Runtime] = {
@@ -80,6 +83,7 @@ RUNTIMES: dict[str, Runtime] = {
             accelerator="cpu",
             kuberay_min="",
             target_kinds=("ray",),
+            kv_block_tokens=128,
         ),
     ]
 }

@@ -26,3 +26,22 @@ def condition_set(conditions: list[dict], *, type: str, status: bool, reason: st
 
 def condition_true(conditions: list[dict], type: str) -> bool:
     return any(c.get("type") == type and c.get("status") == "True" for c in conditions)
+
+
+def condition_get(conditions: list[dict], type: str) -> dict | None:
+    return next((c for c in conditions if c.get("type") == type), None)
+
+
+def endpoint_ready(conditions: list[dict], *, generation: int, answers: bool, message: str = "") -> dict:
+    """EndpointReady's arguments for condition_set: the endpoint answers *and* the conformance suite has checked
+    this generation. A failed check still opens it, with a warning (the deployment runs; users are told)."""
+    if not answers:
+        return {"status": False, "reason": "NotAnswering", "message": message}
+    checked = condition_get(conditions, "ConformancePassed")
+    if checked is None or checked.get("observed_generation") != generation:
+        return {"status": False, "reason": "ConformancePending",
+                "message": "Serve answers; Tandem is checking its OpenAI behaviour before users get it."}
+    if checked.get("status") == "True":
+        return {"status": True, "reason": "Answering", "message": message}
+    return {"status": True, "reason": "AnsweringWithWarnings",
+            "message": f"Serving, but conformance checks failed: {checked.get('message', '')}"}

@@ -1,47 +1,30 @@
 """The live plan shown beside the request form and in the approvals queue.
 
-The planner lives in `observability.planner` (a colleague's module); when it is not importable yet, or fails on
-a half-typed spec, the panel says so and still shows GPUs against the team's quota.
+When the planner cannot answer (a half-typed spec, missing model facts), the panel says why and still shows
+GPUs against the team's quota.
 """
 import logging
 
 from deployments.catalog import INSTANCE_TYPES
 from deployments.services.quota import team_gpus_held
 from deployments.spec import SpecError
+from observability.planner import plan_for_spec
 
 log = logging.getLogger(__name__)
 
 
-def _planner():
-    try:
-        from observability.planner import plan_for_spec
-    except ImportError:
-        return None
-    return plan_for_spec
-
-
 def plan(spec_input: dict, model_facts: dict | None = None) -> tuple[dict | None, str]:
     """(plan, note): the planner's answer, or None with a note saying why there is none."""
-    planner = _planner()
-    if planner is None:
-        return None, "The capacity planner is not installed yet; GPU and cost figures below come from the catalog."
     try:
-        return planner(spec_input, model_facts), ""
+        return plan_for_spec(spec_input, model_facts), ""
     except SpecError as e:
         if set(e.errors) == {"model_facts"}:
             return None, ("Enter the model facts below (from its config.json) to see memory fit, KV bytes per "
                           "token and per request, and the bandwidth the expected load needs.")
         return None, "No plan until the spec is valid: " + " ".join(m for v in e.errors.values() for m in v)
-    except Exception as e:  # the planner is another module: a half-typed spec must not break the form
+    except Exception as e:  # a half-typed spec (e.g. a string where a number goes) must not break the form
         log.info("planner refused the spec: %s", e)
         return None, f"No plan for this spec yet: {e}"
-
-
-def spec_input_from_stored(spec: dict) -> dict:
-    """The request-shaped spec (what the planner and the form take) from a stored, validated spec."""
-    out = {k: v for k, v in spec.items() if k not in ("model_id", "model_source")}
-    out["model"] = {"id": spec.get("model_id"), "source": spec.get("model_source")}
-    return out
 
 
 def gpus_of(spec_input: dict) -> int:

@@ -32,6 +32,7 @@ class Key:
     scope: frozenset[int]
     requests_per_minute: int | None
     tokens_per_minute: int | None
+    service: bool = False  # Tandem's own conformance key: it may reach a deployment before users can
 
     def allows(self, deployment_id: int) -> bool:
         return self.all_deployments or deployment_id in self.scope
@@ -42,7 +43,8 @@ class Key:
                    team_slug=row["team_slug"], revoked=row["revoked"],
                    expires_at=float(row["expires_at"]) if row["expires_at"] is not None else None,
                    all_deployments=row["all_deployments"], scope=frozenset(row["scope"] or ()),
-                   requests_per_minute=row["requests_per_minute"], tokens_per_minute=row["tokens_per_minute"])
+                   requests_per_minute=row["requests_per_minute"], tokens_per_minute=row["tokens_per_minute"],
+                   service=bool(row.get("service")))
 
 
 def split_key(raw: bytes) -> str | None:

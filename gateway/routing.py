@@ -39,6 +39,7 @@ class Route:
     headers: tuple
     created: int = 0
     problem: str = ""  # set when the deployment cannot take traffic for a reason other than its status
+    checking: bool = False  # serving, but its first conformance run has not finished: users wait for it
 
     @property
     def serving(self) -> bool:
@@ -56,7 +57,11 @@ class Route:
         urls = {name: URL(base + path, encoded=True) for name, path in ENDPOINTS.items()} if base else {}
         return cls(deployment_id=row["id"], name=row["name"], model_id=row["model_id"], status=row["status"],
                    max_model_len=row["max_model_len"], urls=urls, headers=headers,
-                   created=int(row["updated_at"].timestamp()) if row.get("updated_at") else 0, problem=problem)
+                   created=int(row["updated_at"].timestamp()) if row.get("updated_at") else 0, problem=problem,
+                   checking=bool(row.get("checking")))
+
+    def open_to(self, key) -> bool:
+        return self.serving and (not self.checking or key.service)
 
 
 class TeamRoutes:
@@ -91,8 +96,12 @@ class Router:
         if not route.serving:
             raise unavailable(route.problem or f"The deployment serving `{model}` is {route.status.replace('_', ' ')}"
                                                f"{'' if route.urls else ' and has no endpoint yet'}; try again later.")
+        if not route.open_to(key):
+            raise unavailable(f"The deployment serving `{model}` is up; Tandem is checking its OpenAI behaviour "
+                              "before opening it (usually under a minute). Try again shortly.",
+                              code="endpoint_checking")
         return route
 
     async def models(self, key) -> list[Route]:
         routes = await self.cache.get(key.team_id)
-        return [r for r in routes.by_model.values() if r.serving and key.allows(r.deployment_id)]
+        return [r for r in routes.by_model.values() if r.open_to(key) and key.allows(r.deployment_id)]

@@ -13,6 +13,7 @@ KEY_SQL = """
 SELECT k.id, k.key_id, k.digest, k.team_id, t.slug AS team_slug, k.name,
        k.revoked_at IS NOT NULL AS revoked, EXTRACT(EPOCH FROM k.expires_at) AS expires_at,
        k.all_deployments, k.requests_per_minute, k.tokens_per_minute,
+       (k.created_by_id IS NULL AND k.name = 'tandem-conformance') AS service,
        ARRAY(SELECT s.deployment_id FROM deployments_apikey_deployments s WHERE s.apikey_id = k.id) AS scope
 FROM deployments_apikey k JOIN deployments_team t ON t.id = k.team_id
 WHERE k.key_id = %s
@@ -21,7 +22,9 @@ WHERE k.key_id = %s
 TEAM_DEPLOYMENTS_SQL = """
 SELECT d.id, d.name, d.spec->>'model_id' AS model_id, d.status, d.endpoint_url,
        (d.spec->'engine'->>'max_model_len')::int AS max_model_len, d.updated_at,
-       c.kind AS cluster_kind, c.secret_ref AS cluster_secret_ref
+       c.kind AS cluster_kind, c.secret_ref AS cluster_secret_ref,
+       (d.conditions @> '[{"type": "EndpointReady", "reason": "ConformancePending"}]'
+        AND NOT d.conditions @> '[{"type": "ConformancePassed"}]') AS checking
 FROM deployments_deployment d JOIN deployments_cluster c ON c.id = d.cluster_id
 WHERE d.team_id = %s AND d.status NOT IN ('deleted', 'rejected', 'withdrawn')
 ORDER BY d.created_at DESC

@@ -36,6 +36,21 @@ class Hist:
                 lower = bound
         return lower
 
+    def bounds_range(self) -> tuple[float, float]:
+        """What the observations sum to, as far as the buckets tell: (lowest, highest) possible sum. Ray exports a
+        histogram's `_sum` as bucket midpoints (its OpenTelemetry recorder re-records each count at its bucket's
+        midpoint), so for Ray's series this range, not `sum`, is what is known; +Inf makes the top unbounded."""
+        lo = hi = 0.0
+        lower = 0.0
+        for bound in sorted(self.buckets):
+            n = self.buckets[bound]
+            if n:
+                lo += n * lower
+                hi += n * bound
+            if not math.isinf(bound):
+                lower = bound
+        return lo, hi
+
     def to_json(self) -> dict:
         bounds = sorted(b for b in self.buckets if not math.isinf(b))
         return {"bounds": bounds, "counts": [self.buckets[b] for b in bounds] + [self.buckets.get(math.inf, 0)],
@@ -44,15 +59,16 @@ class Hist:
     @classmethod
     def from_json(cls, data: dict) -> "Hist":
         bounds = [*data["bounds"], math.inf]
-        return cls({b: n for b, n in zip(bounds, data["counts"], strict=True) if n}, data["sum"], data["count"])
+        # Empty buckets are kept: they are the lower bounds of the next ones.
+        return cls(dict(zip(bounds, data["counts"], strict=True)), data["sum"], data["count"])
 
     @classmethod
     def from_values(cls, values, bounds) -> "Hist":
         """Bucket raw observations (e.g. the gateway's per-request timings) into fixed upper bounds."""
         import bisect
 
-        h = cls()
         ordered = sorted(bounds)
+        h = cls({b: 0 for b in [*ordered, math.inf]})
         for v in values:
             i = bisect.bisect_left(ordered, v)
             b = ordered[i] if i < len(ordered) else math.inf

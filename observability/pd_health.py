@@ -3,6 +3,8 @@
 Users of PD stacks report PD silently running decode-only (llm-d#1461) and KV transfer over EFA silently
 falling back to TCP speed (nixl#909); this names either when it sees it.
 """
+import math
+
 from deployments.catalog import INSTANCE_TYPES
 from observability.snapshot import snapshot_increase
 
@@ -24,7 +26,8 @@ def pd_health(before: dict, after: dict, *, instance_type: str) -> dict:
     kv_bytes = inc.hist.get(("kv_bytes", "decode"))
     kv_time = inc.hist.get(("kv_transfer", "decode"))
     transfers = kv_bytes.count if kv_bytes else 0
-    moved = kv_bytes.sum if kv_bytes else 0.0
+    moved = kv_bytes.sum if kv_bytes else 0.0  # Ray exports bucket midpoints: an estimate, bounded by `span`
+    span = kv_bytes.bounds_range() if kv_bytes else (0.0, 0.0)
     seconds = (kv_time.sum / 1000.0) if kv_time else 0.0
     gbps = (moved * 8 / seconds / 1e9) if seconds > 0 and moved > 0 else None
     instance = INSTANCE_TYPES.get(instance_type)
@@ -33,6 +36,7 @@ def pd_health(before: dict, after: dict, *, instance_type: str) -> dict:
         "verdict": "healthy", "ok": True, "messages": [],
         "external_kv_tokens": external, "decode_recomputed_tokens": recomputed, "prefill_tokens": prefill_tokens,
         "nixl_transfers": transfers, "nixl_bytes": moved, "nixl_seconds": round(seconds, 6),
+        "nixl_bytes_range": [span[0], span[1] if math.isfinite(span[1]) else None],
         "mean_transfer_bytes": (moved / transfers) if transfers else None,
         "throughput_gbps": round(gbps, 4) if gbps is not None else None,
         "link_gbps": link, "efa": bool(instance and instance.has_efa), "failed_transfers": failed,
@@ -56,7 +60,8 @@ def pd_health(before: dict, after: dict, *, instance_type: str) -> dict:
         verdict("decode_only", f"Decode computed {recomputed:g} prompt tokens itself and received none "
                                f"through KV transfer ({moved:g} NIXL bytes): the deployment is "
                                "effectively decode-only and prefill adds only cost. Check the kv_transfer_config "
-                               "(NixlConnector, kv_role kv_both) on both stages and that they can reach each other.")
+                               "(NixlConnector, kv_producer on prefill and kv_consumer on decode) and that the "
+                               "stages can reach each other.")
     elif not moved:
         verdict("unconfirmed", f"Decode took {external:g} prompt tokens from KV transfer, but NIXL reported no "
                                "bytes moved: check that the engines export NIXL metrics (log_engine_metrics).")
@@ -74,7 +79,15 @@ def pd_health(before: dict, after: dict, *, instance_type: str) -> dict:
                                  "(kv_connector_extra_config.backends) or the pods lack vpc.amazonaws.com/efa "
                                  "resources and hugepages.")
     if result["ok"]:
-        thr = f" at {gbps:.3f} Gbit/s" if gbps is not None else ""
+        thr = f" at about {gbps:.3f} Gbit/s" if gbps is not None else ""
         msgs.insert(0, f"KV came from prefill: {external:g} prompt tokens over {transfers} NIXL transfers "
-                       f"({moved:g} bytes){thr}.")
+                       f"({_span_text(span)}){thr}. Ray exports NIXL's sizes and times as histogram buckets, "
+                       "so bytes are known to the bucket and the rate is an estimate.")
     return result
+
+
+def _span_text(span: tuple[float, float]) -> str:
+    lo, hi = span
+    if not math.isfinite(hi):
+        return f"over {lo:,.0f} bytes"
+    return f"{lo:,.0f}–{hi:,.0f} bytes"

@@ -5,11 +5,10 @@ import math
 import os
 from dataclasses import asdict, dataclass
 
-from deployments.catalog import INSTANCE_TYPES
+from deployments.catalog import INSTANCE_TYPES, RUNTIMES
 from deployments.spec import LOCAL_PATH, DeploymentSpec, PoolSpec, SpecError, spec_parse
 
 GIB = 1024**3
-KV_BLOCK_TOKENS = 16  # vLLM's default block size; NIXL moves whole blocks
 CPU_KV_SPACE_GIB = 1  # VLLM_CPU_KVCACHE_SPACE on the local target
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4, "float8": 1, "fp8": 1}
 LINK_TIGHT = 0.5  # share of the link the expected KV traffic may take before the plan warns
@@ -130,10 +129,11 @@ def plan(facts: ModelFacts, spec: DeploymentSpec, *, assumed_itl_ms: float = 30.
                  f"{facts.head_dim} head dim × {b} B ({dtype}) = {kv_tok:,} B.")
     pools = {n: _pool_plan(n, getattr(spec, n), facts, spec, b, lines) for n in ("prefill", "decode")}
     load = spec.expected_load
-    blocks = math.ceil(load.mean_prompt_tokens / KV_BLOCK_TOKENS)
-    kv_req = blocks * KV_BLOCK_TOKENS * pools["prefill"]["kv_bytes_per_token"]
+    block = RUNTIMES[spec.runtime].kv_block_tokens  # NIXL moves whole blocks of the engine's block size
+    blocks = math.ceil(load.mean_prompt_tokens / block)
+    kv_req = blocks * block * pools["prefill"]["kv_bytes_per_token"]
     lines.append(f"KV moved per request: {load.mean_prompt_tokens:,} prompt tokens → {blocks:,} blocks of "
-                 f"{KV_BLOCK_TOKENS} = {blocks * KV_BLOCK_TOKENS:,} tokens × "
+                 f"{block} (the engine's block size) = {blocks * block:,} tokens × "
                  f"{pools['prefill']['kv_bytes_per_token']:,} B = {kv_req:,} B.")
     pi, di = INSTANCE_TYPES[spec.prefill.instance_type], INSTANCE_TYPES[spec.decode.instance_type]
     need_gbps = kv_req * load.requests_per_second * 8 / 1e9
@@ -188,8 +188,8 @@ def plan(facts: ModelFacts, spec: DeploymentSpec, *, assumed_itl_ms: float = 30.
     return {
         "model": asdict(facts) | {"dtype_bytes": b},
         "kv_bytes_per_token": kv_tok,
-        "kv_block_tokens": KV_BLOCK_TOKENS,
-        "kv_tokens_per_request": blocks * KV_BLOCK_TOKENS,
+        "kv_block_tokens": block,
+        "kv_tokens_per_request": blocks * block,
         "kv_bytes_per_request": kv_req,
         "pools": pools,
         "bandwidth": {"needed_gbps": round(need_gbps, 4), "link_gbps": link, "efa": efa,

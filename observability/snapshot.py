@@ -131,9 +131,8 @@ def _hist_increase(before: dict | None, after: dict) -> Hist:
     cumulative = sorted(((_le(le), v - base["le"].get(le, 0)) for le, v in after["le"].items()))
     h, prev = Hist(), 0.0
     for bound, cum in cumulative:
-        n = int(round(cum - prev))
-        if n:
-            h.buckets[bound * factor if not math.isinf(bound) else math.inf] = n
+        # Empty buckets are kept: they are the lower bounds of the next ones.
+        h.buckets[bound * factor if not math.isinf(bound) else math.inf] = int(round(cum - prev))
         prev = cum
     h.count = int(round(after["count"] - base["count"]))
     h.sum = (after["sum"] - base["sum"]) * factor

@@ -38,8 +38,12 @@ def rollup_gateway_timings() -> int:
 
 @shared_task(ignore_result=True)
 def prune_rollups() -> int:
-    """Beat (hourly): delete rollups older than TANDEM_ROLLUP_RETENTION_DAYS (default 14)."""
-    return rollups_prune(now=timezone.now())
+    """Beat (hourly): delete rollups older than TANDEM_ROLLUP_RETENTION_DAYS (default 14) and conformance runs
+    older than TANDEM_CONFORMANCE_RETENTION_DAYS (default 30; each deployment's latest run stays)."""
+    from observability.conformance.runner import conformance_runs_prune
+
+    now = timezone.now()
+    return rollups_prune(now=now) + conformance_runs_prune(now=now)
 
 
 @shared_task(acks_late=True, ignore_result=True)

@@ -6,7 +6,7 @@ import time
 from django.conf import settings
 from django.utils import timezone
 
-from deployments.conditions import condition_set
+from deployments.conditions import condition_set, endpoint_ready
 from deployments.lifecycle import Status
 from deployments.models import Deployment
 from deployments.services.events import event_record
@@ -27,10 +27,12 @@ class _Pass:
     def __init__(self, d: Deployment):
         self.d = d
         self.conditions = list(d.conditions)
+        self.updates: dict[str, dict] = {}  # the conditions this pass set, merged into the row when written
 
     def cond(self, type, ok, reason, message=""):
-        self.conditions = condition_set(self.conditions, type=type, status=ok, reason=reason, message=message,
-                                        generation=self.d.generation, now=timezone.now())
+        update = {"status": ok, "reason": reason, "message": message, "generation": self.d.generation}
+        self.updates[type] = update
+        self.conditions = condition_set(self.conditions, type=type, now=timezone.now(), **update)
 
     def step(self, kind: str, fn):
         """Run one step; write an event with its duration when its outcome differs from the last one."""
@@ -141,7 +143,10 @@ def _run(p: _Pass) -> float | None:
         _write(p, endpoint_url=observed.endpoint_url)
         return requeue
     answers = p.step("endpoint", lambda: target.endpoint_answers(d, observed))
-    p.cond("EndpointReady", answers.ready, "Answering" if answers.ready else "NotAnswering", answers.message)
+    # Read the conformance result as it is now: a run may have finished since this pass loaded the row.
+    checked = Deployment.objects.values_list("conditions", flat=True).get(pk=d.pk)
+    ready = endpoint_ready(checked, generation=d.generation, answers=answers.ready, message=answers.message)
+    p.cond("EndpointReady", ready["status"], ready["reason"], ready["message"])
     _write(p, endpoint_url=observed.endpoint_url, observed_generation=d.generation if answers.ready else d.observed_generation)
     if not answers.ready:
         return requeue
@@ -165,4 +170,4 @@ def _apply(target, d, desired) -> Step:
 
 
 def _write(p: _Pass, **fields) -> None:  # 9 write status if changed
-    deployment_observe(deployment_id=p.d.pk, conditions=p.conditions, **fields)
+    deployment_observe(deployment_id=p.d.pk, condition_updates=p.updates, **fields)

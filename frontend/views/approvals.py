@@ -2,7 +2,7 @@
 from django.contrib.auth.decorators import login_required
 
 from deployments import selectors
-from deployments.spec import spec_gpus
+from deployments.spec import spec_as_input, spec_gpus
 from frontend import planning
 from frontend.views.base import render_page
 
@@ -13,13 +13,14 @@ def approval_queue(request):
     items = []
     for d in selectors.deployments_awaiting_approval_by(request.user).order_by("created_at"):
         spec = d.proposed_spec or d.spec
-        plan, note = planning.plan(planning.spec_input_from_stored(spec))
+        spec_input = spec_as_input(spec)
+        plan, note = planning.plan(spec_input)
         if plan is None and note.startswith("Enter the model facts"):
             note = ("No capacity plan: the request does not carry the model's config.json facts and its weights "
                     "cannot be read from here. GPUs, quota and cost are below.")
         items.append({
             "d": d, "spec": spec, "is_update": d.proposed_spec is not None, "current_gpus": spec_gpus(d.spec),
-            "plan": plan, "plan_note": note, "cost": planning.hourly_cost(planning.spec_input_from_stored(spec)),
+            "plan": plan, "plan_note": note, "cost": planning.hourly_cost(spec_input),
             "quota": planning.quota_view(team=d.team, gpus=spec_gpus(spec), exclude_id=d.pk),
         })
     return render_page(request, "approvals/queue.html", {"items": items})

@@ -6,9 +6,10 @@ import time
 import httpx
 from django.conf import settings
 from django.db import transaction
+from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
-from deployments.conditions import condition_set
+from deployments.conditions import condition_get, condition_set, endpoint_ready
 from deployments.models import ApiKey, Deployment
 from deployments.services.api_keys import api_key_revoke
 from deployments.services.credentials import credential_mint
@@ -62,7 +63,8 @@ def _snapshot_after(d: Deployment, client: httpx.Client, before: dict) -> tuple[
 def conformance_run_for_deployment(*, deployment_id: int, gateway_base_url: str,
                                    http: httpx.Client | None = None) -> ConformanceRun:
     """Run the suite through the gateway and record it. A failing check leaves the deployment running, with
-    ConformancePassed False and an event naming the failed checks."""
+    ConformancePassed False and an event naming the failed checks. The first run of a generation opens
+    EndpointReady (and with it the gateway, for users' keys)."""
     d = Deployment.objects.select_related("team", "cluster").get(pk=deployment_id)
     started = timezone.now()
     own_http = http is None
@@ -95,12 +97,29 @@ def conformance_run_for_deployment(*, deployment_id: int, gateway_base_url: str,
                                              for i, r in enumerate(results))
         fresh = Deployment.objects.select_for_update().get(pk=d.pk)
         message = summary if health.get("ok") is not False else f"{summary} {' '.join(health['messages'])}"
-        conditions = condition_set(fresh.conditions, type="ConformancePassed", status=not failed,
-                                   reason="AllChecksPassed" if not failed else "ChecksFailed", message=message,
-                                   generation=fresh.generation, now=timezone.now())
-        deployment_observe(deployment_id=d.pk, conditions=conditions)
+        updates = {"ConformancePassed": {"status": not failed, "reason": "AllChecksPassed" if not failed
+                                         else "ChecksFailed", "message": message, "generation": d.generation}}
+        waiting = condition_get(fresh.conditions, "EndpointReady") or {}
+        if waiting.get("reason") == "ConformancePending" and fresh.generation == d.generation:
+            # The reconciler saw the endpoint answer and was waiting for this run: open it now, not a pass later.
+            checked = condition_set(fresh.conditions, type="ConformancePassed", now=timezone.now(),
+                                    **updates["ConformancePassed"])
+            updates["EndpointReady"] = {**endpoint_ready(checked, generation=d.generation, answers=True),
+                                        "generation": d.generation}
+        deployment_observe(deployment_id=d.pk, condition_updates=updates)
         if failed or health.get("ok") is False:
             event_record(kind="conformance_warning", deployment=d, message=message)
         else:
             event_record(kind="conformance_passed", deployment=d, message=message)
     return run
+
+
+def conformance_runs_prune(*, now: dt.datetime, keep_days: int | None = None) -> int:
+    """Delete runs older than TANDEM_CONFORMANCE_RETENTION_DAYS (default 30), keeping each deployment's latest
+    run whatever its age (it is the one the deployment page shows); returns runs deleted."""
+    keep = keep_days if keep_days is not None else settings.TANDEM_CONFORMANCE_RETENTION_DAYS
+    latest = ConformanceRun.objects.filter(deployment=OuterRef("deployment")).order_by("-started_at", "-id")
+    old = (ConformanceRun.objects.filter(started_at__lt=now - dt.timedelta(days=keep))
+           .exclude(pk=Subquery(latest.values("pk")[:1])))
+    return ConformanceRun.objects.filter(pk__in=list(old.values_list("pk", flat=True))).delete()[1].get(
+        "observability.ConformanceRun", 0)

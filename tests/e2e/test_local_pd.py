@@ -11,12 +11,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from rest_framework.test import APIClient
 
 from bench.local_pd_latency import compare_latency
+from deployments.conditions import condition_get
 from deployments.models import Cluster, Deployment, Membership
 from gateway.models import RequestRecord
 from gateway.tasks import drain_request_records
 from observability.models import ConformanceRun
 from observability.planner import plan_for_spec
-from observability.scraper import scrape_deployment
+from observability.scraper import scrape_deployment, scrape_snapshot
+from observability.snapshot import snapshot_increase
 from tests.e2e.conftest import MODEL
 from tests.factories import MembershipFactory, TeamFactory, local_spec_input
 from tests.support.processes import Worker, start_gateway, wait_for, worker_environment
@@ -50,6 +52,12 @@ def next_counters(state: dict, previous: dict) -> dict | None:
     """The KV counters once a new NIXL transfer shows in them (None until then)."""
     now = kv_counters(state["metrics_url"])
     return now if now["nixl_transfers"] > previous["nixl_transfers"] else None
+
+
+def kv_moved(d: Deployment, http: httpx.Client, before: dict):
+    """Decode's NIXL byte histogram since `before`, once a transfer shows in it (None until then)."""
+    hist = snapshot_increase(before, scrape_snapshot(d, client=http)).hist.get(("kv_bytes", "decode"))
+    return hist if hist and hist.count else None
 
 
 def status_of(pk: int) -> str:
@@ -97,11 +105,16 @@ def test_pd_deployment_end_to_end(transactional_db, redis_client, local_ray, tmp
         checks = {c.name: (c.passed, c.evidence) for c in run.checks.all()}
         assert run.passed, checks
         assert run.pd_health["ok"] is True, run.pd_health
+        # Its result opened the endpoint: users' keys were held back until now.
+        ready = condition_get(Deployment.objects.get(pk=pk).conditions, "EndpointReady")
+        assert ready["status"] == "True" and ready["reason"] == "Answering", ready
 
         # The member creates an API key; the official client changes only base_url and api_key.
         api.force_authenticate(member)
         secret = api.post("/api/v1/api-keys/", {"team": team.slug, "name": "e2e"}, format="json").json()["secret"]
         client = OpenAI(base_url=f"{gateway.base_url}/v1", api_key=secret, max_retries=0, timeout=120)
+        # Gateways cache routes for 2 s: the model shows in the user's /v1/models once they see it open.
+        wait_for(lambda: [m.id for m in client.models.list().data] == ["tiny-llama"], timeout=10, what="opened")
         before = kv_counters(local_ray["metrics_url"])
         chat = client.chat.completions.create(model="tiny-llama", max_tokens=12,
                                               messages=[{"role": "user", "content": "Say hello."}])
@@ -120,11 +133,22 @@ def test_pd_deployment_end_to_end(transactional_db, redis_client, local_ray, tmp
         assert after["external_kv_tokens"] - after_chat["external_kv_tokens"] >= usage.prompt_tokens
         moved = after["nixl_bytes"] - after_chat["nixl_bytes"]
         assert moved > 0 and after["nixl_transfers"] - after_chat["nixl_transfers"] == 1
-        planned = plan_for_spec({**spec, "expected_load": {"mean_prompt_tokens": usage.prompt_tokens}},
-                                None)["kv_bytes_per_request"]
-        # Recorded, not asserted: on vLLM's CPU backend NIXL's byte count moves in steps (81,920 B for prompts of
-        # 20-128 tokens, 327,680 B for 200-260, always 5 descriptors), which the planner does not model yet.
-        print(f"KV per request: planner {planned} B, NIXL {moved:.0f} B for {usage.prompt_tokens} prompt tokens")
+        # The planner's KV bytes per request against NIXL's own count. Ray exports NIXL's sizes as histogram
+        # buckets (its `_sum` is bucket midpoints), so the check is to the bucket, at a bucket edge: with whole
+        # 128-token blocks of 1,024 B/token, a 128-token prompt moves exactly 131,072 B (the top of (32 KiB,
+        # 128 KiB]) and a 129-token one 262,144 B (inside (128 KiB, 512 KiB]). Each prompt's tokens are its own,
+        # so decode's prefix cache cannot shorten the transfer.
+        d, http = Deployment.objects.get(pk=pk), httpx.Client(timeout=10)
+        for tokens, offset in ((128, 11), (129, 17)):
+            before_kv = scrape_snapshot(d, client=http)
+            client.completions.create(model="tiny-llama", prompt=[5 + (i * 7 + offset) % 1000 for i in range(tokens)],
+                                      max_tokens=1)
+            moved = wait_for(lambda: kv_moved(d, http, before_kv), timeout=90, every=2, what="the prompt's KV")
+            lo, hi = moved.bounds_range()
+            planned = plan_for_spec({**spec, "expected_load": {"mean_prompt_tokens": tokens}},
+                                    None)["kv_bytes_per_request"]
+            print(f"{tokens}-token prompt: planner {planned:,} B; NIXL's transfer in ({lo:,.0f}, {hi:,.0f}] B")
+            assert moved.count == 1 and lo < planned <= hi, (tokens, planned, moved.buckets)
 
         # Usage is recorded for the key, matching what upstream counted.
         wait_for(lambda: drain_request_records() or RequestRecord.objects.filter(api_key__name="e2e").count() >= 2,

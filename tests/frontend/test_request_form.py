@@ -99,34 +99,21 @@ def test_plan_panel_shows_gpus_against_quota_and_cost(signed_in, member, cluster
     assert "$31.48" in body  # 3 × g6e.12xlarge at $10.493/h
 
 
-def test_plan_panel_renders_the_planners_answer_generically(signed_in, member, cluster, htmx_headers, monkeypatch):
-    """The planner is a colleague's module; the panel renders whatever keys it returns."""
-    from frontend import planning
+LLAMA_8B_FACTS = {"fact_num_hidden_layers": "32", "fact_hidden_size": "4096", "fact_num_attention_heads": "32",
+                  "fact_num_key_value_heads": "8", "fact_head_dim": "128", "fact_param_count": "8030261248"}
 
-    seen = {}
 
-    def fake_plan_for_spec(spec_input, model_facts):
-        seen.update(spec=spec_input, facts=model_facts)
-        return {"verdict": "Fits on one node: PD only adds overhead.", "kv_bytes_per_token": 131072,
-                "weight_memory_per_gpu_gib": 3.74, "hourly_cost_usd": 20.99,
-                "arithmetic": ["kv = 2 × 32 layers × 8 heads × 128 × 2 B = 131072 B"]}
-
-    monkeypatch.setattr(planning, "_planner", lambda: fake_plan_for_spec)
-    body = signed_in(member).post(VALIDATE, form_data(cluster, fact_num_hidden_layers="32"),
+def test_plan_panel_shows_the_plan_with_its_arithmetic(signed_in, member, cluster, htmx_headers):
+    body = signed_in(member).post(VALIDATE, form_data(cluster, **LLAMA_8B_FACTS),
                                   headers=htmx_headers("plan-panel")).content.decode()
-    assert seen["spec"]["model"] == {"id": "llama-3-8b", "source": "s3://models/llama-3-8b"}
-    assert seen["facts"] == {"num_hidden_layers": 32}
-    assert "Fits on one node: PD only adds overhead." in body
-    assert "KV bytes per token" in body and "128.00 KiB" in body and "$20.99" in body
-    assert "<code>kv = 2 × 32 layers × 8 heads × 128 × 2 B = 131072 B</code>" in body
+    assert "KV bytes per token" in body and "128.00 KiB" in body
+    assert ("<code>KV per token = 2 (K and V) × 32 layers × 8 KV heads × 128 head dim × 2 B (bfloat16) = "
+            "131,072 B.</code>") in body
 
 
-def test_without_a_planner_the_panel_says_so(signed_in, member, cluster, htmx_headers, monkeypatch):
-    from frontend import planning
-
-    monkeypatch.setattr(planning, "_planner", lambda: None)
+def test_without_model_facts_the_panel_says_what_to_enter(signed_in, member, cluster, htmx_headers):
     body = signed_in(member).post(VALIDATE, form_data(cluster), headers=htmx_headers()).content.decode()
-    assert "planner is not installed yet" in body
+    assert "Enter the model facts below" in body and "128.00 KiB" not in body
 
 
 def test_edit_a_pending_request(signed_in, member, deployment):

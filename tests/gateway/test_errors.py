@@ -7,7 +7,7 @@ import openai
 import pytest
 from django.utils import timezone
 
-from tests.gateway.conftest import start_gateway
+from tests.gateway.conftest import start_gateway, wait_until
 from tests.support.processes import free_port
 
 
@@ -153,6 +153,30 @@ def test_503_when_the_deployment_is_not_running(world, gateway, status, endpoint
     world.deployment("m", status=status, endpoint=endpoint)
     _, raw = world.key()
     assert_openai_error(post(gateway, raw, {"model": "m", **CHAT}), 503, "deployment_not_running")
+
+
+def test_users_wait_for_the_first_conformance_run_while_tandem_checks_the_endpoint(world, gateway):
+    """Serve answers, but the endpoint is not the users' until the suite has checked it; the suite's own
+    service key gets through, and the run's result opens it for everyone."""
+    from deployments.conditions import condition_set
+    from observability.conformance.runner import service_key_mint
+
+    d = world.deployment("m")
+    d.conditions = condition_set([], type="EndpointReady", status=False, reason="ConformancePending",
+                                 generation=d.generation, now=timezone.now())
+    d.save()
+    _, raw = world.key()
+    error = assert_openai_error(post(gateway, raw, {"model": "m", **CHAT}), 503, "endpoint_checking")
+    assert "checking its OpenAI behaviour" in error["message"]
+    assert httpx.get(gateway.base_url + "/v1/models", headers={"Authorization": f"Bearer {raw}"}).json()["data"] == []
+    _, service_raw = service_key_mint(deployment=d)
+    assert post(gateway, service_raw, {"model": "m", **CHAT}).status_code == 200
+
+    # The run finished (a failed check opens it too, with a warning on the deployment).
+    d.conditions = condition_set(d.conditions, type="ConformancePassed", status=False, reason="ChecksFailed",
+                                 generation=d.generation, now=timezone.now())
+    d.save()
+    assert wait_until(lambda: post(gateway, raw, {"model": "m", **CHAT}).status_code == 200, timeout=6)
 
 
 def test_503_when_the_ray_token_cannot_be_resolved(world, gateway):

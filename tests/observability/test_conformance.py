@@ -2,11 +2,16 @@
 deployment through it (service key, PD health, condition, API)."""
 import pytest
 
-from deployments.conditions import condition_true
+import datetime as dt
+
+from django.utils import timezone
+
+from deployments.conditions import condition_get, condition_set, condition_true
 from deployments.models import ApiKey, Event
 from deployments.services.credentials import credential_check
 from deployments.spec import spec_parse
-from observability.conformance.runner import conformance_run_for_deployment
+from observability.conformance.runner import conformance_run_for_deployment, conformance_runs_prune
+from observability.models import ConformanceRun
 from observability.conformance.suite import CHECK_NAMES, conformance_run
 from tests.factories import ClusterFactory, DeploymentFactory, local_spec_input
 from tests.observability.helpers import fixture
@@ -48,8 +53,13 @@ def ray_deployment(team):
     def make(metrics_url: str):
         cluster = ClusterFactory(kind="ray", config={"dashboard_url": "http://127.0.0.1:8265",
                                                      "metrics_url": metrics_url})
-        return DeploymentFactory(team=team, cluster=cluster, status="running",
-                                 spec=spec_parse(local_spec_input(), target_kind="ray").to_dict())
+        d = DeploymentFactory(team=team, cluster=cluster, status="running",
+                              spec=spec_parse(local_spec_input(), target_kind="ray").to_dict())
+        # As the reconciler leaves it: Serve answers, users wait for this run.
+        d.conditions = condition_set([], type="EndpointReady", status=False, reason="ConformancePending",
+                                     generation=d.generation, now=timezone.now())
+        d.save()
+        return d
     return make
 
 
@@ -63,6 +73,7 @@ def test_run_for_deployment_records_checks_health_and_condition(ray_deployment, 
     assert run_.pd_health["verdict"] == "healthy" and run_.pd_health["nixl_bytes"] == 737_280
     d.refresh_from_db()
     assert d.status == "running" and condition_true(d.conditions, "ConformancePassed")
+    assert condition_get(d.conditions, "EndpointReady")["reason"] == "Answering"  # the run opened the endpoint
     # The suite used a minted, deployment-scoped key that no longer works.
     raw = {k.removeprefix("Bearer ") for k in m.seen_keys if k.startswith("Bearer tdm_")}
     assert len(raw) == 1
@@ -80,6 +91,9 @@ def test_a_failing_check_leaves_the_deployment_running_with_a_warning(ray_deploy
     assert not run_.passed and run_.pd_health["verdict"] == "decode_only"
     d.refresh_from_db()
     assert d.status == "running" and not condition_true(d.conditions, "ConformancePassed")
+    ready = condition_get(d.conditions, "EndpointReady")  # open, but with the warning on it
+    assert ready["status"] == "True" and ready["reason"] == "AnsweringWithWarnings"
+    assert "error_unknown_model" in ready["message"]
     warning = Event.objects.get(deployment=d, kind="conformance_warning")
     assert "error_unknown_model" in warning.message and "decode-only" in warning.message
 
@@ -96,3 +110,17 @@ def test_conformance_api_is_for_the_team_only(ray_deployment, api):
     d = ray_deployment("http://127.0.0.1:9/metrics")
     api.force_authenticate(UserFactory())
     assert api.get(f"/api/v1/deployments/{d.pk}/conformance/").status_code == 404
+
+
+def test_old_runs_are_pruned_but_each_deployments_latest_stays(ray_deployment):
+    a, b = ray_deployment("http://127.0.0.1:9/metrics"), ray_deployment("http://127.0.0.1:9/metrics")
+    now = timezone.now()
+
+    def at(d, days):
+        return ConformanceRun.objects.create(deployment=d, started_at=now - dt.timedelta(days=days),
+                                             base_url="http://gw/v1", model=MODEL).pk
+
+    old_a, latest_a, recent_b, only_old_b = at(a, 45), at(a, 40), at(b, 2), at(b, 50)
+    assert conformance_runs_prune(now=now, keep_days=30) == 2
+    assert set(ConformanceRun.objects.values_list("pk", flat=True)) == {latest_a, recent_b}
+    assert not {old_a, only_old_b} & set(ConformanceRun.objects.values_list("pk", flat=True))

@@ -21,3 +21,11 @@ def test_json_round_trip_and_merge():
     assert a.to_json() == {"bounds": [2, 5, 10], "counts": [1, 1, 1, 1], "sum": 411, "count": 4}
     b = Hist.from_json(a.to_json()).add(Hist.from_values([4], [2, 5, 10]))
     assert b.buckets == {2: 1, 5: 2, 10: 1, math.inf: 1} and b.count == 5
+
+
+def test_bounds_range_is_what_the_buckets_know_of_the_sum():
+    """Ray exports `_sum` as bucket midpoints; the buckets bound the true sum. Empty buckets still give the next
+    one its lower bound, and an observation in +Inf leaves the top open."""
+    h = Hist({32768.0: 0, 131072.0: 1, 524288.0: 2, math.inf: 0}, sum=81920 + 2 * 327680, count=3)
+    assert h.bounds_range() == (32768 + 2 * 131072, 131072 + 2 * 524288)
+    assert Hist({10.0: 1, math.inf: 1}, count=2).bounds_range() == (10.0, math.inf)

@@ -103,18 +103,23 @@ def test_no_efa_is_named():
     assert any("No EFA" in w for w in p["warnings"])
 
 
-def test_tiny_model_matches_what_nixl_moved_for_a_66_token_prompt(tmp_path):
-    """FACTS.md: NIXL moved 81,920 B for a 66-token prompt: 80 tokens × 1,024 B; facts read from config.json."""
+@pytest.mark.parametrize(("prompt_tokens", "nixl_bytes"), [
+    (20, 131_072), (130, 262_144), (260, 393_216), (390, 524_288), (520, 655_360)])
+def test_tiny_model_matches_what_nixl_moved_on_the_cpu_engine(tmp_path, prompt_tokens, nixl_bytes):
+    """What NIXL's own transfer telemetry (totalBytes) said per request on the local target, read in the decode
+    engine: vLLM's CPU build uses 128-token blocks, 2 layer regions of 65,536 B per block. (Ray's exported
+    `_sum` is a bucket midpoint, so it cannot give these figures; see test_pd_health's bucket check.)"""
     (tmp_path / "config.json").write_text(json.dumps({
         "num_hidden_layers": 2, "hidden_size": 128, "num_attention_heads": 2, "num_key_value_heads": 2,
         "head_dim": 64, "intermediate_size": 256, "vocab_size": 512, "torch_dtype": "bfloat16"}))
     spec = local_spec_input(model={"id": "tiny-llama", "source": str(tmp_path)},
-                            expected_load={"requests_per_second": 1, "mean_prompt_tokens": 66,
+                            engine={"max_model_len": 1024, "dtype": "bfloat16"},
+                            expected_load={"requests_per_second": 1, "mean_prompt_tokens": prompt_tokens,
                                            "mean_output_tokens": 32})
     p = plan_for_spec(spec, None)
     assert p["model"]["facts_from"] == f"{tmp_path}/config.json"
-    assert p["kv_bytes_per_token"] == 1024
-    assert p["kv_tokens_per_request"] == 80 and p["kv_bytes_per_request"] == 81_920
+    assert p["kv_bytes_per_token"] == 1024 and p["kv_block_tokens"] == 128
+    assert p["kv_bytes_per_request"] == nixl_bytes
     assert p["bandwidth"]["link_gbps"] == 0 and p["hourly_usd"] == 0
 
 

@@ -2,6 +2,7 @@
 deployments onto the emulated Kubernetes cluster (with its stand-in KubeRay), through faults and a SIGKILL."""
 import pytest
 
+from deployments.conditions import condition_get, condition_true
 from deployments.lifecycle import Status
 from deployments.models import Deployment, Membership
 from deployments.services.lifecycle import deployment_approve, deployment_delete, deployment_request, deployment_update
@@ -31,6 +32,11 @@ def _status(d) -> str:
     return Deployment.objects.get(pk=d.pk).status
 
 
+def _ready(d):
+    d = Deployment.objects.get(pk=d.pk)
+    return d if condition_true(d.conditions, "EndpointReady") else None
+
+
 def _kinds(d) -> list[str]:
     return list(Deployment.objects.get(pk=d.pk).events.order_by("created_at", "id").values_list("kind", flat=True))
 
@@ -52,7 +58,12 @@ def test_approval_drives_the_deployment_to_running_with_step_events(people, k8s_
     assert d.endpoint_url == "http://llama-endpoint.tandem-ml-research.svc.cluster.local:8000"
     assert d.observed_generation == d.generation
     assert {c["type"] for c in d.conditions if c["status"] == "True"} >= {
-        "Approved", "NodePoolsReady", "Applied", "ServeRunning", "EndpointReady"}
+        "Approved", "NodePoolsReady", "Applied", "ServeRunning"}
+    # The endpoint opens to users only once the conformance suite has run (here through no gateway at all, so
+    # every check fails: open, with the warning on it).
+    d = wait_for(lambda: _ready(d), timeout=60, what="EndpointReady")
+    assert d.conformance_runs.count() == 1 and not condition_true(d.conditions, "ConformancePassed")
+    assert condition_get(d.conditions, "EndpointReady")["reason"] == "AnsweringWithWarnings"
     applied = d.events.get(kind="applied")
     assert applied.duration_ms is not None and "created RayService" in applied.message
     assert len(emulator.rayservices()) == 1

@@ -3,6 +3,7 @@ import time
 
 from django.core.management.base import BaseCommand, CommandError
 
+from deployments.conditions import condition_true
 from deployments.lifecycle import Status
 from deployments.local_setup import client_snippet, demo_deployment_start, demo_key_create
 
@@ -11,7 +12,8 @@ class Command(BaseCommand):
     help = "Request, approve and wait for the demo PD deployment; print an API key and an openai snippet."
 
     def add_arguments(self, parser):
-        parser.add_argument("--wait", type=int, default=600, help="Seconds to wait for `running`.")
+        parser.add_argument("--wait", type=int, default=600,
+                            help="Seconds to wait for `running` and the conformance check.")
 
     def handle(self, *args, wait, **options):
         d = demo_deployment_start()
@@ -23,13 +25,13 @@ class Command(BaseCommand):
             if step != last:
                 self.stdout.write(f"  {d.status:<13} {step[0]}: {step[1][:120]}" if step else f"  {d.status}")
                 last = step
-            if d.status == Status.RUNNING:
-                break
+            if d.status == Status.RUNNING and condition_true(d.conditions, "EndpointReady"):
+                break  # running, and the conformance suite has checked it (users' keys are let in from now)
             if d.status == Status.FAILED:
                 raise CommandError(f"The demo deployment failed: {d.status_reason}")
             time.sleep(2)
         else:
             raise CommandError(f"The demo deployment is still {d.status} after {wait} s; see var/worker.log")
         key = demo_key_create()
-        self.stdout.write("The deployment is running. An API key, shown only now:\n")
+        self.stdout.write("The deployment is running and checked. An API key, shown only now:\n")
         self.stdout.write(client_snippet(api_key=key, model=d.model_id))
