@@ -7,7 +7,7 @@ import logging
 
 from deployments.catalog import INSTANCE_TYPES
 from deployments.services.quota import team_gpus_held
-from deployments.spec import SpecError
+from deployments.spec import SpecError, spec_as_input
 from observability.planner import plan_for_spec
 
 log = logging.getLogger(__name__)
@@ -25,6 +25,27 @@ def plan(spec_input: dict, model_facts: dict | None = None) -> tuple[dict | None
     except Exception as e:  # a half-typed spec (e.g. a string where a number goes) must not break the form
         log.info("planner refused the spec: %s", e)
         return None, f"No plan for this spec yet: {e}"
+
+
+def plan_for_stored(spec: dict) -> tuple[dict | None, str]:
+    """The plan for a stored spec (approvals, the deployment page): facts come from the weights when readable."""
+    plan_, note = plan(spec_as_input(spec))
+    if plan_ is None and note.startswith("Enter the model facts"):
+        note = ("No capacity plan: the request does not carry the model's config.json facts and its weights "
+                "cannot be read from here.")
+    return plan_, note
+
+
+def kv_observed(run) -> str:
+    """What NIXL moved in a conformance run, as far as Ray's histogram buckets tell."""
+    health = (run.pd_health or {}) if run else {}
+    transfers, span = health.get("nixl_transfers"), health.get("nixl_bytes_range")
+    if not transfers or not span:
+        return ""
+    lo, hi = span
+    moved = f"{lo:,.0f}–{hi:,.0f} bytes" if hi is not None else f"over {lo:,.0f} bytes"
+    return (f"NIXL in the last conformance run: {transfers:g} transfers, {moved} in all (Ray exports NIXL's sizes "
+            "as histogram buckets, so bytes are known to the bucket).")
 
 
 def gpus_of(spec_input: dict) -> int:

@@ -14,10 +14,8 @@ def approval_queue(request):
     for d in selectors.deployments_awaiting_approval_by(request.user).order_by("created_at"):
         spec = d.proposed_spec or d.spec
         spec_input = spec_as_input(spec)
-        plan, note = planning.plan(spec_input)
-        if plan is None and note.startswith("Enter the model facts"):
-            note = ("No capacity plan: the request does not carry the model's config.json facts and its weights "
-                    "cannot be read from here. GPUs, quota and cost are below.")
+        plan, note = planning.plan_for_stored(spec)
+        note = f"{note} GPUs, quota and cost are below." if plan is None else note
         items.append({
             "d": d, "spec": spec, "is_update": d.proposed_spec is not None, "current_gpus": spec_gpus(d.spec),
             "plan": plan, "plan_note": note, "cost": planning.hourly_cost(spec_input),

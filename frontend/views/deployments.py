@@ -9,13 +9,14 @@ from django.views.decorators.http import require_http_methods, require_POST
 from django_htmx.http import HttpResponseStopPolling
 
 from deployments import selectors
-from deployments.conditions import CONDITION_TYPES
+from deployments.conditions import CONDITION_TYPES, condition_get
 from deployments.errors import ActionError
 from deployments.lifecycle import Status
 from deployments.models import Cluster
 from deployments.services import lifecycle
 from deployments.services.teams import team_role
 from deployments.spec import spec_gpus
+from frontend import planning
 from frontend.views.base import render_page, require_team, team_required
 from frontend.views.status import deployment_state, timeline
 
@@ -62,8 +63,11 @@ def _status_context(d) -> dict:
 def deployment_detail(request, pk: int):
     """One deployment: status, live timeline, endpoint and snippets, health, latency, usage, audit trail."""
     d = _visible(request, pk)
+    plan, plan_note = planning.plan_for_stored(d.spec)
     context = _status_context(d) | {
         "team": d.team, "gpus": spec_gpus(d.spec), "gateway_base_url": settings.TANDEM_GATEWAY_BASE_URL,
+        "endpoint_ready": condition_get(d.conditions, "EndpointReady") or {},
+        "plan": plan, "plan_note": plan_note, "kv_observed": planning.kv_observed(d.conformance_runs.first()),
         "audit": d.events.select_related("actor").order_by("-created_at", "-id"),
         "can_edit": _can_edit(request, d),
         "proposed_gpus": spec_gpus(d.proposed_spec) if d.proposed_spec else None,

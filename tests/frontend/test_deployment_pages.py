@@ -166,3 +166,39 @@ def test_a_service_refusal_is_shown_not_a_500(signed_in, member, deployment):
     response = signed_in(member).post(reverse("frontend:deployment-retry", args=[deployment.pk]), follow=True)
     assert response.status_code == 200
     assert "Only a failed deployment can be retried" in response.content.decode()
+
+
+def test_detail_shows_the_plan_what_nixl_moved_and_that_the_endpoint_is_being_checked(
+        signed_in, member, team, tmp_path):
+    """A local model: the plan reads its config.json; the last conformance run's NIXL bytes sit beside it."""
+    import json
+
+    from django.utils import timezone
+
+    from deployments.conditions import condition_set
+    from deployments.spec import spec_parse
+    from observability.models import ConformanceRun
+    from tests.factories import ClusterFactory, local_spec_input
+
+    (tmp_path / "config.json").write_text(json.dumps({
+        "num_hidden_layers": 2, "hidden_size": 128, "num_attention_heads": 2, "num_key_value_heads": 2,
+        "head_dim": 64, "intermediate_size": 192, "vocab_size": 1024, "torch_dtype": "bfloat16"}))
+    spec = local_spec_input(model={"id": "tiny-llama", "source": str(tmp_path)},
+                            expected_load={"requests_per_second": 1, "mean_prompt_tokens": 260,
+                                           "mean_output_tokens": 32})
+    cluster = ClusterFactory(kind="ray", config={"dashboard_url": "http://127.0.0.1:8265"})
+    d = DeploymentFactory(team=team, cluster=cluster, requested_by=member, name="tiny", status=Status.RUNNING,
+                          spec=spec_parse(spec, target_kind="ray").to_dict())
+    d.conditions = condition_set([], type="EndpointReady", status=False, reason="ConformancePending",
+                                 message="Serve answers; Tandem is checking.", generation=d.generation,
+                                 now=timezone.now())
+    d.save()
+    ConformanceRun.objects.create(deployment=d, started_at=timezone.now(), base_url="http://gw/v1", model="tiny-llama",
+                                  pd_health={"nixl_transfers": 3, "nixl_bytes_range": [98304, 393216]})
+    page = signed_in(member).get(detail(d)).content.decode()
+    assert 'class="badge wait plain" title="Serve answers; Tandem is checking.">checking</span>' in page
+    assert "before your keys are let in" in page
+    plan_card = page.split('data-plan-panel')[1].split("</section>")[0]
+    # 260 prompt tokens → 3 blocks of the CPU engine's 128 tokens × 1,024 B.
+    assert "3 blocks of 128 (the engine&#x27;s block size) = 384 tokens × 1,024 B = 393,216 B." in plan_card
+    assert "NIXL in the last conformance run: 3 transfers, 98,304–393,216 bytes in all" in plan_card
