@@ -136,10 +136,11 @@ def test_pd_deployment_end_to_end(transactional_db, redis_client, local_ray, tmp
         # The planner's KV bytes per request against NIXL's own count. Ray exports NIXL's sizes as histogram
         # buckets (its `_sum` is bucket midpoints), so the check is to the bucket, at a bucket edge: with whole
         # 128-token blocks of 1,024 B/token, a 128-token prompt moves exactly 131,072 B (the top of (32 KiB,
-        # 128 KiB]) and a 129-token one 262,144 B (inside (128 KiB, 512 KiB]). Each prompt's tokens are its own,
+        # 128 KiB]) and a 129-token one 262,144 B (inside (128 KiB, 512 KiB]); a 20-token prompt still moves a
+        # whole block (a 16- or 32-token block would put it in (8 KiB, 32 KiB]). Each prompt's tokens are its own,
         # so decode's prefix cache cannot shorten the transfer.
         d, http = Deployment.objects.get(pk=pk), httpx.Client(timeout=10)
-        for tokens, offset in ((128, 11), (129, 17)):
+        for tokens, offset in ((20, 3), (128, 11), (129, 17)):
             before_kv = scrape_snapshot(d, client=http)
             client.completions.create(model="tiny-llama", prompt=[5 + (i * 7 + offset) % 1000 for i in range(tokens)],
                                       max_tokens=1)
