@@ -6,7 +6,7 @@ import time
 from django.conf import settings
 from django.utils import timezone
 
-from deployments.conditions import condition_set, endpoint_ready
+from deployments.conditions import endpoint_ready
 from deployments.lifecycle import Status
 from deployments.models import Deployment
 from deployments.services.events import event_record
@@ -22,17 +22,14 @@ MAX_BACKOFF = 60.0
 
 
 class _Pass:
-    """State for one pass: the deployment, its conditions and the step events."""
+    """State for one pass: the deployment, the conditions it sets and the step events."""
 
     def __init__(self, d: Deployment):
         self.d = d
-        self.conditions = list(d.conditions)
         self.updates: dict[str, dict] = {}  # the conditions this pass set, merged into the row when written
 
     def cond(self, type, ok, reason, message=""):
-        update = {"status": ok, "reason": reason, "message": message, "generation": self.d.generation}
-        self.updates[type] = update
-        self.conditions = condition_set(self.conditions, type=type, now=timezone.now(), **update)
+        self.updates[type] = {"status": ok, "reason": reason, "message": message, "generation": self.d.generation}
 
     def step(self, kind: str, fn):
         """Run one step; write an event with its duration when its outcome differs from the last one."""

@@ -10,8 +10,9 @@ from deployments.models import Deployment
 def deployment_observe(*, deployment_id: int, condition_updates: dict[str, dict] | None = None, **fields) -> bool:
     """Store observed fields; returns True when anything changed.
 
-    `condition_updates` ({type: condition_set's status, reason, message and generation}) is merged into the conditions as they are now, under
-    the row lock, so the reconciler and the conformance runner never drop each other's conditions."""
+    `condition_updates` ({type: condition_set's status, reason, message and generation}) is merged into the
+    conditions as they are now, under the row lock, so the reconciler and the conformance runner never drop each
+    other's conditions."""
     d = Deployment.objects.select_for_update().get(pk=deployment_id)
     if condition_updates:
         conditions = fields.get("conditions", d.conditions)
