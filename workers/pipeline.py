@@ -150,7 +150,21 @@ def _run(p: _Pass) -> float | None:
     if d.status in (Status.PROVISIONING, Status.UPDATING):
         deployment_transition(deployment=d, to=Status.RUNNING, reason="Serving.")
         _conformance_enqueue(d.pk)
+    elif ready["reason"] == "ConformancePending" and _conformance_overdue(d):
+        # Users wait on this run: if its task failed or was lost, run it again rather than wait for ever.
+        event_record(kind="conformance_requeued", deployment=d,
+                     message=f"No conformance result {settings.TANDEM_CONFORMANCE_OVERDUE_SECONDS} s after the "
+                             "endpoint answered; running the suite again.")
+        _conformance_enqueue(d.pk)
     return None
+
+
+def _conformance_overdue(d: Deployment) -> bool:
+    """The run the endpoint waits for was started (or last retried) longer ago than it can take."""
+    started = (d.events.filter(kind__in=("status_running", "conformance_requeued"))
+               .order_by("-created_at", "-id").values_list("created_at", flat=True).first())
+    limit = settings.TANDEM_CONFORMANCE_OVERDUE_SECONDS
+    return started is not None and (timezone.now() - started).total_seconds() > limit
 
 
 def _conformance_enqueue(deployment_id: int) -> None:

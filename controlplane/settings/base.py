@@ -127,6 +127,8 @@ TANDEM_RECONCILE_REQUEUE_SECONDS = env_float("TANDEM_RECONCILE_REQUEUE_SECONDS",
 TANDEM_STUCK_AFTER_SECONDS = env_int("TANDEM_STUCK_AFTER_SECONDS", 1800)
 TANDEM_ROLLUP_RETENTION_DAYS = env_int("TANDEM_ROLLUP_RETENTION_DAYS", 14)
 TANDEM_CONFORMANCE_RETENTION_DAYS = env_int("TANDEM_CONFORMANCE_RETENTION_DAYS", 30)
+# A running deployment still waiting for its first conformance result this long has its run started again.
+TANDEM_CONFORMANCE_OVERDUE_SECONDS = env_int("TANDEM_CONFORMANCE_OVERDUE_SECONDS", 600)
 # Ray exports engine metrics every few seconds: how long a probe waits for a run's traffic to show.
 TANDEM_METRICS_SETTLE_SECONDS = env_float("TANDEM_METRICS_SETTLE_SECONDS", 30.0)
 

@@ -1,8 +1,10 @@
 """The reconciler end to end: a real Celery worker subprocess on real Redis and PostgreSQL drives approved
 deployments onto the emulated Kubernetes cluster (with its stand-in KubeRay), through faults and a SIGKILL."""
+import time
+
 import pytest
 
-from deployments.conditions import condition_get, condition_true
+from deployments.conditions import condition_get, condition_set, condition_true
 from deployments.lifecycle import Status
 from deployments.models import Deployment, Membership
 from deployments.services.lifecycle import deployment_approve, deployment_delete, deployment_request, deployment_update
@@ -67,6 +69,30 @@ def test_approval_drives_the_deployment_to_running_with_step_events(people, k8s_
     applied = d.events.get(kind="applied")
     assert applied.duration_ms is not None and "created RayService" in applied.message
     assert len(emulator.rayservices()) == 1
+
+
+def test_a_lost_conformance_run_is_started_again_so_users_are_not_held_back_for_ever(
+        people, k8s_cluster, emulator, worker_env):
+    from django.utils import timezone
+
+    from workers.tasks import resync_deployments
+
+    worker = Worker({**worker_env, "TANDEM_CONFORMANCE_OVERDUE_SECONDS": "3"}).start()
+    try:
+        d = _request_and_approve(people, k8s_cluster)
+        d = wait_for(lambda: _ready(d), timeout=60, what="EndpointReady")
+        # As if the first run's task had died before recording anything: no run, no result, users held back.
+        d.conformance_runs.all().delete()
+        d.conditions = condition_set([c for c in d.conditions if c["type"] != "ConformancePassed"],
+                                     type="EndpointReady", status=False, reason="ConformancePending",
+                                     generation=d.generation, now=timezone.now())
+        d.save(update_fields=["conditions"])
+        time.sleep(4)  # past the limit since the deployment started running
+        resync_deployments.delay()  # what beat does every minute
+        d = wait_for(lambda: _ready(d), timeout=60, what="EndpointReady after the retry")
+        assert d.events.filter(kind="conformance_requeued").count() == 1 and d.conformance_runs.count() == 1
+    finally:
+        worker.stop()
 
 
 def test_a_worker_killed_mid_provision_leaves_one_rayservice_and_the_next_worker_converges(
