@@ -8,6 +8,7 @@ import logging
 from deployments.catalog import INSTANCE_TYPES
 from deployments.services.quota import team_gpus_held
 from deployments.spec import SpecError, spec_as_input
+from observability.pd_health import bytes_span_text
 from observability.planner import plan_for_spec
 
 log = logging.getLogger(__name__)
@@ -42,9 +43,7 @@ def kv_observed(run) -> str:
     transfers, span = health.get("nixl_transfers"), health.get("nixl_bytes_range")
     if not transfers or not span:
         return ""
-    lo, hi = span
-    moved = f"{lo:,.0f}–{hi:,.0f} bytes" if hi is not None else f"over {lo:,.0f} bytes"
-    return (f"NIXL in the last conformance run: {transfers:g} transfers, {moved} in all (Ray exports NIXL's sizes "
+    return (f"NIXL in the last conformance run: {transfers:g} transfers, {bytes_span_text(*span)} in all (Ray exports NIXL's sizes "
             "as histogram buckets, so bytes are known to the bucket).")
 
 

@@ -81,13 +81,13 @@ def pd_health(before: dict, after: dict, *, instance_type: str) -> dict:
     if result["ok"]:
         thr = f" at about {gbps:.3f} Gbit/s" if gbps is not None else ""
         msgs.insert(0, f"KV came from prefill: {external:g} prompt tokens over {transfers} NIXL transfers "
-                       f"({_span_text(span)}){thr}. Ray exports NIXL's sizes and times as histogram buckets, "
+                       f"({bytes_span_text(*span)}){thr}. Ray exports NIXL's sizes and times as histogram buckets, "
                        "so bytes are known to the bucket and the rate is an estimate.")
     return result
 
 
-def _span_text(span: tuple[float, float]) -> str:
-    lo, hi = span
-    if not math.isfinite(hi):
+def bytes_span_text(lo: float, hi: float | None) -> str:
+    """A byte range from histogram buckets; no top (None or +Inf) when an observation fell in +Inf."""
+    if hi is None or not math.isfinite(hi):
         return f"over {lo:,.0f} bytes"
     return f"{lo:,.0f}–{hi:,.0f} bytes"
