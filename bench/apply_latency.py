@@ -46,7 +46,7 @@ def main() -> None:
     redis.Redis.from_url(settings.REDIS_URL).flushdb()
 
     from deployments.models import Cluster, Event, Membership
-    from deployments.services.lifecycle import deployment_approve, deployment_request
+    from deployments.services.actions import deployment_approve, deployment_request
     from tests.factories import MembershipFactory, TeamFactory, spec_input
     from tests.support.k8s_emulator import EmulatorThread, KubeRayEmulator, kubeconfig_text
     from tests.workers.conftest import Worker

@@ -6,6 +6,10 @@ from django.db.models import Count
 from django.http import HttpResponse, JsonResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
 
+from controlplane.redis_client import redis_client
+
+PROBE_TIMEOUT_S = 1.0  # a stalled Redis makes the probe fail fast instead of hanging it
+
 
 def healthz(request):
     return JsonResponse({"status": "ok"})
@@ -22,7 +26,7 @@ def _check_database() -> str | None:
 
 def _check_redis(url: str, name: str) -> str | None:
     try:
-        redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1).ping()
+        redis_client(url=url, timeout=PROBE_TIMEOUT_S).ping()
         return None
     except Exception as e:  # noqa: BLE001
         return f"{name}: {type(e).__name__}"
@@ -45,7 +49,7 @@ def metrics(request):
         by_status.labels(row["status"]).set(row["n"])
     depth = Gauge("tandem_celery_queue_depth", "Messages waiting in the Celery queue", ["queue"], registry=registry)
     try:
-        depth.labels("celery").set(redis.Redis.from_url(settings.CELERY_BROKER_URL, socket_timeout=1).llen("celery"))
+        depth.labels("celery").set(redis_client(url=settings.CELERY_BROKER_URL, timeout=PROBE_TIMEOUT_S).llen("celery"))
     except redis.RedisError:
         pass
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

@@ -1,36 +1,48 @@
-from django.contrib import admin
+"""Django admin: a window onto the domain whose every write goes through the same services as the API.
 
+So an admin's change is validated, audited and announced exactly like a user's: quota and roles through the
+team services, revocation through the credential services (the gateway hears of a revoked key at once), and
+"delete" of a deployment is its teardown. Fields only services write are shown, never edited, and row deletes
+that would skip a service are not offered.
+"""
+from django import forms
+from django.contrib import admin, messages
+
+from deployments.errors import ActionError
 from deployments.models import AccessToken, ApiKey, Cluster, Deployment, Event, Membership, Team
+from deployments.services.access_tokens import access_token_revoke
+from deployments.services.actions import deployment_delete
+from deployments.services.api_keys import api_key_revoke
+from deployments.services.clusters import cluster_register
+from deployments.services.teams import membership_remove, membership_set, team_create, team_update
 
 
-class MembershipInline(admin.TabularInline):
-    model = Membership
-    extra = 1
+def _adopt(obj, saved) -> None:
+    """Make the admin's unsaved object the row a service created: inlines and the admin log need its pk."""
+    obj.pk = saved.pk
+    obj._state.adding = False
+    obj.refresh_from_db()
 
 
-@admin.register(Team)
-class TeamAdmin(admin.ModelAdmin):
-    list_display = ["slug", "name", "gpu_quota", "allow_self_approval"]
-    inlines = [MembershipInline]
+def _apply(modeladmin, request, queryset, service, *, done: str) -> None:
+    """Run `service` on each selected row; report what it did and, per row, why it refused."""
+    count = 0
+    for obj in queryset:
+        try:
+            service(obj)
+        except ActionError as e:
+            modeladmin.message_user(request, f"{obj}: {e.message}", messages.ERROR)
+        else:
+            count += 1
+    if count:
+        modeladmin.message_user(request, f"{done}: {count}.", messages.SUCCESS)
 
 
-@admin.register(Cluster)
-class ClusterAdmin(admin.ModelAdmin):
-    list_display = ["name", "kind", "created_at"]
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Rows that only services write: viewable here, changed by the actions a subclass offers."""
 
-
-@admin.register(Deployment)
-class DeploymentAdmin(admin.ModelAdmin):
-    list_display = ["name", "team", "cluster", "status", "generation", "observed_generation", "created_at"]
-    list_filter = ["status", "cluster"]
-    search_fields = ["name", "team__slug"]
-    readonly_fields = ["status", "status_reason", "conditions", "observed_generation", "applied_hash"]
-
-
-@admin.register(Event)
-class EventAdmin(admin.ModelAdmin):
-    list_display = ["created_at", "kind", "team", "deployment", "actor"]
-    list_filter = ["kind"]
+    def has_add_permission(self, request):
+        return False
 
     def has_change_permission(self, request, obj=None):
         return False
@@ -39,15 +51,115 @@ class EventAdmin(admin.ModelAdmin):
         return False
 
 
+class MembershipForm(forms.ModelForm):
+    class Meta:
+        model = Membership
+        fields = ["user", "role"]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:  # moving a seat to someone else is a removal and an addition, each audited
+            self.fields["user"].disabled = True
+
+
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    form = MembershipForm
+    extra = 1
+
+
+@admin.register(Team)
+class TeamAdmin(admin.ModelAdmin):
+    list_display = ["slug", "name", "gpu_quota", "allow_self_approval"]
+    fields = ["slug", "name", "gpu_quota", "allow_self_approval"]
+    inlines = [MembershipInline]
+
+    def save_model(self, request, obj, form, change):
+        data = {f: form.cleaned_data[f] for f in self.fields}
+        if change:
+            team_update(actor=request.user, team=obj, **{f: data[f] for f in form.changed_data})
+        else:
+            _adopt(obj, team_create(actor=request.user, **data))
+
+    def save_formset(self, request, form, formset, change):
+        """Members are added, re-roled and removed by the membership services, never by the formset itself."""
+        formset.save(commit=False)  # sorts the rows into new, changed and deleted (the admin log reads them)
+        for m in formset.deleted_objects:
+            membership_remove(actor=request.user, membership=m)
+        for m in [*formset.new_objects, *(m for m, _ in formset.changed_objects)]:
+            membership_set(actor=request.user, team=form.instance, user=m.user, role=m.role)
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # a team's deployments and history outlive any wish to delete it
+
+
+@admin.register(Cluster)
+class ClusterAdmin(admin.ModelAdmin):
+    """Registration goes through `cluster_register`; there is no service to change or remove a target."""
+
+    list_display = ["name", "kind", "created_at"]
+    fields = ["name", "kind", "config", "secret_ref"]
+
+    def save_model(self, request, obj, form, change):
+        _adopt(obj, cluster_register(actor=request.user, **{f: form.cleaned_data[f] for f in self.fields}))
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Deployment)
+class DeploymentAdmin(ReadOnlyAdmin):
+    """Requests, edits and approvals happen in the portal or the API; here an admin can only tear down."""
+
+    list_display = ["name", "team", "cluster", "status", "generation", "observed_generation", "created_at"]
+    list_filter = ["status", "cluster"]
+    search_fields = ["name", "team__slug"]
+    actions = ["tear_down"]
+
+    @admin.action(description="Delete (tear down) selected deployments", permissions=["tear_down"])
+    def tear_down(self, request, queryset):
+        _apply(self, request, queryset, lambda d: deployment_delete(actor=request.user, deployment=d),
+               done="Deleting")
+
+    def has_tear_down_permission(self, request):
+        # Deleting a deployment means tearing it down; the row and its history stay.
+        return request.user.has_perm("deployments.delete_deployment")
+
+
+@admin.register(Event)
+class EventAdmin(ReadOnlyAdmin):
+    list_display = ["created_at", "kind", "team", "deployment", "actor"]
+    list_filter = ["kind"]
+
+
 @admin.register(ApiKey)
-class ApiKeyAdmin(admin.ModelAdmin):
-    list_display = ["name", "team", "key_id", "last4", "revoked_at", "last_used_at"]
+class ApiKeyAdmin(ReadOnlyAdmin):
+    list_display = ["name", "team", "key_id", "last4", "is_service", "revoked_at", "last_used_at"]
+    list_filter = ["is_service"]
     exclude = ["digest"]
-    readonly_fields = ["key_id", "last4"]
+    actions = ["revoke"]
+
+    @admin.action(description="Revoke selected keys", permissions=["revoke"])
+    def revoke(self, request, queryset):
+        _apply(self, request, queryset, lambda k: api_key_revoke(actor=request.user, key=k, message="Django admin"),
+               done="Revoked")
+
+    def has_revoke_permission(self, request):
+        return request.user.has_perm("deployments.change_apikey")
 
 
 @admin.register(AccessToken)
-class AccessTokenAdmin(admin.ModelAdmin):
+class AccessTokenAdmin(ReadOnlyAdmin):
     list_display = ["name", "user", "key_id", "last4", "revoked_at", "last_used_at"]
     exclude = ["digest"]
-    readonly_fields = ["key_id", "last4"]
+    actions = ["revoke"]
+
+    @admin.action(description="Revoke selected tokens", permissions=["revoke"])
+    def revoke(self, request, queryset):
+        _apply(self, request, queryset, lambda t: access_token_revoke(user=request.user, token=t), done="Revoked")
+
+    def has_revoke_permission(self, request):
+        return request.user.has_perm("deployments.change_accesstoken")

@@ -1,11 +1,13 @@
 """What each kind of cluster needs in its (non-secret) config."""
 import re
 
+from deployments.spec import dns_label_errors
+
 AWS_REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
 ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
 EKS_NAME = re.compile(r"^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$")
 URL = re.compile(r"^https?://[^\s/]+(/[^\s]*)?$")
-PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]{0,18}[a-z0-9])?-?$")
+PREFIX_MAX = 20  # a DNS-1123 label of at most this, then an optional '-' before the team or deployment name
 
 KNOWN_KEYS = {
     "eks": {"region", "cluster_name", "role_arn", "nodegroup_prefix", "namespace_prefix", "aws_endpoint_url",
@@ -33,17 +35,23 @@ def cluster_config_errors(kind: str | None, config: dict) -> list[str]:
         if key in config:
             need(key, pattern, what)
 
+    def maybe_prefix(key):
+        value = config.get(key)
+        if key in config and (not isinstance(value, str) or dns_label_errors(value.removesuffix("-"),
+                                                                              max_length=PREFIX_MAX)):
+            errors.append(f"{key}: lowercase letters, digits and '-', at most {PREFIX_MAX} characters.")
+
     if kind == "eks":
         need("region", AWS_REGION, "an AWS region such as us-west-2.")
         need("cluster_name", EKS_NAME, "the EKS cluster's name.")
         maybe("role_arn", ROLE_ARN, "an IAM role ARN (arn:aws:iam::123456789012:role/name).")
         maybe("node_role_arn", ROLE_ARN, "the node group IAM role ARN.")
-        maybe("nodegroup_prefix", PREFIX, "lowercase letters, digits and '-', at most 20 characters.")
+        maybe_prefix("nodegroup_prefix")
         maybe("aws_endpoint_url", URL, "an http(s) URL.")
         # Reach the API server through a tunnel or proxy instead of the endpoint EKS reports (and tests).
         maybe("kubernetes_endpoint_url", URL, "an http(s) URL.")
     if kind in ("eks", "kubernetes"):
-        maybe("namespace_prefix", PREFIX, "lowercase letters, digits and '-', at most 20 characters.")
+        maybe_prefix("namespace_prefix")
     maybe("prometheus_url", URL, "a Prometheus server's http(s) URL, e.g. http://prometheus:9090.")
     if kind in ("eks", "kubernetes"):
         maybe("metrics_url", URL, "the Ray head's metrics export URL, e.g. http://head:8080/metrics.")

@@ -32,6 +32,14 @@ def condition_get(conditions: list[dict], type: str) -> dict | None:
     return next((c for c in conditions if c.get("type") == type), None)
 
 
+def conformance_passed(*, passed: bool, summary: str, pd_health: dict | None) -> dict:
+    """ConformancePassed's status, reason and message from a recorded run: the checks decide; an unhealthy PD
+    probe adds its findings to the message."""
+    health = pd_health or {}
+    message = summary if health.get("ok") is not False else f"{summary} {' '.join(health.get('messages', []))}"
+    return {"status": passed, "reason": "AllChecksPassed" if passed else "ChecksFailed", "message": message}
+
+
 def endpoint_ready(conditions: list[dict], *, generation: int, answers: bool, message: str = "") -> dict:
     """EndpointReady's arguments for condition_set: the endpoint answers *and* the conformance suite has checked
     this generation. A failed check still opens it, with a warning (the deployment runs; users are told)."""

@@ -1,4 +1,9 @@
-"""The deployment state machine, as data. `services.lifecycle.deployment_transition` is its only writer."""
+"""The deployment state machine, as data, and every set of statuses derived from it.
+
+`services.actions.deployment_transition` is the state machine's only writer. Every other module that asks
+"is this deployment serving / settled / holding quota / ..." imports the set from here; the gateway's SQL
+receives these sets as query parameters, never as literals.
+"""
 from django.db import models
 
 
@@ -30,11 +35,26 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     S.WITHDRAWN: frozenset(),
     S.DELETED: frozenset(),
 }
+ALL = frozenset(S)
+# Gone for good: nothing runs, the name can be reused, the gateway and key scopes ignore it.
 TERMINAL = frozenset(s for s, nxt in TRANSITIONS.items() if not nxt)
-# Statuses a reconciler still has work for (the beat job re-enqueues these).
+# Not yet gone (the complement of TERMINAL): what the gateway routes by model id and a key may be scoped to.
+LIVE = ALL - TERMINAL
+# The reconciler still has work to do: each status change into one of these enqueues a pass.
 UNSETTLED = frozenset({S.APPROVED, S.PROVISIONING, S.UPDATING, S.DELETING})
-# Statuses whose deployments hold GPUs against the team's quota.
+# What beat's resync reconciles: the unsettled ones, and running ones (to notice drift such as an app removed
+# out-of-band).
+RECONCILED = UNSETTLED | {S.RUNNING}
+# A reconcile pass has nothing to do for these and stops at once.
+SETTLED = ALL - RECONCILED
+# Serve answers for these: the gateway routes traffic, the API shows the endpoint, metrics are scraped.
+SERVING = frozenset({S.RUNNING, S.UPDATING})
+SCRAPED = SERVING
+# The deployment's GPUs count against the team's quota.
 HOLDS_QUOTA = frozenset({S.APPROVED, S.PROVISIONING, S.RUNNING, S.UPDATING, S.FAILED, S.DELETING})
+# A spec change is accepted: a pending request is edited, a running or failed one is updated.
+EDITABLE = frozenset({S.PENDING_APPROVAL, S.RUNNING, S.FAILED})
+UPDATABLE = EDITABLE - {S.PENDING_APPROVAL}
 
 
 def can_transition(current: str, new: str) -> bool:

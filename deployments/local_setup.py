@@ -8,9 +8,9 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
-from deployments.lifecycle import Status
+from deployments.lifecycle import LIVE, Status
 from deployments.models import ApiKey, Cluster, Deployment, Membership, Team
-from deployments.services import api_keys, lifecycle
+from deployments.services import actions, api_keys
 
 RUNTIME_DIR = Path(os.environ.get("TANDEM_RUNTIME_DIR") or Path.home() / ".cache/tandem/pd-runtime")
 DEMO_KEY_NAME = "tandem up"
@@ -64,15 +64,14 @@ def demo_deployment_start() -> Deployment:
     """Request and approve the demo deployment unless it is already live; retry it when it failed."""
     admin = get_user_model().objects.get(username="admin")
     team, cluster = Team.objects.get(slug="demo"), Cluster.objects.get(name="local")
-    live = Deployment.objects.filter(team=team, name="tiny-llama").exclude(
-        status__in=[Status.REJECTED, Status.WITHDRAWN, Status.DELETED]).first()
+    live = Deployment.objects.filter(team=team, name="tiny-llama", status__in=LIVE).first()
     if live is None:
-        live = lifecycle.deployment_request(actor=admin, team=team, cluster=cluster, name="tiny-llama",
+        live = actions.deployment_request(actor=admin, team=team, cluster=cluster, name="tiny-llama",
                                             spec=demo_spec(), purpose="The demo of ./tandem up")
     if live.status == Status.PENDING_APPROVAL:
-        live = lifecycle.deployment_approve(actor=admin, deployment=live, comment="Approved by ./tandem up")
+        live = actions.deployment_approve(actor=admin, deployment=live, comment="Approved by ./tandem up")
     elif live.status == Status.FAILED:
-        live = lifecycle.deployment_retry(actor=admin, deployment=live)
+        live = actions.deployment_retry(actor=admin, deployment=live)
     return live
 
 

@@ -1,6 +1,6 @@
 """Kubernetes objects for a deployment, built as data: YAML bases from k8s_templates/ patched structurally.
 
-Pure functions: a stored spec in, plain dicts out (Namespace, Service, RayService). User text only ever lands in
+Pure functions: a typed spec in, plain dicts out (Namespace, Service, RayService). User text only ever lands in
 dict values, never in YAML source. Every object carries Tandem's labels and a spec-hash annotation, so a driver
 re-applies only the objects whose content changed.
 """
@@ -11,7 +11,9 @@ from pathlib import Path
 import yaml
 
 from deployments.catalog import INSTANCE_TYPES, RUNTIMES
-from deployments.serve_config import POOL_RESOURCE, STAGES, serve_config_build, spec_hash
+from deployments.hashing import content_hash
+from deployments.serve_config import POOL_RESOURCE, STAGES, serve_config_build
+from deployments.spec import DeploymentSpec, PoolSpec
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "k8s_templates"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "tandem"}
@@ -48,7 +50,7 @@ def _stamp(obj: dict) -> dict:
     obj.setdefault("metadata", {}).setdefault("annotations", {}).pop(HASH_ANNOTATION, None)
     if not obj["metadata"]["annotations"]:
         del obj["metadata"]["annotations"]
-    digest = spec_hash(obj)
+    digest = content_hash(obj)
     obj["metadata"].setdefault("annotations", {})[HASH_ANNOTATION] = digest
     return obj
 
@@ -58,35 +60,35 @@ def _secret_env() -> list[dict]:
     return [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": ref}}]
 
 
-def _worker_group(*, stage: str, pool: dict, image: str, labels: dict, node_selector: dict) -> dict:
-    instance = INSTANCE_TYPES[pool["instance_type"]]
+def _worker_group(*, stage: str, pool: PoolSpec, image: str, labels: dict, node_selector: dict) -> dict:
+    instance = INSTANCE_TYPES[pool.instance_type]
     group = template("worker_group.yaml")
-    group.update(groupName=stage, replicas=pool["nodes"], minReplicas=pool["nodes"], maxReplicas=pool["nodes"])
+    group.update(groupName=stage, replicas=pool.nodes, minReplicas=pool.nodes, maxReplicas=pool.nodes)
     # The custom resource the stage's placement bundles consume: one unit per GPU of the node.
-    group["resources"] = {POOL_RESOURCE[stage]: str(max(pool["gpus_per_node"], 1))}
+    group["resources"] = {POOL_RESOURCE[stage]: str(max(pool.gpus_per_node, 1))}
     pod = group["template"]
     pod["metadata"] = {"labels": {**labels, POOL_LABEL: stage}}
-    spec = pod["spec"]
-    spec["nodeSelector"] = dict(node_selector)
-    container = spec["containers"][0]
+    pod_spec = pod["spec"]
+    pod_spec["nodeSelector"] = dict(node_selector)
+    container = pod_spec["containers"][0]
     container["image"] = image
     container["env"] = _secret_env()
     # Leave a core and a tenth of memory to the kubelet and daemonsets, else the pod never fits the node.
     amounts = {"cpu": str(max(instance.vcpus - 2, 1)), "memory": f"{int(instance.memory_gib * 0.9)}Gi",
-               "nvidia.com/gpu": str(pool["gpus_per_node"])}
+               "nvidia.com/gpu": str(pool.gpus_per_node)}
     if instance.has_efa:
         amounts["vpc.amazonaws.com/efa"] = str(instance.efa_interfaces)
         amounts["hugepages-2Mi"] = EFA_HUGEPAGES
-        spec["tolerations"].append({"key": "vpc.amazonaws.com/efa", "operator": "Exists", "effect": "NoSchedule"})
+        pod_spec["tolerations"].append({"key": "vpc.amazonaws.com/efa", "operator": "Exists", "effect": "NoSchedule"})
         container["env"].append({"name": "FI_PROVIDER", "value": "efa"})
     container["resources"] = {"requests": dict(amounts), "limits": dict(amounts)}
     return group
 
 
-def rayservice_build(*, name: str, namespace: str, team_slug: str, spec: dict, target_kind: str,
+def rayservice_build(*, name: str, namespace: str, team_slug: str, spec: DeploymentSpec, target_kind: str,
                      node_selectors: dict[str, dict]) -> dict:
     """The RayService: head group, prefill and decode worker groups, serveConfigV2 from the one serve config."""
-    runtime = RUNTIMES[spec["runtime"]]
+    runtime = RUNTIMES[spec.runtime]
     labels = _labels(team_slug=team_slug, name=name)
     rs = template("rayservice.yaml")
     rs["metadata"] = {"name": name, "namespace": namespace, "labels": labels}
@@ -98,18 +100,18 @@ def rayservice_build(*, name: str, namespace: str, team_slug: str, spec: dict, t
     head["metadata"] = {"labels": {**labels, POOL_LABEL: "head"}}
     head["spec"]["containers"][0]["image"] = runtime.image
     cluster["workerGroupSpecs"] = [
-        _worker_group(stage=stage, pool=spec[stage], image=runtime.image, labels=labels,
+        _worker_group(stage=stage, pool=spec.pool(stage), image=runtime.image, labels=labels,
                       node_selector=node_selectors[stage])
         for stage in STAGES
     ]
     return _stamp(rs)
 
 
-def manifests_build(*, name: str, namespace: str, team_slug: str, spec: dict, target_kind: str,
+def manifests_build(*, name: str, namespace: str, team_slug: str, spec: DeploymentSpec, target_kind: str,
                     node_selectors: dict[str, dict] | None = None) -> list[dict]:
     """Namespace, endpoint Service and RayService for one deployment, each with its spec-hash annotation."""
     if node_selectors is None:
-        node_selectors = {s: {"node.kubernetes.io/instance-type": spec[s]["instance_type"]} for s in STAGES}
+        node_selectors = {s: {"node.kubernetes.io/instance-type": spec.pool(s).instance_type} for s in STAGES}
     labels = _labels(team_slug=team_slug, name=name)
     ns = template("namespace.yaml")
     ns["metadata"] = {"name": namespace, "labels": {**MANAGED_BY, "tandem.dev/team": team_slug}}
@@ -123,7 +125,7 @@ def manifests_build(*, name: str, namespace: str, team_slug: str, spec: dict, ta
 
 def manifests_hash(objects: list[dict]) -> str:
     """One hash over all objects' spec-hash annotations: the deployment's desired state."""
-    return spec_hash([o["metadata"]["annotations"][HASH_ANNOTATION] for o in objects])
+    return content_hash([o["metadata"]["annotations"][HASH_ANNOTATION] for o in objects])
 
 
 def endpoint_url(*, name: str, namespace: str) -> str:

@@ -1,6 +1,7 @@
 """Reads: what a user may see. A user sees only their teams' objects; platform admins see all."""
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
+from deployments.lifecycle import Status
 from deployments.models import ApiKey, Deployment, Event, Membership, Team
 from deployments.services.teams import is_platform_admin
 
@@ -20,9 +21,7 @@ def deployments_visible_to(user) -> QuerySet[Deployment]:
 
 def deployments_awaiting_approval_by(user) -> QuerySet[Deployment]:
     """Requests and proposed updates that this user may approve."""
-    from django.db.models import Q
-
-    qs = deployments_visible_to(user).filter(Q(status="pending_approval") | Q(proposed_spec__isnull=False))
+    qs = deployments_visible_to(user).filter(Q(status=Status.PENDING_APPROVAL) | Q(proposed_spec__isnull=False))
     if is_platform_admin(user):
         return qs
     admin_teams = Membership.objects.filter(user=user, role=Membership.Role.ADMIN).values("team_id")

@@ -1,13 +1,11 @@
-"""The one serve config: a stored deployment spec → the Ray Serve config for `build_pd_openai_app`.
+"""The one serve config: a typed deployment spec → the Ray Serve config for `build_pd_openai_app`.
 
 Pure functions only: the `ray` target PUTs the result to the dashboard, the `kubernetes` and `eks` targets wrap
 it as a RayService's `serveConfigV2`. Prefill and decode are pinned to their own pool by a custom Ray resource
 (`prefill_pool` / `decode_pool`) that each stage's placement bundle consumes and only that pool's nodes advertise.
 """
-import hashlib
-import json
-
 from deployments.catalog import INSTANCE_TYPES, RUNTIMES
+from deployments.spec import DeploymentSpec
 
 IMPORT_PATH = "ray.serve.llm:build_pd_openai_app"
 STAGES = ("prefill", "decode")
@@ -18,11 +16,6 @@ CPU_MAX_NUM_SEQS = 8
 KV_ROLE = {"prefill": "kv_producer", "decode": "kv_consumer"}
 # Ray's accelerator_type names where they differ from the catalog's GPU names.
 RAY_ACCELERATOR = {"A100-40GB": "A100-40G", "A100-80GB": "A100-80G"}
-
-
-def spec_hash(obj) -> str:
-    """A stable content hash of any JSON-able value (sorted keys), used to detect drift."""
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def _model_source(source: str):
@@ -51,13 +44,13 @@ def _kv_transfer(*, stage: str, cpu: bool, efa: bool, connector: str) -> dict:
     return kv
 
 
-def _stage_config(*, stage: str, spec: dict, cpu: bool) -> dict:
-    pool, engine = spec[stage], spec["engine"]
-    instance = INSTANCE_TYPES[pool["instance_type"]]
+def _stage_config(*, stage: str, spec: DeploymentSpec, cpu: bool) -> dict:
+    pool, engine = spec.pool(stage), spec.engine
+    instance = INSTANCE_TYPES[pool.instance_type]
     resource = POOL_RESOURCE[stage]
-    autoscaling = {"min_replicas": pool["replicas_min"], "max_replicas": pool["replicas_max"]}
-    kv = _kv_transfer(stage=stage, cpu=cpu, efa=instance.has_efa, connector=engine["kv_connector"])
-    config = {"model_loading_config": {"model_id": spec["model_id"], "model_source": _model_source(spec["model_source"])}}
+    autoscaling = {"min_replicas": pool.replicas_min, "max_replicas": pool.replicas_max}
+    kv = _kv_transfer(stage=stage, cpu=cpu, efa=instance.has_efa, connector=engine.kv_connector)
+    config = {"model_loading_config": {"model_id": spec.model_id, "model_source": _model_source(spec.model_source)}}
     if cpu:
         config.update({
             "accelerator_config": {"kind": "cpu"},
@@ -65,17 +58,17 @@ def _stage_config(*, stage: str, spec: dict, cpu: bool) -> dict:
             # num_cpus 0: the bundle already holds the core; the actor asking for one more never schedules.
             "deployment_config": {"autoscaling_config": autoscaling, "ray_actor_options": {"num_cpus": 0}},
             "engine_kwargs": {
-                "dtype": engine["dtype"], "enforce_eager": True, "max_model_len": engine["max_model_len"],
-                "max_num_seqs": CPU_MAX_NUM_SEQS, "max_num_batched_tokens": engine["max_model_len"],
+                "dtype": engine.dtype, "enforce_eager": True, "max_model_len": engine.max_model_len,
+                "max_num_seqs": CPU_MAX_NUM_SEQS, "max_num_batched_tokens": engine.max_model_len,
                 "kv_transfer_config": kv,
             },
             "runtime_env": {"env_vars": {
                 "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": CPU_OMP_CORE[stage],
-                **_offline_env(spec["model_source"]),
+                **_offline_env(spec.model_source),
             }},
         })
     else:
-        tp = pool["tensor_parallel_size"]
+        tp = pool.tensor_parallel_size
         config.update({
             "accelerator_type": RAY_ACCELERATOR.get(instance.gpu, instance.gpu),
             # One bundle per tensor-parallel rank, all on one node of this stage's pool.
@@ -83,18 +76,18 @@ def _stage_config(*, stage: str, spec: dict, cpu: bool) -> dict:
                                        "strategy": "STRICT_PACK"},
             "deployment_config": {"autoscaling_config": autoscaling},
             "engine_kwargs": {
-                "tensor_parallel_size": tp, "max_model_len": engine["max_model_len"], "dtype": engine["dtype"],
-                "gpu_memory_utilization": engine["gpu_memory_utilization"], "kv_transfer_config": kv,
+                "tensor_parallel_size": tp, "max_model_len": engine.max_model_len, "dtype": engine.dtype,
+                "gpu_memory_utilization": engine.gpu_memory_utilization, "kv_transfer_config": kv,
             },
         })
     config["log_engine_metrics"] = True  # per-stage latency comes from these (observability issue)
     return config
 
 
-def serve_config_build(*, deployment_name: str, spec: dict, target_kind: str,
+def serve_config_build(*, deployment_name: str, spec: DeploymentSpec, target_kind: str,
                        http_options: dict | None = None) -> dict:
     """The Ray Serve config (applications + cluster options) that runs `spec` as one PD application."""
-    runtime = RUNTIMES[spec["runtime"]]
+    runtime = RUNTIMES[spec.runtime]
     cpu = runtime.accelerator == "cpu"
     args = {stage + "_config": _stage_config(stage=stage, spec=spec, cpu=cpu) for stage in STAGES}
     if cpu:

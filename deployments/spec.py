@@ -1,13 +1,17 @@
-"""The deployment spec: parsed and validated from user input into frozen data, in one pure function.
+"""The deployment spec as frozen data: parsed from user input, loaded from storage, checked against the catalog.
 
-Every error names the field and says what to do, so the API can return it as a field-level 400.
+`spec_parse` reads the API's request shape into a DeploymentSpec; `spec_load` reads the stored JSON back (the dict
+is only the storage and wire form); `spec_check` applies every rule to a typed spec, so a spec stored last week is
+re-validated against today's runtimes and instance types as it is. Every error names the field and says what to
+do, so the API can return it as a field-level 400.
 """
 import re
 from dataclasses import asdict, dataclass, field
 
-from deployments.catalog import INSTANCE_TYPES, KNOWN_BROKEN, RUNTIMES, runtime_choices_text
+from deployments.catalog import INSTANCE_TYPES, KNOWN_BROKEN, RUNTIMES, Runtime, runtime_choices_text
 
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS1123_LABEL_MAX = 63
 NAME_MAX = 40  # leaves room for the suffixes KubeRay adds to a RayService name (63 in all)
 MODEL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")
 S3_URI = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^\s]*)?$")
@@ -15,6 +19,9 @@ HF_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-
 LOCAL_PATH = re.compile(r"^/[^\x00\s]{0,1023}$")
 DTYPES = ("auto", "bfloat16", "float16")
 KV_CONNECTORS = ("NixlConnector",)
+# The stored shape. Version 1 is `asdict` of the dataclasses below with no "version" key: every row written so
+# far. A later shape writes "version": 2 and spec_load upgrades older rows, so no migration has to rewrite them.
+SPEC_VERSION = 1
 
 
 class SpecError(Exception):
@@ -66,37 +73,71 @@ class DeploymentSpec:
 
     @property
     def gpus(self) -> int:
+        """GPUs the spec holds: nodes × GPUs per node over both pools (what quota counts)."""
         return self.prefill.gpus + self.decode.gpus
 
+    def pool(self, stage: str) -> PoolSpec:
+        """The prefill or decode pool by stage name."""
+        return {"prefill": self.prefill, "decode": self.decode}[stage]
+
     def to_dict(self) -> dict:
+        """The storage and wire form (version 1, see SPEC_VERSION); spec_load reads it back."""
         return asdict(self)
 
 
-def spec_as_input(stored: dict) -> dict:
-    """A stored spec back into the request shape spec_parse reads (to re-check it against today's catalog)."""
-    return {
-        "model": {"id": stored["model_id"], "source": stored["model_source"]},
-        "runtime": stored["runtime"],
-        "prefill": stored["prefill"],
-        "decode": stored["decode"],
-        "engine": stored["engine"],
-        "expected_load": stored["expected_load"],
-    }
+def spec_load(stored) -> DeploymentSpec:
+    """The typed spec from its stored JSON (`Deployment.spec`, `proposed_spec`). Loading trusts what was
+    validated when it was stored; spec_check re-validates against today's catalog."""
+    if not isinstance(stored, dict):
+        raise SpecError({"spec": ["The stored spec is not an object."]})
+    version = stored.get("version", 1)  # rows from before versioning carry no key: they are version 1
+    if version != SPEC_VERSION:
+        raise SpecError({"spec": [f"Stored spec version {version!r} is not one this Tandem reads "
+                                  f"(it reads {SPEC_VERSION})."]})
+    try:
+        return DeploymentSpec(
+            model_id=stored["model_id"], model_source=stored["model_source"], runtime=stored["runtime"],
+            prefill=PoolSpec(**stored["prefill"]), decode=PoolSpec(**stored["decode"]),
+            engine=EngineSpec(**stored.get("engine") or {}),
+            expected_load=LoadSpec(**stored.get("expected_load") or {}),
+        )
+    except (KeyError, TypeError) as e:
+        raise SpecError({"spec": [f"The stored spec is malformed ({type(e).__name__}: {e})."]}) from None
 
 
-def spec_gpus(data: dict) -> int:
-    """GPUs a stored (already validated) spec holds: nodes × GPUs per node over both pools."""
-    return sum(data[p]["nodes"] * data[p]["gpus_per_node"] for p in ("prefill", "decode"))
+def dns_label_errors(value, *, max_length: int = DNS1123_LABEL_MAX, why_short: str = "") -> list[str]:
+    """Why `value` is not a DNS-1123 label of at most `max_length` characters (empty when it is).
+
+    The one check for every name that ends up in a Kubernetes or AWS name: deployment names, team slugs,
+    cluster names and the namespace and node group prefixes."""
+    if not isinstance(value, str) or not value:
+        return ["A name is required: lowercase letters, digits and '-'."]
+    problems = []
+    if len(value) > max_length:
+        problems.append(f"At most {max_length} characters{why_short}; got {len(value)}.")
+    if not DNS1123_LABEL.match(value):
+        problems.append(
+            "Use only lowercase letters, digits and '-', starting and ending with a letter or digit "
+            f"(a DNS-1123 label); got {value!r}."
+        )
+    return problems
+
+
+def name_errors(name) -> list[str]:
+    """Why a deployment name is not a usable DNS-1123 label (empty when it is)."""
+    return dns_label_errors(name, max_length=NAME_MAX, why_short=" (Kubernetes adds suffixes to it)")
 
 
 class _Collector:
+    """Errors by dotted path. Reading input only checks types; the rules (spec_check) check values."""
+
     def __init__(self):
         self.errors: dict[str, list[str]] = {}
 
     def add(self, path: str, message: str) -> None:
         self.errors.setdefault(path, []).append(message)
 
-    def int_in(self, data: dict, key: str, path: str, lo: int, hi: int, default=None):
+    def whole(self, data: dict, key: str, path: str, default):
         value = data.get(key, default)
         if value is None:
             self.add(path, "This field is required.")
@@ -104,68 +145,171 @@ class _Collector:
         if isinstance(value, bool) or not isinstance(value, int):
             self.add(path, f"Must be a whole number, got {value!r}.")
             return None
-        if not lo <= value <= hi:
-            self.add(path, f"Must be between {lo} and {hi}, got {value}.")
-            return None
         return value
 
-    def number_in(self, data: dict, key: str, path: str, lo: float, hi: float, default):
+    def number(self, data: dict, key: str, path: str, default):
         value = data.get(key, default)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             self.add(path, f"Must be a number, got {value!r}.")
             return None
-        if not lo <= value <= hi:
-            self.add(path, f"Must be between {lo} and {hi}, got {value}.")
-            return None
         return float(value)
 
-    def choice(self, data: dict, key: str, path: str, choices, default):
-        value = data.get(key, default)
+    def within(self, path: str, value, lo, hi) -> bool:
+        """False, without a message, for a value whose reading already failed."""
+        if value is None:
+            return False
+        if not lo <= value <= hi:
+            self.add(path, f"Must be between {lo} and {hi}, got {value}.")
+            return False
+        return True
+
+    def one_of(self, path: str, value, choices) -> bool:
         if value not in choices:
             self.add(path, f"Must be one of {', '.join(map(str, choices))}; got {value!r}.")
-            return None
-        return value
+            return False
+        return True
 
 
-def name_errors(name) -> list[str]:
-    """Why a deployment name is not a usable DNS-1123 label (empty when it is)."""
-    if not isinstance(name, str) or not name:
-        return ["A name is required: lowercase letters, digits and '-'."]
-    problems = []
-    if len(name) > NAME_MAX:
-        problems.append(f"At most {NAME_MAX} characters (Kubernetes adds suffixes to it); got {len(name)}.")
-    if not DNS1123_LABEL.match(name):
-        problems.append(
-            "Use only lowercase letters, digits and '-', starting and ending with a letter or digit "
-            f"(a DNS-1123 label); got {name!r}."
-        )
-    return problems
+# --- reading the request shape (types and defaults) ---------------------------------------------------------
+def _unknown_runtime(c: _Collector, key) -> None:
+    c.add("runtime", f"Unknown runtime {key!r}. Supported: {runtime_choices_text()}.")
 
 
-def _pool(c: _Collector, data, prefix: str, accelerator: str) -> PoolSpec | None:
+def _runtime_read(c: _Collector, data, accelerator_hint: str | None) -> str | None:
+    """The runtime key a request names: a key as given, or the supported runtime for a Ray and vLLM pair."""
+    if isinstance(data, str):
+        return data
+    if not isinstance(data, dict):
+        _unknown_runtime(c, data)
+        return None
+    ray, vllm = data.get("ray"), data.get("vllm")
+    accelerator = data.get("accelerator") or accelerator_hint
+    matches = [r for r in RUNTIMES.values() if r.ray == ray and r.vllm == vllm
+               and (not accelerator or r.accelerator == accelerator)]
+    if matches:
+        return matches[0].key
+    if (ray, vllm) in KNOWN_BROKEN:
+        c.add("runtime", f"Ray {ray} with vLLM {vllm} is known not to work: {KNOWN_BROKEN[(ray, vllm)]} "
+                         f"Supported: {runtime_choices_text()}.")
+    else:
+        c.add("runtime", f"Ray {ray} with vLLM {vllm} is not a supported combination. "
+                         f"Supported: {runtime_choices_text()}.")
+    return None
+
+
+def _model_read(c: _Collector, data) -> tuple | None:
+    if not isinstance(data, dict):
+        c.add("model", "Give the model as an object: {\"id\": ..., \"source\": ...}.")
+        return None
+    return data.get("id"), data.get("source")
+
+
+def _pool_read(c: _Collector, data, prefix: str) -> PoolSpec | None:
     if not isinstance(data, dict):
         c.add(prefix, "Give the pool as an object with instance_type, nodes, gpus_per_node, tensor_parallel_size.")
         return None
     itype = data.get("instance_type")
     instance = INSTANCE_TYPES.get(itype) if isinstance(itype, str) else None
+    gpus = c.whole(data, "gpus_per_node", f"{prefix}.gpus_per_node", instance.gpus if instance else 0)
+    rmin = c.whole(data, "replicas_min", f"{prefix}.replicas_min", 1)
+    return PoolSpec(
+        instance_type=itype,
+        nodes=c.whole(data, "nodes", f"{prefix}.nodes", 1),
+        gpus_per_node=gpus,
+        tensor_parallel_size=c.whole(data, "tensor_parallel_size", f"{prefix}.tensor_parallel_size",
+                                     max(gpus or 1, 1)),
+        replicas_min=rmin,
+        replicas_max=c.whole(data, "replicas_max", f"{prefix}.replicas_max", rmin or 1),
+    )
+
+
+def _section(c: _Collector, data, path: str) -> dict:
+    if not data:
+        return {}
+    if not isinstance(data, dict):
+        c.add(path, "Must be an object.")
+        return {}
+    return data
+
+
+def _engine_read(c: _Collector, data) -> EngineSpec:
+    data, d = _section(c, data, "engine"), EngineSpec()
+    return EngineSpec(
+        max_model_len=c.whole(data, "max_model_len", "engine.max_model_len", d.max_model_len),
+        dtype=data.get("dtype", d.dtype),
+        gpu_memory_utilization=c.number(data, "gpu_memory_utilization", "engine.gpu_memory_utilization",
+                                        d.gpu_memory_utilization),
+        kv_connector=data.get("kv_connector", d.kv_connector),
+    )
+
+
+def _load_read(c: _Collector, data) -> LoadSpec:
+    data, d = _section(c, data, "expected_load"), LoadSpec()
+    return LoadSpec(
+        requests_per_second=c.number(data, "requests_per_second", "expected_load.requests_per_second",
+                                     d.requests_per_second),
+        mean_prompt_tokens=c.whole(data, "mean_prompt_tokens", "expected_load.mean_prompt_tokens",
+                                   d.mean_prompt_tokens),
+        mean_output_tokens=c.whole(data, "mean_output_tokens", "expected_load.mean_output_tokens",
+                                   d.mean_output_tokens),
+    )
+
+
+# --- the rules, on typed values -----------------------------------------------------------------------------
+def _runtime_rules(c: _Collector, key: str, target_kind: str | None) -> Runtime | None:
+    """A supported runtime, not known broken (KNOWN_BROKEN is about vLLM's CUDA builds, so a CPU runtime is never
+    refused by it), that runs on this kind of cluster."""
+    runtime = RUNTIMES.get(key) if isinstance(key, str) else None
+    if runtime is None:
+        _unknown_runtime(c, key)
+        return None
+    broken = KNOWN_BROKEN.get((runtime.ray, runtime.vllm)) if runtime.accelerator == "gpu" else None
+    if broken:
+        c.add("runtime", f"Runtime {runtime.key} is known not to work: {broken} Supported: {runtime_choices_text()}.")
+        return None
+    if target_kind and target_kind not in runtime.target_kinds:
+        c.add("runtime", f"Runtime {runtime.key} cannot run on a {target_kind} cluster "
+                         f"(it runs on: {', '.join(runtime.target_kinds)}).")
+        return None
+    return runtime
+
+
+def _model_rules(c: _Collector, model_id, source, target_kind: str | None) -> None:
+    if not isinstance(model_id, str) or not MODEL_ID.match(model_id):
+        c.add("model.id", "The name clients pass as `model`: 1-128 letters, digits, '.', '_', ':', '/' or '-'.")
+    if not isinstance(source, str) or not (S3_URI.match(source) or HF_REPO.match(source) or LOCAL_PATH.match(source)):
+        c.add("model.source", "Give an s3://bucket/prefix URI, a Hugging Face repo id (org/name), or an "
+                              "absolute path on the cluster's nodes.")
+    elif LOCAL_PATH.match(source) and target_kind in ("eks", "kubernetes"):
+        c.add("model.source", "A local path only works on a `ray` cluster; on Kubernetes use s3:// or a "
+                              "Hugging Face repo id.")
+
+
+def _pool_rules(c: _Collector, pool: PoolSpec, prefix: str, accelerator: str) -> None:
+    itype = pool.instance_type
+    instance = INSTANCE_TYPES.get(itype) if isinstance(itype, str) else None
     if instance is None:
         known = ", ".join(sorted(INSTANCE_TYPES))
         c.add(f"{prefix}.instance_type", f"Unknown instance type {itype!r}; known types: {known}.")
-        return None
+        return
     if accelerator == "cpu" and instance.gpus:
         c.add(f"{prefix}.instance_type", "The CPU runtime runs only on the 'cpu' instance type.")
-        return None
+        return
     if accelerator == "gpu" and not instance.gpus:
         c.add(f"{prefix}.instance_type", f"{itype} has no GPU; pick a GPU instance type for this runtime.")
-        return None
-    nodes = c.int_in(data, "nodes", f"{prefix}.nodes", 1, 64, default=1)
+        return
     max_gpus = instance.gpus
-    gpus = c.int_in(data, "gpus_per_node", f"{prefix}.gpus_per_node", 0 if not max_gpus else 1, max_gpus, max_gpus)
-    tp = c.int_in(data, "tensor_parallel_size", f"{prefix}.tensor_parallel_size", 1, 64, default=max(gpus or 1, 1))
-    rmin = c.int_in(data, "replicas_min", f"{prefix}.replicas_min", 1, 256, default=1)
-    rmax = c.int_in(data, "replicas_max", f"{prefix}.replicas_max", 1, 256, default=rmin or 1)
-    if None in (nodes, gpus, tp, rmin, rmax):
-        return None
+    nodes, gpus, tp = pool.nodes, pool.gpus_per_node, pool.tensor_parallel_size
+    rmin, rmax = pool.replicas_min, pool.replicas_max
+    in_range = [  # a list, not all(generator): every out-of-range field gets its message
+        c.within(f"{prefix}.nodes", nodes, 1, 64),
+        c.within(f"{prefix}.gpus_per_node", gpus, 0 if not max_gpus else 1, max_gpus),
+        c.within(f"{prefix}.tensor_parallel_size", tp, 1, 64),
+        c.within(f"{prefix}.replicas_min", rmin, 1, 256),
+        c.within(f"{prefix}.replicas_max", rmax, 1, 256),
+    ]
+    if not all(in_range):
+        return
     ok = True
     if max_gpus and gpus % tp:
         c.add(f"{prefix}.tensor_parallel_size",
@@ -181,107 +325,62 @@ def _pool(c: _Collector, data, prefix: str, accelerator: str) -> PoolSpec | None
         c.add(f"{prefix}.replicas_max",
               f"{rmax} replicas × {tp} GPUs each need {rmax * tp} GPUs, but the pool has "
               f"{nodes} node(s) × {gpus} GPUs = {nodes * gpus}.")
-        ok = False
-    return PoolSpec(itype, nodes, gpus, tp, rmin, rmax) if ok else None
 
 
-def _runtime(c: _Collector, data, target_kind: str | None, accelerator_hint: str | None = None):
-    """The supported runtime a request names (by key, or by Ray and vLLM versions), checked against the
-    known-broken pairs; KNOWN_BROKEN is about vLLM's CUDA builds, so a CPU runtime is never refused by it."""
-    key = data
-    if isinstance(data, dict):
-        ray, vllm = data.get("ray"), data.get("vllm")
-        accelerator = data.get("accelerator") or accelerator_hint
-        matches = [r for r in RUNTIMES.values() if r.ray == ray and r.vllm == vllm
-                   and (not accelerator or r.accelerator == accelerator)]
-        if not matches and (ray, vllm) not in KNOWN_BROKEN:
-            c.add("runtime", f"Ray {ray} with vLLM {vllm} is not a supported combination. "
-                             f"Supported: {runtime_choices_text()}.")
-            return None
-        key = matches[0].key if matches else None
-        if key is None:
-            c.add("runtime", f"Ray {ray} with vLLM {vllm} is known not to work: {KNOWN_BROKEN[(ray, vllm)]} "
-                             f"Supported: {runtime_choices_text()}.")
-            return None
-    runtime = RUNTIMES.get(key) if isinstance(key, str) else None
-    if runtime is None:
-        c.add("runtime", f"Unknown runtime {key!r}. Supported: {runtime_choices_text()}.")
-        return None
-    broken = KNOWN_BROKEN.get((runtime.ray, runtime.vllm)) if runtime.accelerator == "gpu" else None
-    if broken:
-        c.add("runtime", f"Runtime {runtime.key} is known not to work: {broken} Supported: {runtime_choices_text()}.")
-        return None
-    if target_kind and target_kind not in runtime.target_kinds:
-        c.add("runtime", f"Runtime {runtime.key} cannot run on a {target_kind} cluster "
-                         f"(it runs on: {', '.join(runtime.target_kinds)}).")
-        return None
-    return runtime
+def _engine_and_load_rules(c: _Collector, engine: EngineSpec, load: LoadSpec) -> None:
+    max_len = c.within("engine.max_model_len", engine.max_model_len, 16, 1_048_576)
+    c.one_of("engine.dtype", engine.dtype, DTYPES)
+    c.within("engine.gpu_memory_utilization", engine.gpu_memory_utilization, 0.1, 0.98)
+    c.one_of("engine.kv_connector", engine.kv_connector, KV_CONNECTORS)
+    c.within("expected_load.requests_per_second", load.requests_per_second, 0, 100_000)
+    prompt = c.within("expected_load.mean_prompt_tokens", load.mean_prompt_tokens, 1, 1_048_576)
+    c.within("expected_load.mean_output_tokens", load.mean_output_tokens, 1, 1_048_576)
+    if max_len and prompt and load.mean_prompt_tokens > engine.max_model_len:
+        c.add("expected_load.mean_prompt_tokens",
+              f"Longer than engine.max_model_len ({engine.max_model_len}); raise max_model_len or shorten prompts.")
 
 
-def _model(c: _Collector, data, target_kind: str | None):
-    if not isinstance(data, dict):
-        c.add("model", "Give the model as an object: {\"id\": ..., \"source\": ...}.")
-        return None, None
-    model_id, source = data.get("id"), data.get("source")
-    if not isinstance(model_id, str) or not MODEL_ID.match(model_id):
-        c.add("model.id", "The name clients pass as `model`: 1-128 letters, digits, '.', '_', ':', '/' or '-'.")
-        model_id = None
-    if not isinstance(source, str) or not (S3_URI.match(source) or HF_REPO.match(source) or LOCAL_PATH.match(source)):
-        c.add("model.source", "Give an s3://bucket/prefix URI, a Hugging Face repo id (org/name), or an "
-                              "absolute path on the cluster's nodes.")
-        source = None
-    elif LOCAL_PATH.match(source) and target_kind in ("eks", "kubernetes"):
-        c.add("model.source", "A local path only works on a `ray` cluster; on Kubernetes use s3:// or a "
-                              "Hugging Face repo id.")
-        source = None
-    return model_id, source
+def _rules(c: _Collector, *, runtime: str | None, model: tuple | None, prefill: PoolSpec | None,
+           decode: PoolSpec | None, engine: EngineSpec, load: LoadSpec, target_kind: str | None) -> None:
+    """Every rule, for the parts that could be read (None: its reading already reported why)."""
+    found = _runtime_rules(c, runtime, target_kind) if runtime is not None else None
+    if model is not None:
+        _model_rules(c, *model, target_kind)
+    accelerator = found.accelerator if found else "gpu"
+    for prefix, pool in (("prefill", prefill), ("decode", decode)):
+        if pool is not None:
+            _pool_rules(c, pool, prefix, accelerator)
+    _engine_and_load_rules(c, engine, load)
+
+
+def spec_check(spec: DeploymentSpec, *, target_kind: str | None = None) -> DeploymentSpec:
+    """Check a typed spec against today's catalog and rules, or raise SpecError (a runtime found broken since it
+    was stored, an instance type dropped, a cluster kind it cannot run on). Returns the spec."""
+    c = _Collector()
+    _rules(c, runtime=spec.runtime, model=(spec.model_id, spec.model_source), prefill=spec.prefill,
+           decode=spec.decode, engine=spec.engine, load=spec.expected_load, target_kind=target_kind)
+    if c.errors:
+        raise SpecError(c.errors)
+    return spec
 
 
 def spec_parse(data, *, target_kind: str | None = None) -> DeploymentSpec:
     """Validate raw input (the API's `spec` object) into a DeploymentSpec, or raise SpecError."""
-    c = _Collector()
     if not isinstance(data, dict):
         raise SpecError({"spec": ["Must be an object."]})
+    c = _Collector()
     prefill_in = data.get("prefill") if isinstance(data.get("prefill"), dict) else {}
-    instance = INSTANCE_TYPES.get(prefill_in.get("instance_type")) if isinstance(prefill_in.get("instance_type"), str) else None
+    itype = prefill_in.get("instance_type")
+    instance = INSTANCE_TYPES.get(itype) if isinstance(itype, str) else None
     hint = None if instance is None else ("gpu" if instance.gpus else "cpu")
-    runtime = _runtime(c, data.get("runtime"), target_kind, hint)
-    model_id, source = _model(c, data.get("model"), target_kind)
-    accelerator = runtime.accelerator if runtime else "gpu"
-    prefill = _pool(c, data.get("prefill"), "prefill", accelerator)
-    decode = _pool(c, data.get("decode"), "decode", accelerator)
-
-    engine_in = data.get("engine") or {}
-    if not isinstance(engine_in, dict):
-        c.add("engine", "Must be an object.")
-        engine_in = {}
-    defaults = EngineSpec()
-    engine = EngineSpec(
-        max_model_len=c.int_in(engine_in, "max_model_len", "engine.max_model_len", 16, 1_048_576,
-                               defaults.max_model_len),
-        dtype=c.choice(engine_in, "dtype", "engine.dtype", DTYPES, defaults.dtype),
-        gpu_memory_utilization=c.number_in(engine_in, "gpu_memory_utilization",
-                                           "engine.gpu_memory_utilization", 0.1, 0.98,
-                                           defaults.gpu_memory_utilization),
-        kv_connector=c.choice(engine_in, "kv_connector", "engine.kv_connector", KV_CONNECTORS,
-                              defaults.kv_connector),
-    )
-    load_in = data.get("expected_load") or {}
-    if not isinstance(load_in, dict):
-        c.add("expected_load", "Must be an object.")
-        load_in = {}
-    ld = LoadSpec()
-    load = LoadSpec(
-        requests_per_second=c.number_in(load_in, "requests_per_second", "expected_load.requests_per_second",
-                                        0, 100_000, ld.requests_per_second),
-        mean_prompt_tokens=c.int_in(load_in, "mean_prompt_tokens", "expected_load.mean_prompt_tokens", 1,
-                                    1_048_576, ld.mean_prompt_tokens),
-        mean_output_tokens=c.int_in(load_in, "mean_output_tokens", "expected_load.mean_output_tokens", 1,
-                                    1_048_576, ld.mean_output_tokens),
-    )
-    if engine.max_model_len and load.mean_prompt_tokens and load.mean_prompt_tokens > engine.max_model_len:
-        c.add("expected_load.mean_prompt_tokens",
-              f"Longer than engine.max_model_len ({engine.max_model_len}); raise max_model_len or shorten prompts.")
+    runtime = _runtime_read(c, data.get("runtime"), hint)
+    model = _model_read(c, data.get("model"))
+    prefill = _pool_read(c, data.get("prefill"), "prefill")
+    decode = _pool_read(c, data.get("decode"), "decode")
+    engine = _engine_read(c, data.get("engine"))
+    load = _load_read(c, data.get("expected_load"))
+    _rules(c, runtime=runtime, model=model, prefill=prefill, decode=decode, engine=engine, load=load,
+           target_kind=target_kind)
     if c.errors:
         raise SpecError(c.errors)
-    return DeploymentSpec(model_id, source, runtime.key, prefill, decode, engine, load)
+    return DeploymentSpec(model[0], model[1], runtime, prefill, decode, engine, load)

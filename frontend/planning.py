@@ -4,20 +4,22 @@ When the planner cannot answer (a half-typed spec, missing model facts), the pan
 GPUs against the team's quota.
 """
 import logging
+from collections.abc import Callable, Iterable
 
 from deployments.catalog import INSTANCE_TYPES
+from deployments.serve_config import STAGES
 from deployments.services.quota import team_gpus_held
-from deployments.spec import SpecError, spec_as_input
+from deployments.spec import DeploymentSpec, SpecError, spec_check
 from observability.pd_health import bytes_span_text
-from observability.planner import plan_for_spec
+from observability.planner import plan_for_spec, plan_with_facts
 
 log = logging.getLogger(__name__)
 
 
-def plan(spec_input: dict, model_facts: dict | None = None) -> tuple[dict | None, str]:
+def _answer(planner: Callable[[], dict]) -> tuple[dict | None, str]:
     """(plan, note): the planner's answer, or None with a note saying why there is none."""
     try:
-        return plan_for_spec(spec_input, model_facts), ""
+        return planner(), ""
     except SpecError as e:
         if set(e.errors) == {"model_facts"}:
             return None, ("Enter the model facts below (from its config.json) to see memory fit, KV bytes per "
@@ -28,9 +30,15 @@ def plan(spec_input: dict, model_facts: dict | None = None) -> tuple[dict | None
         return None, f"No plan for this spec yet: {e}"
 
 
-def plan_for_stored(spec: dict) -> tuple[dict | None, str]:
-    """The plan for a stored spec (approvals, the deployment page): facts come from the weights when readable."""
-    plan_, note = plan(spec_as_input(spec))
+def plan(spec_input: dict, model_facts: dict | None = None) -> tuple[dict | None, str]:
+    """The plan beside the request form, for a request-shaped (maybe half-typed) spec."""
+    return _answer(lambda: plan_for_spec(spec_input, model_facts))
+
+
+def plan_for_stored(spec: DeploymentSpec) -> tuple[dict | None, str]:
+    """The plan for a stored spec (approvals, the deployment page): checked against today's catalog first (an
+    approver sees a runtime found broken since), facts come from the weights when readable."""
+    plan_, note = _answer(lambda: plan_with_facts(spec_check(spec), None))
     if plan_ is None and note.startswith("Enter the model facts"):
         note = ("No capacity plan: the request does not carry the model's config.json facts and its weights "
                 "cannot be read from here.")
@@ -50,8 +58,8 @@ def kv_observed(run) -> str:
 def gpus_of(spec_input: dict) -> int:
     """GPUs a request-shaped spec asks for, counting only what is readable (the form may be half typed)."""
     total = 0
-    for pool in ("prefill", "decode"):
-        p = spec_input.get(pool) or {}
+    for stage in STAGES:
+        p = spec_input.get(stage) or {}
         nodes, gpus = p.get("nodes", 1), p.get("gpus_per_node")
         if gpus is None and p.get("instance_type") in INSTANCE_TYPES:
             gpus = INSTANCE_TYPES[p["instance_type"]].gpus
@@ -60,16 +68,26 @@ def gpus_of(spec_input: dict) -> int:
     return total
 
 
-def hourly_cost(spec_input: dict) -> float | None:
+def _hourly(pools: Iterable[tuple]) -> float | None:
+    """On-demand USD per hour of (instance type, nodes) pairs; None while one is not readable."""
     total = 0.0
-    for pool in ("prefill", "decode"):
-        p = spec_input.get(pool) or {}
-        instance = INSTANCE_TYPES.get(p.get("instance_type"))
-        nodes = p.get("nodes", 1)
+    for instance_type, nodes in pools:
+        instance = INSTANCE_TYPES.get(instance_type)
         if instance is None or not isinstance(nodes, int):
             return None
         total += instance.hourly_usd * nodes
     return total
+
+
+def hourly_cost(spec_input: dict) -> float | None:
+    """What a request-shaped (maybe half-typed) spec would cost per hour."""
+    pools = [spec_input.get(stage) or {} for stage in STAGES]
+    return _hourly((p.get("instance_type"), p.get("nodes", 1)) for p in pools)
+
+
+def spec_hourly_cost(spec: DeploymentSpec) -> float | None:
+    """What a stored spec costs per hour (None for an instance type no longer in the catalog)."""
+    return _hourly((spec.pool(stage).instance_type, spec.pool(stage).nodes) for stage in STAGES)
 
 
 def quota_view(*, team, gpus: int, exclude_id: int | None = None) -> dict:

@@ -3,10 +3,10 @@
 Validation itself stays in `deployments.spec.spec_parse` (one place for every rule); this module only turns
 form strings into the request-shaped spec, maps `SpecError` paths back onto fields, and back again for edits.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, is_dataclass
 
 from deployments.catalog import INSTANCE_TYPES, RUNTIMES
-from deployments.spec import DTYPES, KV_CONNECTORS, EngineSpec, LoadSpec
+from deployments.spec import DTYPES, KV_CONNECTORS, DeploymentSpec, EngineSpec, LoadSpec
 
 POOLS = ("prefill", "decode")
 
@@ -158,13 +158,14 @@ def facts_from_form(data) -> dict | None:
     return facts or None
 
 
-def values_from_spec(spec: dict) -> dict[str, str]:
+def values_from_spec(spec: DeploymentSpec) -> dict[str, str]:
     """Form values from a stored (validated) spec, for the edit/update form."""
-    values = {"model_id": spec["model_id"], "model_source": spec["model_source"], "runtime": spec["runtime"]}
+    values = {"model_id": spec.model_id, "model_source": spec.model_source, "runtime": spec.runtime}
     for f in SPEC_FIELDS:
         section, _, key = f.path.partition(".")
-        if section in spec and isinstance(spec[section], dict) and key in spec[section]:
-            v = spec[section][key]
+        part = getattr(spec, section, None)  # the pools, engine and expected_load; model and runtime are above
+        if is_dataclass(part) and key:
+            v = getattr(part, key)
             values[f.name] = f"{v:g}" if isinstance(v, float) else str(v)
     return values
 

@@ -40,6 +40,7 @@ class Gateway:
 
     async def startup(self) -> None:
         await self.store.open()
+        # The process's one Redis client: rate limits, the request recorder and the key channel share its pool.
         self.redis = aioredis.Redis.from_url(self.config.redis_url)
         self.limiter = RateLimiter(self.redis)
         self.recorder = Recorder(self.redis, interval=self.config.flush_interval_s, access_log=self.config.access_log)
@@ -49,7 +50,7 @@ class Gateway:
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.config.connect_timeout_s,
                                           sock_read=self.config.upstream_timeout_s),
             skip_auto_headers=("Accept-Encoding", "User-Agent"), auto_decompress=False)
-        self._tasks = [asyncio.ensure_future(self.keys.listen(self.config.redis_url)),
+        self._tasks = [asyncio.ensure_future(self.keys.listen(self.redis)),
                        asyncio.ensure_future(self.recorder.run())]
         try:  # refuse traffic until revocations can reach us
             await asyncio.wait_for(self.keys.listening.wait(), timeout=10)

@@ -1,20 +1,17 @@
 """API-key authentication against an in-memory cache that Redis pub/sub invalidates on revocation."""
 import asyncio
-import hmac
 import logging
 import time
 from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 
+from deployments.credential_format import API_KEY_PREFIX, KEY_EVENTS_CHANNEL, credential_matches, credential_split
 from gateway.cache import AsyncCache
 from gateway.errors import unauthorized
 
 log = logging.getLogger(__name__)
 
-# Kept equal to deployments.services.api_keys.KEY_EVENTS_CHANNEL (imported lazily there to keep this module light).
-KEY_EVENTS_CHANNEL = "tandem:keys:changed"
-PREFIX = "tdm"
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,7 +20,7 @@ class Key:
 
     pk: int
     key_id: str
-    digest: bytes
+    digest: str
     team_id: int
     team_slug: str
     revoked: bool
@@ -39,23 +36,12 @@ class Key:
 
     @classmethod
     def from_row(cls, row: dict) -> "Key":
-        return cls(pk=row["id"], key_id=row["key_id"], digest=row["digest"].encode(), team_id=row["team_id"],
+        return cls(pk=row["id"], key_id=row["key_id"], digest=row["digest"], team_id=row["team_id"],
                    team_slug=row["team_slug"], revoked=row["revoked"],
                    expires_at=float(row["expires_at"]) if row["expires_at"] is not None else None,
                    all_deployments=row["all_deployments"], scope=frozenset(row["scope"] or ()),
                    requests_per_minute=row["requests_per_minute"], tokens_per_minute=row["tokens_per_minute"],
                    service=bool(row.get("service")))
-
-
-def split_key(raw: bytes) -> str | None:
-    """The key id of a well-formed `tdm_<id>_<secret>`, else None (same rule as services.credentials)."""
-    parts = raw.split(b"_")
-    if len(parts) != 3 or parts[0] != b"tdm" or not parts[1] or len(parts[2]) < 32:
-        return None
-    try:
-        return parts[1].decode("ascii")
-    except UnicodeDecodeError:
-        return None
 
 
 class KeyRing:
@@ -75,12 +61,11 @@ class KeyRing:
         if not authorization or authorization[:7].lower() != b"bearer ":
             raise unauthorized("Missing API key. Pass `Authorization: Bearer tdm_...`.")
         raw = authorization[7:].strip()
-        key_id = split_key(raw)
+        key_id = credential_split(raw, API_KEY_PREFIX)
         if key_id is None:
             raise unauthorized()
         key = await self.cache.get(key_id)
-        # The digest is HMAC-SHA256(server secret, whole key) as services.credentials writes it.
-        if key is None or not hmac.compare_digest(key.digest, hmac.digest(self._secret, raw, "sha256").hex().encode()):
+        if key is None or not credential_matches(raw, key.digest, hmac_secret=self._secret):
             raise unauthorized()
         if key.revoked:
             raise unauthorized("This API key has been revoked.")
@@ -88,10 +73,10 @@ class KeyRing:
             raise unauthorized("This API key has expired.")
         return key
 
-    async def listen(self, redis_url: str) -> None:
-        """Drop a key when it is announced; after any (re)subscription drop all, since messages may be lost."""
+    async def listen(self, client: aioredis.Redis) -> None:
+        """Drop a key when it is announced; after any (re)subscription drop all, since messages may be lost.
+        `client` is the gateway's one Redis client; each subscription takes a connection of its own from it."""
         while True:
-            client = aioredis.Redis.from_url(redis_url)
             pubsub = client.pubsub()
             try:
                 await pubsub.subscribe(KEY_EVENTS_CHANNEL)
@@ -112,6 +97,5 @@ class KeyRing:
             finally:
                 try:
                     await pubsub.aclose()
-                    await client.aclose()
                 except Exception:  # noqa: BLE001
                     pass

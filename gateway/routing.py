@@ -4,13 +4,13 @@ from dataclasses import dataclass
 
 from yarl import URL
 
+from deployments.lifecycle import SERVING
 from deployments.secret_refs import SecretRefError, secret_resolve
 from gateway.cache import AsyncCache
 from gateway.errors import forbidden, model_not_found, unavailable
 
 log = logging.getLogger(__name__)
 
-SERVING = frozenset({"running", "updating"})
 ENDPOINTS = {"chat.completions": "/v1/chat/completions", "completions": "/v1/completions",
              "embeddings": "/v1/embeddings"}
 

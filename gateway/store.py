@@ -5,15 +5,19 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
+from deployments.lifecycle import LIVE
 from gateway.errors import unavailable
 
 log = logging.getLogger(__name__)
+
+# The statuses are parameters, from the one module that defines them (sorted: a stable prepared statement).
+LIVE_STATUSES = sorted(LIVE)
 
 KEY_SQL = """
 SELECT k.id, k.key_id, k.digest, k.team_id, t.slug AS team_slug, k.name,
        k.revoked_at IS NOT NULL AS revoked, EXTRACT(EPOCH FROM k.expires_at) AS expires_at,
        k.all_deployments, k.requests_per_minute, k.tokens_per_minute,
-       (k.created_by_id IS NULL AND k.name = 'tandem-conformance') AS service,
+       k.is_service AS service,
        ARRAY(SELECT s.deployment_id FROM deployments_apikey_deployments s WHERE s.apikey_id = k.id) AS scope
 FROM deployments_apikey k JOIN deployments_team t ON t.id = k.team_id
 WHERE k.key_id = %s
@@ -26,7 +30,7 @@ SELECT d.id, d.name, d.spec->>'model_id' AS model_id, d.status, d.endpoint_url,
        (d.conditions @> '[{"type": "EndpointReady", "reason": "ConformancePending"}]'
         AND NOT d.conditions @> '[{"type": "ConformancePassed"}]') AS checking
 FROM deployments_deployment d JOIN deployments_cluster c ON c.id = d.cluster_id
-WHERE d.team_id = %s AND d.status NOT IN ('deleted', 'rejected', 'withdrawn')
+WHERE d.team_id = %s AND d.status = ANY(%s)
 ORDER BY d.created_at DESC
 """
 
@@ -59,4 +63,4 @@ class Store:
         return rows[0] if rows else None
 
     async def team_deployments(self, team_id: int) -> list[dict]:
-        return await self._fetch(TEAM_DEPLOYMENTS_SQL, (team_id,))
+        return await self._fetch(TEAM_DEPLOYMENTS_SQL, (team_id, LIVE_STATUSES))

@@ -8,10 +8,10 @@ import time
 import orjson
 import redis
 from celery import shared_task
-from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 
+from controlplane.redis_client import redis_client
 from deployments.models import ApiKey, Deployment
 from gateway.config import RECORD_STREAM
 from gateway.models import RequestRecord
@@ -20,10 +20,6 @@ log = logging.getLogger(__name__)
 
 GROUP = "tandem-drain"
 CLAIM_IDLE_MS = 60_000  # a drainer that held entries this long without acknowledging them is presumed dead
-
-
-def _client():
-    return redis.Redis.from_url(settings.REDIS_URL)
 
 
 def _ensure_group(r) -> None:
@@ -88,7 +84,7 @@ def drain_batch(r, consumer: str, *, count: int = 1000) -> int:
 @shared_task(acks_late=True, ignore_result=True)
 def drain_request_records(max_batches: int = 100) -> int:
     """Drain what the gateways have written so far (bounded per run; beat runs it every few seconds)."""
-    r = _client()
+    r = redis_client()
     _ensure_group(r)
     consumer = f"{socket.gethostname()}-{os.getpid()}"
     total = 0

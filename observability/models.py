@@ -85,6 +85,7 @@ class ConformanceRun(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     base_url = models.URLField()
     model = models.CharField(max_length=128)
+    generation = models.PositiveIntegerField(default=0, help_text="The deployment generation this run checked.")
     passed = models.BooleanField(default=False)
     summary = models.TextField(blank=True)
     pd_health = models.JSONField(null=True, blank=True)

@@ -205,9 +205,13 @@ def plan(facts: ModelFacts, spec: DeploymentSpec, *, assumed_itl_ms: float = 30.
 
 
 def plan_for_spec(spec_input: dict, model_facts: dict | None, *, assumed_itl_ms: float = 30.0) -> dict:
-    """For the portal and the API: validate the request-shaped spec, take the facts given (or the local
-    model's config.json), and plan. Raises SpecError with field paths a form can show."""
-    spec = spec_parse(spec_input)
+    """For the portal and the API: validate the request-shaped spec, then plan it (plan_with_facts)."""
+    return plan_with_facts(spec_parse(spec_input), model_facts, assumed_itl_ms=assumed_itl_ms)
+
+
+def plan_with_facts(spec: DeploymentSpec, model_facts: dict | None, *, assumed_itl_ms: float = 30.0) -> dict:
+    """Plan a typed spec with the facts given, or the local model's config.json when none are. Raises SpecError
+    with field paths a form can show."""
     source = "given"
     if not model_facts:
         model_facts = model_facts_from_source(spec.model_source)

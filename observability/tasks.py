@@ -1,15 +1,14 @@
 """Celery tasks for observability: thin, they take ids and call the modules that do the work."""
-import httpx
 from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
-from deployments.lifecycle import Status
+from deployments.lifecycle import SCRAPED
+from controlplane.http_client import http_client
 from deployments.models import Deployment
+from observability.conformance.runner import conformance_run_for_deployment, conformance_runs_prune
 from observability.rollups import gateway_rollup, rollups_prune
 from observability.scraper import metrics_source, scrape_deployment
-
-SCRAPED = (Status.RUNNING, Status.UPDATING)
 
 
 @shared_task(ignore_result=True)
@@ -25,7 +24,7 @@ def scrape_running_deployments() -> int:
 @shared_task(acks_late=True, ignore_result=True, soft_time_limit=25, time_limit=30)
 def scrape_deployment_task(deployment_id: int) -> dict:
     """Scrape one deployment's metrics into this minute's rollups."""
-    with httpx.Client(timeout=10.0) as client:
+    with http_client() as client:
         return scrape_deployment(deployment_id=deployment_id, client=client, now=timezone.now())
 
 
@@ -40,8 +39,6 @@ def rollup_gateway_timings() -> int:
 def prune_rollups() -> int:
     """Beat (hourly): delete rollups older than TANDEM_ROLLUP_RETENTION_DAYS (default 14) and conformance runs
     older than TANDEM_CONFORMANCE_RETENTION_DAYS (default 30; each deployment's latest run stays)."""
-    from observability.conformance.runner import conformance_runs_prune
-
     now = timezone.now()
     return rollups_prune(now=now) + conformance_runs_prune(now=now)
 
@@ -49,7 +46,5 @@ def prune_rollups() -> int:
 @shared_task(acks_late=True, ignore_result=True)
 def run_conformance(deployment_id: int) -> int:
     """Run the conformance suite and PD-health probe through the gateway; returns the run's id."""
-    from observability.conformance.runner import conformance_run_for_deployment
-
     return conformance_run_for_deployment(deployment_id=deployment_id,
                                           gateway_base_url=settings.TANDEM_GATEWAY_BASE_URL).pk

@@ -6,18 +6,19 @@ import time
 from django.conf import settings
 from django.utils import timezone
 
-from deployments.conditions import endpoint_ready
-from deployments.lifecycle import Status
+from deployments.conditions import condition_set, conformance_passed, endpoint_ready
+from deployments.lifecycle import SETTLED, Status
 from deployments.models import Deployment
 from deployments.services.events import event_record
-from deployments.services.lifecycle import deployment_transition
+from deployments.services.actions import deployment_transition
 from deployments.services.status import deployment_observe
-from deployments.spec import SpecError, spec_as_input, spec_parse
+from deployments.spec import SpecError, spec_check
+from observability.models import ConformanceRun
+from observability.tasks import run_conformance
 from workers.targets import target_for
 from workers.targets.base import PermanentError, Step, TransientError
 
 log = logging.getLogger(__name__)
-SETTLED = {Status.PENDING_APPROVAL, Status.REJECTED, Status.WITHDRAWN, Status.DELETED, Status.FAILED}
 MAX_BACKOFF = 60.0
 
 
@@ -61,23 +62,14 @@ def reconcile_pass(deployment_id: int) -> float | None:
     try:
         return _run(p)
     except TransientError as e:
-        attempt = _consecutive_transient(d)
+        # Counted on the row (the event is history): `d` is the row as this pass found it.
+        deployment_observe(deployment_id=d.pk, transient_errors=d.transient_errors + 1)
         event_record(kind="transient_error", deployment=d, message=str(e))
         _fail_if_stuck(p, str(e))
-        return _backoff(attempt, e.retry_after)
+        return _backoff(d.transient_errors, e.retry_after)
     except PermanentError as e:
         deployment_transition(deployment=d, to=Status.FAILED, reason=str(e))
         return None
-
-
-def _consecutive_transient(d: Deployment) -> int:
-    """How many transient errors in a row the latest events show (drives the backoff)."""
-    count = 0
-    for kind in d.events.order_by("-created_at", "-id").values_list("kind", flat=True)[:10]:
-        if kind != "transient_error":
-            break
-        count += 1
-    return count
 
 
 def _fail_if_stuck(p: _Pass, last_reason: str) -> None:
@@ -95,13 +87,14 @@ def _run(p: _Pass) -> float | None:
     if d.status == Status.DELETING:  # 2 deletion
         step = p.step("teardown", lambda: target.teardown(d))
         if not step.ready:
+            _write(p)
             return requeue
-        deployment_observe(deployment_id=d.pk, endpoint_url="", applied_hash="", conditions=[])
+        _write(p, endpoint_url="", applied_hash="", conditions=[])
         deployment_transition(deployment=d, to=Status.DELETED, reason="Everything the deployment created is gone.")
         return None
 
     try:  # 3 validate
-        spec_parse(spec_as_input(d.spec), target_kind=d.cluster.kind)
+        spec_check(d.spec_typed, target_kind=d.cluster.kind)
     except SpecError as e:
         raise PermanentError(f"The spec is no longer valid: {e}") from None
     p.cond("Approved", True, "Approved")
@@ -140,45 +133,61 @@ def _run(p: _Pass) -> float | None:
         _write(p, endpoint_url=observed.endpoint_url)
         return requeue
     answers = p.step("endpoint", lambda: target.endpoint_answers(d, observed))
-    # Read the conformance result as it is now: a run may have finished since this pass loaded the row.
-    checked = Deployment.objects.values_list("conditions", flat=True).get(pk=d.pk)
+    checked = _conformance_checked(p)
     ready = endpoint_ready(checked, generation=d.generation, answers=answers.ready, message=answers.message)
     p.cond("EndpointReady", ready["status"], ready["reason"], ready["message"])
-    _write(p, endpoint_url=observed.endpoint_url, observed_generation=d.generation if answers.ready else d.observed_generation)
+    starts_serving = answers.ready and d.status != Status.RUNNING  # provisioning or updating: serving from now
+    # Users wait on the run of a pending endpoint: if its task failed or was lost, run it again, not wait for ever.
+    overdue = (answers.ready and not starts_serving and ready["reason"] == "ConformancePending"
+               and _conformance_overdue(d))
+    requested = {"conformance_requested_at": timezone.now()} if starts_serving or overdue else {}
+    _write(p, endpoint_url=observed.endpoint_url, observed_generation=d.generation if answers.ready else d.observed_generation,
+           **requested)
     if not answers.ready:
         return requeue
-    if d.status in (Status.PROVISIONING, Status.UPDATING):
+    if starts_serving:
         deployment_transition(deployment=d, to=Status.RUNNING, reason="Serving.")
         _conformance_enqueue(d.pk)
-    elif ready["reason"] == "ConformancePending" and _conformance_overdue(d):
-        # Users wait on this run: if its task failed or was lost, run it again rather than wait for ever.
+    elif overdue:
         event_record(kind="conformance_requeued", deployment=d,
                      message=f"No conformance result {settings.TANDEM_CONFORMANCE_OVERDUE_SECONDS} s after the "
-                             "endpoint answered; running the suite again.")
+                             "run was started; running the suite again.")
         _conformance_enqueue(d.pk)
     return None
 
 
+def _conformance_checked(p: _Pass) -> list[dict]:
+    """ConformancePassed from the latest run of this generation; the conditions as this pass will write them.
+
+    With no run of this generation yet, the condition stays as it is (an earlier generation's result, or none)."""
+    d = p.d
+    run = ConformanceRun.objects.filter(deployment=d, generation=d.generation).first()  # newest first
+    if run is None:
+        return d.conditions
+    result = conformance_passed(passed=run.passed, summary=run.summary, pd_health=run.pd_health)
+    p.cond("ConformancePassed", result["status"], result["reason"], result["message"])
+    return condition_set(d.conditions, type="ConformancePassed", now=timezone.now(), **p.updates["ConformancePassed"])
+
+
 def _conformance_overdue(d: Deployment) -> bool:
-    """The run the endpoint waits for was started (or last retried) longer ago than it can take."""
-    started = (d.events.filter(kind__in=("status_running", "conformance_requeued"))
-               .order_by("-created_at", "-id").values_list("created_at", flat=True).first())
+    """The run the endpoint waits for was never requested (a row from before this was kept), or was requested
+    (or last re-requested) longer ago than a run can take."""
+    requested = d.conformance_requested_at
     limit = settings.TANDEM_CONFORMANCE_OVERDUE_SECONDS
-    return started is not None and (timezone.now() - started).total_seconds() > limit
+    return requested is None or (timezone.now() - requested).total_seconds() > limit
 
 
 def _conformance_enqueue(deployment_id: int) -> None:
     """Check the endpoint's OpenAI behaviour through the gateway each time it (re)starts serving."""
-    from observability.tasks import run_conformance
-
     run_conformance.delay(deployment_id)
 
 
 def _apply(target, d, desired) -> Step:
     step = target.apply(d, desired)
-    detail = f": {step.message}" if isinstance(step, Step) and step.message else ""
+    detail = f": {step.message}" if step.message else ""
     return Step(ready=True, message=f"Applied generation {d.generation}{detail}")
 
 
 def _write(p: _Pass, **fields) -> None:  # 9 write status if changed
-    deployment_observe(deployment_id=p.d.pk, condition_updates=p.updates, **fields)
+    # Only a pass that raised no transient error gets here (one that does counts it instead): the run ends.
+    deployment_observe(deployment_id=p.d.pk, condition_updates=p.updates, transient_errors=0, **fields)

@@ -10,11 +10,10 @@ continues at once instead of waiting out the TTL; and while it is held, its hold
 """
 import logging
 
-import redis
-from django.conf import settings
 from django.db import connection
 
-from deployments.lifecycle import Status
+from controlplane.redis_client import redis_client
+from deployments.lifecycle import RECONCILED
 from deployments.models import Deployment
 
 log = logging.getLogger(__name__)
@@ -24,8 +23,7 @@ LOCK_CLASS = 0x7A4D  # first key of the two-key advisory lock: "Tandem reconcile
 
 def unsettled_deployment_ids() -> list[int]:
     """Deployments with work left, and running ones (to notice drift such as an app removed out-of-band)."""
-    live = [Status.APPROVED, Status.PROVISIONING, Status.UPDATING, Status.DELETING, Status.RUNNING]
-    return list(Deployment.objects.filter(status__in=live).values_list("pk", flat=True))
+    return list(Deployment.objects.filter(status__in=RECONCILED).values_list("pk", flat=True))
 
 
 def _try_lock(deployment_id: int) -> bool:
@@ -45,8 +43,7 @@ def _claim_requeue(deployment_id: int, delay: float) -> bool:
     Status changes and the beat job enqueue extra passes; each would otherwise start a chain of its own.
     The marker lives a little shorter than the delay, so the scheduled pass itself can claim the next one.
     """
-    client = redis.Redis.from_url(settings.REDIS_URL)
-    return bool(client.set(f"tandem:reconcile:next:{deployment_id}", 1, nx=True, px=max(int(delay * 800), 1)))
+    return bool(redis_client().set(f"tandem:reconcile:next:{deployment_id}", 1, nx=True, px=max(int(delay * 800), 1)))
 
 
 def reconcile(deployment_id: int) -> float | None:

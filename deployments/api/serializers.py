@@ -4,8 +4,9 @@ import re
 from django.contrib.auth import get_user_model
 from rest_framework import serializers
 
+from deployments.lifecycle import SERVING
 from deployments.models import AccessToken, ApiKey, Cluster, Deployment, Event, Membership, Team
-from deployments.spec import DNS1123_LABEL, spec_gpus
+from deployments.spec import dns_label_errors
 
 SECRET_REF = re.compile(r"^(env:[A-Z_][A-Z0-9_]{0,127}|file:/[^\x00]{1,1000})$")
 
@@ -24,8 +25,8 @@ class TeamSerializer(serializers.ModelSerializer):
         return team_gpus_held(team=team)
 
     def validate_slug(self, value):
-        if not DNS1123_LABEL.match(value):
-            raise serializers.ValidationError("Use lowercase letters, digits and '-' (a DNS-1123 label).")
+        if problems := dns_label_errors(value):
+            raise serializers.ValidationError(problems)
         return value
 
 
@@ -54,8 +55,8 @@ class ClusterSerializer(serializers.ModelSerializer):
         return bool(cluster.secret_ref)
 
     def validate_name(self, value):
-        if not DNS1123_LABEL.match(value):
-            raise serializers.ValidationError("Use lowercase letters, digits and '-' (a DNS-1123 label).")
+        if problems := dns_label_errors(value):
+            raise serializers.ValidationError(problems)
         return value
 
     def validate_secret_ref(self, value):
@@ -87,7 +88,7 @@ class DeploymentSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
     def get_gpus(self, d) -> int:
-        return spec_gpus(d.spec)
+        return d.spec_typed.gpus
 
     def get_model(self, d) -> str:
         return d.spec.get("model_id", "")
@@ -96,7 +97,7 @@ class DeploymentSerializer(serializers.ModelSerializer):
         """What a client needs: the gateway's base URL and the model name (once running)."""
         from django.conf import settings
 
-        if d.status not in ("running", "updating"):
+        if d.status not in SERVING:
             return None
         return {"base_url": settings.TANDEM_GATEWAY_BASE_URL, "model": d.spec.get("model_id", "")}
 

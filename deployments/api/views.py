@@ -10,8 +10,9 @@ from rest_framework.response import Response
 
 from deployments import selectors
 from deployments.api import serializers as s
+from deployments.lifecycle import Status
 from deployments.models import AccessToken, Cluster, Membership
-from deployments.services import api_keys, clusters, lifecycle, teams
+from deployments.services import actions, api_keys, clusters, teams
 from deployments.services.access_tokens import access_token_create, access_token_revoke
 
 SecretOnce = inline_serializer("SecretOnce", {"secret": serializers.CharField(help_text="Shown only in this response.")})
@@ -110,7 +111,7 @@ class DeploymentViewSet(viewsets.ReadOnlyModelViewSet):
         data.is_valid(raise_exception=True)
         v = data.validated_data
         team = get_object_or_404(selectors.teams_visible_to(request.user), pk=v["team"].pk)
-        d = lifecycle.deployment_request(actor=request.user, team=team, cluster=v["cluster"], name=v["name"],
+        d = actions.deployment_request(actor=request.user, team=team, cluster=v["cluster"], name=v["name"],
                                          spec=v["spec"], purpose=v["purpose"])
         return self._respond(d, status.HTTP_201_CREATED)
 
@@ -121,16 +122,16 @@ class DeploymentViewSet(viewsets.ReadOnlyModelViewSet):
         data = s.DeploymentEditSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         v = data.validated_data
-        if d.status == "pending_approval":
-            d = lifecycle.deployment_edit(actor=request.user, deployment=d, spec=v.get("spec"), purpose=v.get("purpose"))
+        if d.status == Status.PENDING_APPROVAL:
+            d = actions.deployment_edit(actor=request.user, deployment=d, spec=v.get("spec"), purpose=v.get("purpose"))
         elif "spec" in v:
-            d = lifecycle.deployment_update(actor=request.user, deployment=d, spec=v["spec"])
+            d = actions.deployment_update(actor=request.user, deployment=d, spec=v["spec"])
         return self._respond(d)
 
     @extend_schema(request=None, responses=s.DeploymentSerializer)
     def destroy(self, request, pk=None):
         """Tear the deployment down (a pending request is withdrawn)."""
-        return self._respond(lifecycle.deployment_delete(actor=request.user, deployment=self.get_object()),
+        return self._respond(actions.deployment_delete(actor=request.user, deployment=self.get_object()),
                              status.HTTP_202_ACCEPTED)
 
     @extend_schema(request=s.CommentSerializer, responses=s.DeploymentSerializer)
@@ -138,7 +139,7 @@ class DeploymentViewSet(viewsets.ReadOnlyModelViewSet):
     def approve(self, request, pk=None):
         c = s.CommentSerializer(data=request.data)
         c.is_valid(raise_exception=True)
-        return self._respond(lifecycle.deployment_approve(actor=request.user, deployment=self.get_object(),
+        return self._respond(actions.deployment_approve(actor=request.user, deployment=self.get_object(),
                                                           comment=c.validated_data["comment"]))
 
     @extend_schema(request=s.CommentSerializer, responses=s.DeploymentSerializer)
@@ -146,18 +147,18 @@ class DeploymentViewSet(viewsets.ReadOnlyModelViewSet):
     def reject(self, request, pk=None):
         c = s.CommentSerializer(data=request.data)
         c.is_valid(raise_exception=True)
-        return self._respond(lifecycle.deployment_reject(actor=request.user, deployment=self.get_object(),
+        return self._respond(actions.deployment_reject(actor=request.user, deployment=self.get_object(),
                                                          comment=c.validated_data["comment"]))
 
     @extend_schema(request=None, responses=s.DeploymentSerializer)
     @action(detail=True, methods=["post"])
     def withdraw(self, request, pk=None):
-        return self._respond(lifecycle.deployment_withdraw(actor=request.user, deployment=self.get_object()))
+        return self._respond(actions.deployment_withdraw(actor=request.user, deployment=self.get_object()))
 
     @extend_schema(request=None, responses=s.DeploymentSerializer)
     @action(detail=True, methods=["post"])
     def retry(self, request, pk=None):
-        return self._respond(lifecycle.deployment_retry(actor=request.user, deployment=self.get_object()))
+        return self._respond(actions.deployment_retry(actor=request.user, deployment=self.get_object()))
 
     @extend_schema(responses=s.EventSerializer(many=True))
     @action(detail=True, methods=["get"])

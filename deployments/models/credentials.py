@@ -1,6 +1,8 @@
 from django.conf import settings
 from django.db import models
 
+from deployments.credential_format import ACCESS_TOKEN_PREFIX, API_KEY_PREFIX, credential_display
+
 
 class _Credential(models.Model):
     """A secret shown once: only its HMAC-SHA256 digest, public id and last four characters are kept."""
@@ -18,21 +20,28 @@ class _Credential(models.Model):
         abstract = True
         ordering = ["-created_at"]
 
+    @property
+    def display(self) -> str:
+        return credential_display(self.PREFIX, self.key_id, self.last4)
+
 
 class AccessToken(_Credential):
     """A personal access token for the REST API (`Authorization: Bearer tdp_<id>_<secret>`)."""
 
-    PREFIX = "tdp"
+    PREFIX = ACCESS_TOKEN_PREFIX
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="access_tokens")
 
 
 class ApiKey(_Credential):
     """A team's key for the OpenAI-compatible gateway (`tdm_<id>_<secret>`), scoped to deployments."""
 
-    PREFIX = "tdm"
+    PREFIX = API_KEY_PREFIX
     team = models.ForeignKey("deployments.Team", on_delete=models.CASCADE, related_name="api_keys")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
     all_deployments = models.BooleanField(default=True)
     deployments = models.ManyToManyField("deployments.Deployment", blank=True, related_name="api_keys")
     requests_per_minute = models.PositiveIntegerField(null=True, blank=True)
     tokens_per_minute = models.PositiveIntegerField(null=True, blank=True)
+    # Tandem's own key (a conformance run's): set only by Tandem, never from a name or a form. It may reach a
+    # deployment that users cannot reach yet.
+    is_service = models.BooleanField(default=False, editable=False)

@@ -1,7 +1,8 @@
 from django.conf import settings
 from django.db import models
 
-from deployments.lifecycle import Status
+from deployments.lifecycle import TERMINAL, Status
+from deployments.spec import DeploymentSpec, spec_load
 
 
 class Deployment(models.Model):
@@ -28,13 +29,17 @@ class Deployment(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     status_changed_at = models.DateTimeField(auto_now_add=True)
+    # Kept for the reconciler on the row, not read back from the event log: transient errors in a row (drives
+    # the backoff) and when the conformance run the endpoint waits for was last started.
+    transient_errors = models.PositiveIntegerField(default=0)
+    conformance_requested_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
         constraints = [
             models.UniqueConstraint(
                 fields=["team", "name"],
-                condition=~models.Q(status__in=["rejected", "withdrawn", "deleted"]),
+                condition=~models.Q(status__in=[s.value for s in Status if s in TERMINAL]),
                 name="unique_live_deployment_name_per_team",
             )
         ]
@@ -44,5 +49,11 @@ class Deployment(models.Model):
         return f"{self.team}/{self.name}"
 
     @property
+    def spec_typed(self) -> DeploymentSpec:
+        """The approved spec as frozen data; the JSON column is only its storage form (read on each access, so
+        a changed `spec` is never shadowed by a stale copy)."""
+        return spec_load(self.spec)
+
+    @property
     def model_id(self) -> str:
-        return self.spec["model_id"]
+        return self.spec_typed.model_id

@@ -5,9 +5,11 @@ from django.db import models
 class Event(models.Model):
     """One immutable line of the audit trail: who did what, when, and what changed."""
 
-    team = models.ForeignKey("deployments.Team", on_delete=models.CASCADE, related_name="events", null=True)
+    # PROTECT: deleting a team or a deployment never deletes its history (Tandem never deletes either row; a
+    # deleted deployment keeps its row with status `deleted`).
+    team = models.ForeignKey("deployments.Team", on_delete=models.PROTECT, related_name="events", null=True)
     deployment = models.ForeignKey(
-        "deployments.Deployment", on_delete=models.CASCADE, related_name="events", null=True, blank=True
+        "deployments.Deployment", on_delete=models.PROTECT, related_name="events", null=True, blank=True
     )
     actor = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"

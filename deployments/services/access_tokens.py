@@ -18,5 +18,7 @@ def access_token_create(*, user, name: str, expires_at: dt.datetime | None = Non
 
 @transaction.atomic
 def access_token_revoke(*, user, token: AccessToken) -> None:
+    """Revoke once; `user` is who revokes it: the owner, or a platform admin in Django admin."""
     if credential_revoke(row=token):
-        event_record(kind="access_token_revoked", actor=user, before={"key_id": token.key_id})
+        event_record(kind="access_token_revoked", actor=user,
+                     before={"key_id": token.key_id, "user": token.user.get_username()})

@@ -5,22 +5,20 @@ drops the key from its cache at once.
 """
 import datetime as dt
 
-import redis
-from django.conf import settings
 from django.db import transaction
 
+from controlplane.redis_client import redis_client
+from deployments.credential_format import KEY_EVENTS_CHANNEL
 from deployments.errors import ActionError, NotAllowed
 from deployments.models import ApiKey, Deployment, Team
 from deployments.services.credentials import credential_mint, credential_revoke
 from deployments.services.events import event_record
 from deployments.services.teams import team_role
 
-KEY_EVENTS_CHANNEL = "tandem:keys:changed"
-
 
 def _announce(key_id: str) -> None:
     def publish():
-        redis.Redis.from_url(settings.REDIS_URL).publish(KEY_EVENTS_CHANNEL, key_id)
+        redis_client().publish(KEY_EVENTS_CHANNEL, key_id)
 
     transaction.on_commit(publish)
 

@@ -1,32 +1,15 @@
-"""Minting and checking secrets shown once: API keys and personal access tokens.
-
-A secret is `<prefix>_<key_id>_<random>`; only HMAC-SHA256(server secret, whole string) is stored.
-"""
-import hashlib
-import hmac
-import secrets
-
+"""Minting and checking secrets shown once: API keys and personal access tokens (format in credential_format)."""
 from django.conf import settings
 from django.utils import timezone
 
-
-def credential_digest(raw: str) -> str:
-    return hmac.new(settings.TANDEM_KEY_HMAC_SECRET.encode(), raw.encode(), hashlib.sha256).hexdigest()
-
-
-def credential_split(raw: str, prefix: str) -> str | None:
-    """The key id of a well-formed secret with this prefix, else None."""
-    parts = raw.split("_") if isinstance(raw, str) else []
-    if len(parts) != 3 or parts[0] != prefix or not parts[1] or len(parts[2]) < 32:
-        return None
-    return parts[1]
+from deployments.credential_format import credential_digest, credential_matches, credential_new, credential_split
 
 
 def credential_mint(*, model, **fields):
     """Create a credential row; returns (row, plaintext). The plaintext exists only in this return value."""
-    key_id = secrets.token_hex(6)
-    raw = f"{model.PREFIX}_{key_id}_{secrets.token_urlsafe(32).replace('_', 'x')}"
-    row = model.objects.create(key_id=key_id, digest=credential_digest(raw), last4=raw[-4:], **fields)
+    key_id, raw = credential_new(model.PREFIX)
+    digest = credential_digest(raw, hmac_secret=settings.TANDEM_KEY_HMAC_SECRET)
+    row = model.objects.create(key_id=key_id, digest=digest, last4=raw[-4:], **fields)
     return row, raw
 
 
@@ -36,7 +19,7 @@ def credential_check(*, model, raw: str):
     if key_id is None:
         return None
     row = model.objects.filter(key_id=key_id).first()
-    if row is None or not hmac.compare_digest(row.digest, credential_digest(raw)):
+    if row is None or not credential_matches(raw, row.digest, hmac_secret=settings.TANDEM_KEY_HMAC_SECRET):
         return None
     now = timezone.now()
     if row.revoked_at or (row.expires_at and row.expires_at <= now):

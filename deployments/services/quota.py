@@ -2,14 +2,15 @@
 from deployments.errors import QuotaExceeded
 from deployments.lifecycle import HOLDS_QUOTA
 from deployments.models import Deployment, Team
-from deployments.spec import spec_gpus
+from deployments.spec import spec_load
 
 
 def team_gpus_held(*, team: Team, exclude_id: int | None = None) -> int:
+    """GPUs the team's deployments hold now (those in a status that holds quota), optionally but one."""
     qs = Deployment.objects.filter(team=team, status__in=HOLDS_QUOTA)
     if exclude_id is not None:
         qs = qs.exclude(pk=exclude_id)
-    return sum(spec_gpus(s) for s in qs.values_list("spec", flat=True))
+    return sum(spec_load(s).gpus for s in qs.values_list("spec", flat=True))
 
 
 def quota_check(*, team: Team, gpus: int, exclude_id: int | None = None) -> None:

@@ -1,18 +1,25 @@
-"""Writes of what workers observe (conditions, endpoint, observed generation), only when it changed."""
+"""Writes of what workers observe (conditions, endpoint, observed generation, the reconciler's own counters),
+only when it changed; and the request for a reconcile pass."""
+from celery import current_app
 from django.db import transaction
 from django.utils import timezone
 
 from deployments.conditions import condition_set
 from deployments.models import Deployment
 
+# By name, not by import: the domain imports nothing from the workers (they import it). It is the name
+# `workers.tasks.reconcile_deployment` registers under, and it goes to the default queue, as `.delay()` does.
+RECONCILE_TASK = "workers.tasks.reconcile_deployment"
+
 
 @transaction.atomic
 def deployment_observe(*, deployment_id: int, condition_updates: dict[str, dict] | None = None, **fields) -> bool:
     """Store observed fields; returns True when anything changed.
 
-    `condition_updates` ({type: condition_set's status, reason, message and generation}) is merged into the
-    conditions as they are now, under the row lock, so the reconciler and the conformance runner never drop each
-    other's conditions."""
+    The reconcile pipeline is its one caller for conditions and its own counters (`transient_errors`,
+    `conformance_requested_at`). `condition_updates` ({type: condition_set's status, reason, message and
+    generation}) is merged into the conditions as they are now, under the row lock: a pass sets only the
+    conditions it looked at and keeps the others."""
     d = Deployment.objects.select_for_update().get(pk=deployment_id)
     if condition_updates:
         conditions = fields.get("conditions", d.conditions)
@@ -26,3 +33,8 @@ def deployment_observe(*, deployment_id: int, condition_updates: dict[str, dict]
         setattr(d, k, v)
     d.save(update_fields=[*changed, "updated_at"])
     return True
+
+
+def deployment_reconcile_request(*, deployment_id: int) -> None:
+    """Ask for a reconcile pass once the current transaction commits, so the worker sees what was written."""
+    transaction.on_commit(lambda: current_app.send_task(RECONCILE_TASK, (deployment_id,)))

@@ -41,6 +41,8 @@ def team_update(*, actor, team: Team, **changes) -> Team:
     """Change a team's name, quota or self-approval (platform admins only)."""
     if not is_platform_admin(actor):
         raise NotAllowed("Only platform admins can change a team's quota or settings.")
+    # Compare with the stored row, not the caller's object: a form may have set the new values on it already.
+    team = Team.objects.select_for_update().get(pk=team.pk)
     before = {k: getattr(team, k) for k in changes}
     if before == changes:
         return team
@@ -68,6 +70,7 @@ def membership_set(*, actor, team: Team, user, role: str) -> Membership:
 
 @transaction.atomic
 def membership_remove(*, actor, membership: Membership) -> None:
+    """Take a user out of a team (platform admins and team admins)."""
     team_require_admin(user=actor, team=membership.team)
     event_record(kind="member_removed", team=membership.team, actor=actor,
                  before={"user": membership.user.username, "role": membership.role})

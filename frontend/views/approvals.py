@@ -2,7 +2,7 @@
 from django.contrib.auth.decorators import login_required
 
 from deployments import selectors
-from deployments.spec import spec_as_input, spec_gpus
+from deployments.spec import spec_load
 from frontend import planning
 from frontend.views.base import render_page
 
@@ -12,13 +12,12 @@ def approval_queue(request):
     """What waits for this user's decision (team admins: their teams; platform admins: everything)."""
     items = []
     for d in selectors.deployments_awaiting_approval_by(request.user).order_by("created_at"):
-        spec = d.proposed_spec or d.spec
-        spec_input = spec_as_input(spec)
+        spec = spec_load(d.proposed_spec or d.spec)
         plan, note = planning.plan_for_stored(spec)
         note = f"{note} GPUs, quota and cost are below." if plan is None else note
         items.append({
-            "d": d, "spec": spec, "is_update": d.proposed_spec is not None, "current_gpus": spec_gpus(d.spec),
-            "plan": plan, "plan_note": note, "cost": planning.hourly_cost(spec_input),
-            "quota": planning.quota_view(team=d.team, gpus=spec_gpus(spec), exclude_id=d.pk),
+            "d": d, "spec": spec, "is_update": d.proposed_spec is not None, "current_gpus": d.spec_typed.gpus,
+            "plan": plan, "plan_note": note, "cost": planning.spec_hourly_cost(spec),
+            "quota": planning.quota_view(team=d.team, gpus=spec.gpus, exclude_id=d.pk),
         })
     return render_page(request, "approvals/queue.html", {"items": items})

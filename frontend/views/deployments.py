@@ -13,9 +13,9 @@ from deployments.conditions import CONDITION_TYPES, condition_get
 from deployments.errors import ActionError
 from deployments.lifecycle import Status
 from deployments.models import Cluster
-from deployments.services import lifecycle
+from deployments.services import actions
 from deployments.services.teams import team_role
-from deployments.spec import spec_gpus
+from deployments.spec import spec_load
 from frontend import planning
 from frontend.views.base import render_page, require_team, team_required
 from frontend.views.status import deployment_state, timeline
@@ -36,7 +36,7 @@ def deployment_list(request):
         qs = qs.filter(cluster__name=cluster)
     if q:
         qs = qs.filter(Q(name__icontains=q) | Q(spec__model_id__icontains=q))
-    rows = [{"d": d, "gpus": spec_gpus(d.spec)} for d in qs]
+    rows = [{"d": d, "gpus": d.spec_typed.gpus} for d in qs]
     context = {
         "team": team, "rows": rows, "filters": {"status": status, "cluster": cluster, "q": q},
         "filtered": bool(status or cluster or q), "status_choices": STATUS_FILTERS,
@@ -63,14 +63,14 @@ def _status_context(d) -> dict:
 def deployment_detail(request, pk: int):
     """One deployment: status, live timeline, endpoint and snippets, health, latency, usage, audit trail."""
     d = _visible(request, pk)
-    plan, plan_note = planning.plan_for_stored(d.spec)
+    plan, plan_note = planning.plan_for_stored(d.spec_typed)
     context = _status_context(d) | {
-        "team": d.team, "gpus": spec_gpus(d.spec), "gateway_base_url": settings.TANDEM_GATEWAY_BASE_URL,
+        "team": d.team, "gpus": d.spec_typed.gpus, "gateway_base_url": settings.TANDEM_GATEWAY_BASE_URL,
         "endpoint_ready": condition_get(d.conditions, "EndpointReady") or {},
         "plan": plan, "plan_note": plan_note, "kv_observed": planning.kv_observed(d.conformance_runs.first()),
         "audit": d.events.select_related("actor").order_by("-created_at", "-id"),
         "can_edit": _can_edit(request, d),
-        "proposed_gpus": spec_gpus(d.proposed_spec) if d.proposed_spec else None,
+        "proposed_gpus": spec_load(d.proposed_spec).gpus if d.proposed_spec else None,
     }
     return render_page(request, "deployments/detail.html", context)
 
@@ -111,7 +111,7 @@ def deployment_approve(request, pk: int):
     """Approve a request or a proposed update, with an optional comment."""
     d = _visible(request, pk)
     comment = request.POST.get("comment", "").strip()
-    return _act(request, d, lambda: lifecycle.deployment_approve(actor=request.user, deployment=d, comment=comment),
+    return _act(request, d, lambda: actions.deployment_approve(actor=request.user, deployment=d, comment=comment),
                 f"Approved {d.name}.")
 
 
@@ -121,7 +121,7 @@ def deployment_reject(request, pk: int):
     """Reject a request or a proposed update; the comment is what the requester sees."""
     d = _visible(request, pk)
     comment = request.POST.get("comment", "").strip()
-    return _act(request, d, lambda: lifecycle.deployment_reject(actor=request.user, deployment=d, comment=comment),
+    return _act(request, d, lambda: actions.deployment_reject(actor=request.user, deployment=d, comment=comment),
                 f"Rejected {d.name}.")
 
 
@@ -130,7 +130,7 @@ def deployment_reject(request, pk: int):
 def deployment_withdraw(request, pk: int):
     """The requester takes back a pending request or proposed update."""
     d = _visible(request, pk)
-    return _act(request, d, lambda: lifecycle.deployment_withdraw(actor=request.user, deployment=d),
+    return _act(request, d, lambda: actions.deployment_withdraw(actor=request.user, deployment=d),
                 f"Withdrew {d.name}.")
 
 
@@ -139,7 +139,7 @@ def deployment_withdraw(request, pk: int):
 def deployment_retry(request, pk: int):
     """Start a failed deployment again."""
     d = _visible(request, pk)
-    return _act(request, d, lambda: lifecycle.deployment_retry(actor=request.user, deployment=d),
+    return _act(request, d, lambda: actions.deployment_retry(actor=request.user, deployment=d),
                 f"Retrying {d.name}.")
 
 
@@ -151,8 +151,8 @@ def deployment_delete(request, pk: int):
     if request.method == "POST":
         if request.POST.get("confirm_name", "").strip() != d.name:
             return render_page(request, "deployments/delete.html",
-                               {"d": d, "team": d.team, "gpus": spec_gpus(d.spec),
+                               {"d": d, "team": d.team, "gpus": d.spec_typed.gpus,
                                 "error": f"Type {d.name} to confirm."}, status=400)
-        return _act(request, d, lambda: lifecycle.deployment_delete(actor=request.user, deployment=d),
+        return _act(request, d, lambda: actions.deployment_delete(actor=request.user, deployment=d),
                     f"Deleting {d.name}: its GPUs are freed once teardown finishes.")
-    return render_page(request, "deployments/delete.html", {"d": d, "team": d.team, "gpus": spec_gpus(d.spec)})
+    return render_page(request, "deployments/delete.html", {"d": d, "team": d.team, "gpus": d.spec_typed.gpus})

@@ -9,6 +9,7 @@ from django.views.decorators.http import require_http_methods
 
 from deployments import selectors
 from deployments.errors import ActionError
+from deployments.lifecycle import LIVE
 from deployments.services import api_keys
 from frontend.views.base import render_page, require_team, team_required
 
@@ -31,8 +32,7 @@ def _limit(raw: str, field: str, errors: dict):
 
 def _page(request, team, *, created=None, secret=None, errors=None, values=None, status=200):
     keys = selectors.api_keys_visible_to(request.user).filter(team=team).order_by("revoked_at", "-created_at")
-    deployments = selectors.deployments_visible_to(request.user).filter(team=team).exclude(
-        status__in=["rejected", "withdrawn", "deleted"])
+    deployments = selectors.deployments_visible_to(request.user).filter(team=team, status__in=LIVE)
     return render_page(request, "keys/list.html", {
         "team": team, "keys": keys, "created": created, "secret": secret, "errors": errors or {},
         "values": values or {"scope": "all"}, "deployments": deployments, "expiry_choices": EXPIRY_CHOICES,
@@ -82,7 +82,7 @@ def api_key_revoke(request, pk: int):
         except ActionError as e:
             messages.error(request, e.message)
         else:
-            messages.success(request, f"Revoked {key.name} (tdm_{key.key_id}…{key.last4}).")
+            messages.success(request, f"Revoked {key.name} ({key.display}).")
         return redirect("frontend:api-keys")
     return render_page(request, "keys/revoke.html", {"key": key, "team": key.team, "kind": "API key",
-                                                     "prefix": "tdm", "back": "frontend:api-keys"})
+                                                     "gateway": True, "back": "frontend:api-keys"})

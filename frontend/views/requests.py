@@ -6,14 +6,13 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from deployments import selectors
 from deployments.errors import ActionError
-from deployments.lifecycle import Status
+from deployments.lifecycle import EDITABLE, Status
 from deployments.models import Cluster
-from deployments.services import lifecycle
+from deployments.services import actions
 from deployments.spec import SpecError, name_errors, spec_parse
 from frontend import planning, spec_form
 from frontend.views.base import render_page, require_team, team_required
 
-EDITABLE = (Status.PENDING_APPROVAL, Status.RUNNING, Status.FAILED)
 
 
 def _clusters():
@@ -67,7 +66,7 @@ def deployment_new(request):
     other: list[str] = []
     if not errors:
         try:
-            d = lifecycle.deployment_request(
+            d = actions.deployment_request(
                 actor=request.user, team=team, cluster=_clusters().get(name=values["cluster"]),
                 name=values["name"].strip(), spec=spec, purpose=values.get("purpose", "").strip())
         except SpecError as e:
@@ -90,7 +89,7 @@ def deployment_edit(request, pk: int):
         messages.error(request, f"A {d.get_status_display().lower()} deployment cannot be changed.")
         return redirect("frontend:deployment-detail", pk=d.pk)
     if request.method == "GET":
-        values = spec_form.values_from_spec(d.spec) | {"name": d.name, "cluster": d.cluster.name,
+        values = spec_form.values_from_spec(d.spec_typed) | {"name": d.name, "cluster": d.cluster.name,
                                                        "purpose": d.purpose}
         return render_page(request, "deployments/form.html", _form_context(team=d.team, values=values, d=d))
     values = request.POST.dict() | {"name": d.name, "cluster": d.cluster.name}
@@ -99,10 +98,10 @@ def deployment_edit(request, pk: int):
     if not errors:
         try:
             if d.status == Status.PENDING_APPROVAL:
-                lifecycle.deployment_edit(actor=request.user, deployment=d, spec=spec,
+                actions.deployment_edit(actor=request.user, deployment=d, spec=spec,
                                           purpose=values.get("purpose", "").strip())
             else:
-                lifecycle.deployment_update(actor=request.user, deployment=d, spec=spec)
+                actions.deployment_update(actor=request.user, deployment=d, spec=spec)
         except SpecError as e:
             errors = {f"spec.{k}": v for k, v in e.errors.items()}
         except ActionError as e:

@@ -6,7 +6,6 @@ from django.views.decorators.http import require_POST
 
 from deployments import selectors
 from deployments.lifecycle import HOLDS_QUOTA
-from deployments.spec import spec_gpus
 from frontend import planning
 from frontend.views.base import SESSION_TEAM, render_page, require_team, team_required
 
@@ -16,7 +15,7 @@ from frontend.views.base import SESSION_TEAM, render_page, require_team, team_re
 def team_detail(request):
     """The current team: who is in it with which role, the GPU quota, and what holds it."""
     team = require_team(request)
-    holding = [{"d": d, "gpus": spec_gpus(d.spec)} for d in
+    holding = [{"d": d, "gpus": d.spec_typed.gpus} for d in
                selectors.deployments_visible_to(request.user).filter(team=team, status__in=HOLDS_QUOTA)]
     return render_page(request, "teams/detail.html", {
         "team": team, "holding": holding,

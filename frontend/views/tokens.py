@@ -39,7 +39,7 @@ def token_revoke(request, pk: int):
     token = get_object_or_404(AccessToken, pk=pk, user=request.user)
     if request.method == "POST":
         access_token_revoke(user=request.user, token=token)
-        messages.success(request, f"Revoked {token.name} (tdp_{token.key_id}…{token.last4}).")
+        messages.success(request, f"Revoked {token.name} ({token.display}).")
         return redirect("frontend:tokens")
-    return render_page(request, "keys/revoke.html", {"key": token, "kind": "access token", "prefix": "tdp",
+    return render_page(request, "keys/revoke.html", {"key": token, "kind": "access token", "gateway": False,
                                                      "back": "frontend:tokens"})

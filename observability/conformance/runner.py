@@ -1,5 +1,5 @@
 """A conformance run for one deployment: a short-lived service key, the suite through the gateway, PD health
-from scrapes before and after, stored results, and the ConformancePassed condition."""
+from scrapes before and after, and the stored result. The reconciler derives the conditions from that result."""
 import datetime as dt
 import time
 
@@ -9,12 +9,13 @@ from django.db import transaction
 from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
-from deployments.conditions import condition_get, condition_set, endpoint_ready
+from controlplane.http_client import http_client
+from deployments.conditions import conformance_passed
 from deployments.models import ApiKey, Deployment
 from deployments.services.api_keys import api_key_revoke
 from deployments.services.credentials import credential_mint
 from deployments.services.events import event_record
-from deployments.services.status import deployment_observe
+from deployments.services.status import deployment_reconcile_request
 from observability.conformance.suite import conformance_run
 from observability.models import ConformanceCheck, ConformanceRun
 from observability.pd_health import pd_health
@@ -28,7 +29,7 @@ SERVICE_KEY_TTL = dt.timedelta(minutes=15)
 def service_key_mint(*, deployment: Deployment) -> tuple[ApiKey, str]:
     """A key owned by Tandem itself (no user), scoped to one deployment, expiring soon; stored hashed."""
     key, raw = credential_mint(model=ApiKey, team=deployment.team, name=SERVICE_KEY_NAME, created_by=None,
-                               all_deployments=False, expires_at=timezone.now() + SERVICE_KEY_TTL)
+                               is_service=True, all_deployments=False, expires_at=timezone.now() + SERVICE_KEY_TTL)
     key.deployments.set([deployment])
     event_record(kind="api_key_created", deployment=deployment, message="Service key for a conformance run.",
                  after={"name": key.name, "key_id": key.key_id, "last4": key.last4})
@@ -53,7 +54,7 @@ def _snapshot_after(d: Deployment, client: httpx.Client, before: dict) -> tuple[
     deadline = time.monotonic() + settings.TANDEM_METRICS_SETTLE_SECONDS
     while True:
         after, error = _snapshot(d, client)
-        settled = after is None or pd_health(before, after, instance_type=d.spec["decode"]["instance_type"])[
+        settled = after is None or pd_health(before, after, instance_type=d.spec_typed.decode.instance_type)[
             "verdict"] != "no_traffic"
         if settled or time.monotonic() >= deadline:
             return after, error
@@ -62,13 +63,14 @@ def _snapshot_after(d: Deployment, client: httpx.Client, before: dict) -> tuple[
 
 def conformance_run_for_deployment(*, deployment_id: int, gateway_base_url: str,
                                    http: httpx.Client | None = None) -> ConformanceRun:
-    """Run the suite through the gateway and record it. A failing check leaves the deployment running, with
-    ConformancePassed False and an event naming the failed checks. The first run of a generation opens
-    EndpointReady (and with it the gateway, for users' keys)."""
+    """Run the suite through the gateway, record the result for the generation it checked, and ask for a
+    reconcile pass: the pipeline, the one writer of conditions, derives ConformancePassed from this run and opens
+    EndpointReady (and with it the gateway, for users' keys). A failing check leaves the deployment running,
+    with a warning event naming the failed checks."""
     d = Deployment.objects.select_related("team", "cluster").get(pk=deployment_id)
     started = timezone.now()
     own_http = http is None
-    http = http or httpx.Client(timeout=10.0)
+    http = http or http_client()
     try:
         before, before_err = _snapshot(d, http)
         key, raw = service_key_mint(deployment=d)
@@ -81,7 +83,7 @@ def conformance_run_for_deployment(*, deployment_id: int, gateway_base_url: str,
         if own_http:
             http.close()
     if before is not None and after is not None:
-        health = pd_health(before, after, instance_type=d.spec["decode"]["instance_type"])
+        health = pd_health(before, after, instance_type=d.spec_typed.decode.instance_type)
     else:
         health = {"verdict": "unknown", "ok": None,
                   "messages": [before_err or after_err or "The cluster has no metrics_url or prometheus_url."]}
@@ -89,28 +91,17 @@ def conformance_run_for_deployment(*, deployment_id: int, gateway_base_url: str,
     summary = (f"{len(results) - len(failed)}/{len(results)} checks passed"
                + (f"; failed: {', '.join(failed)}" if failed else "") + f". PD health: {health['verdict']}.")
     with transaction.atomic():
-        run = ConformanceRun.objects.create(deployment=d, started_at=started, finished_at=timezone.now(),
-                                            base_url=gateway_base_url, model=d.model_id, passed=not failed,
-                                            summary=summary, pd_health=health)
+        run = ConformanceRun.objects.create(deployment=d, generation=d.generation, started_at=started,
+                                            finished_at=timezone.now(), base_url=gateway_base_url,
+                                            model=d.model_id, passed=not failed, summary=summary, pd_health=health)
         ConformanceCheck.objects.bulk_create(ConformanceCheck(run=run, position=i, name=r.name, passed=r.passed,
                                                               evidence=r.evidence[:4000])
                                              for i, r in enumerate(results))
-        fresh = Deployment.objects.select_for_update().get(pk=d.pk)
-        message = summary if health.get("ok") is not False else f"{summary} {' '.join(health['messages'])}"
-        updates = {"ConformancePassed": {"status": not failed, "reason": "AllChecksPassed" if not failed
-                                         else "ChecksFailed", "message": message, "generation": d.generation}}
-        waiting = condition_get(fresh.conditions, "EndpointReady") or {}
-        if waiting.get("reason") == "ConformancePending" and fresh.generation == d.generation:
-            # The reconciler saw the endpoint answer and was waiting for this run: open it now, not a pass later.
-            checked = condition_set(fresh.conditions, type="ConformancePassed", now=timezone.now(),
-                                    **updates["ConformancePassed"])
-            updates["EndpointReady"] = {**endpoint_ready(checked, generation=d.generation, answers=True),
-                                        "generation": d.generation}
-        deployment_observe(deployment_id=d.pk, condition_updates=updates)
-        if failed or health.get("ok") is False:
-            event_record(kind="conformance_warning", deployment=d, message=message)
-        else:
-            event_record(kind="conformance_passed", deployment=d, message=message)
+        message = conformance_passed(passed=run.passed, summary=summary, pd_health=health)["message"]
+        ok = run.passed and health.get("ok") is not False
+        event_record(kind="conformance_passed" if ok else "conformance_warning", deployment=d, message=message)
+        # Users may be waiting on this run: the pass that opens the endpoint starts as soon as it is committed.
+        deployment_reconcile_request(deployment_id=d.pk)
     return run
 
 

@@ -5,7 +5,7 @@ import pytest
 
 from deployments.errors import Conflict
 from deployments.lifecycle import TERMINAL, TRANSITIONS, Status
-from deployments.services.lifecycle import deployment_transition
+from deployments.services.actions import deployment_transition
 from tests.factories import DeploymentFactory
 
 ALLOWED = {

@@ -3,7 +3,7 @@ no application behind on Ray. A real worker drives each one."""
 import pytest
 
 from deployments.models import Cluster, Deployment, Membership
-from deployments.services import lifecycle
+from deployments.services import actions
 from tests.e2e.conftest import MODEL
 from tests.e2e.test_local_pd import ray_apps
 from tests.factories import MembershipFactory, TeamFactory, local_spec_input
@@ -16,8 +16,8 @@ def approve_and_settle(cluster: Cluster, spec: dict, name: str) -> Deployment:
     team = TeamFactory(gpu_quota=0)
     member = MembershipFactory(team=team, role=Membership.Role.MEMBER).user
     admin = MembershipFactory(team=team, role=Membership.Role.ADMIN).user
-    d = lifecycle.deployment_request(actor=member, team=team, cluster=cluster, name=name, spec=spec)
-    lifecycle.deployment_approve(actor=admin, deployment=d)
+    d = actions.deployment_request(actor=member, team=team, cluster=cluster, name=name, spec=spec)
+    actions.deployment_approve(actor=admin, deployment=d)
     wait_for(lambda: Deployment.objects.get(pk=d.pk).status in ("running", "failed"), timeout=120, every=0.5,
              what=f"{name} to settle")
     return Deployment.objects.get(pk=d.pk)

@@ -3,7 +3,7 @@ import pytest
 from django.urls import reverse
 
 from deployments.lifecycle import Status
-from deployments.services.lifecycle import deployment_transition
+from deployments.services.actions import deployment_transition
 from tests.factories import DeploymentFactory
 
 pytestmark = pytest.mark.django_db

@@ -4,7 +4,7 @@ from django.urls import reverse
 
 from deployments.lifecycle import Status
 from deployments.models import Deployment
-from deployments.services.lifecycle import deployment_transition
+from deployments.services.actions import deployment_transition
 from frontend import spec_form
 
 pytestmark = pytest.mark.django_db

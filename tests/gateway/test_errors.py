@@ -7,6 +7,7 @@ import openai
 import pytest
 from django.utils import timezone
 
+from deployments.services.api_keys import api_key_create
 from tests.gateway.conftest import start_gateway, wait_until
 from tests.support.processes import free_port
 
@@ -177,6 +178,26 @@ def test_users_wait_for_the_first_conformance_run_while_tandem_checks_the_endpoi
                                  generation=d.generation, now=timezone.now())
     d.save()
     assert wait_until(lambda: post(gateway, raw, {"model": "m", **CHAT}).status_code == 200, timeout=6)
+
+
+def test_a_key_named_like_tandems_service_key_gets_nothing_special(world, gateway):
+    """Only Tandem marks a key as its own (`is_service`): a user's key named `tandem-conformance` whose creator
+    has since been deleted (so it has no creator, as Tandem's keys have none) still waits like everyone's."""
+    from django.contrib.auth import get_user_model
+
+    from deployments.conditions import condition_set
+
+    d = world.deployment("m")
+    d.conditions = condition_set([], type="EndpointReady", status=False, reason="ConformancePending",
+                                 generation=d.generation, now=timezone.now())
+    d.save()
+    leaver = get_user_model().objects.create_user("leaver")
+    world.team.memberships.create(user=leaver, role="member")
+    key, raw = api_key_create(actor=leaver, team=world.team, name="tandem-conformance")
+    leaver.delete()
+    key.refresh_from_db()
+    assert key.created_by is None and not key.is_service
+    assert_openai_error(post(gateway, raw, {"model": "m", **CHAT}), 503, "endpoint_checking")
 
 
 def test_503_when_the_ray_token_cannot_be_resolved(world, gateway):

@@ -2,7 +2,7 @@
 import pytest
 
 from deployments.catalog import KNOWN_BROKEN, RUNTIMES
-from deployments.services import lifecycle
+from deployments.services import actions
 from deployments.spec import SpecError, spec_parse
 from tests.factories import spec_input
 
@@ -28,10 +28,10 @@ def test_the_cpu_build_of_a_pair_broken_on_gpus_is_accepted():
 
 @pytest.mark.django_db
 def test_a_pair_found_broken_after_the_request_is_refused_at_approval(member, team_admin, team, cluster, monkeypatch):
-    d = lifecycle.deployment_request(actor=member, team=team, cluster=cluster, name="llama", spec=spec_input())
+    d = actions.deployment_request(actor=member, team=team, cluster=cluster, name="llama", spec=spec_input())
     monkeypatch.setitem(KNOWN_BROKEN, ("2.60.0", "0.29.0"), "Found broken later.")
     with pytest.raises(SpecError) as e:
-        lifecycle.deployment_approve(actor=team_admin, deployment=d)
+        actions.deployment_approve(actor=team_admin, deployment=d)
     assert "Found broken later." in e.value.errors["runtime"][0]
     d.refresh_from_db()
     assert d.status == "pending_approval"

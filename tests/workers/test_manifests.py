@@ -30,7 +30,7 @@ SPECS = {
 
 
 def _render(key: str) -> list[dict]:
-    spec = spec_parse(SPECS[key], target_kind="eks").to_dict()
+    spec = spec_parse(SPECS[key], target_kind="eks")
     return manifests_build(name="llama", namespace="tandem-ml-research", team_slug="ml-research", spec=spec,
                            target_kind="eks")
 

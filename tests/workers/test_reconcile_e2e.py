@@ -7,7 +7,7 @@ import pytest
 from deployments.conditions import condition_get, condition_set, condition_true
 from deployments.lifecycle import Status
 from deployments.models import Deployment, Membership
-from deployments.services.lifecycle import deployment_approve, deployment_delete, deployment_request, deployment_update
+from deployments.services.actions import deployment_approve, deployment_delete, deployment_request, deployment_update
 from deployments.services.quota import team_gpus_held
 from tests.factories import MembershipFactory, TeamFactory, spec_input
 from tests.support.processes import Worker, wait_for

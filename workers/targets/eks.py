@@ -8,6 +8,7 @@ from botocore.exceptions import BotoCoreError, ClientError, ConnectionError as B
 
 from deployments.catalog import INSTANCE_TYPES
 from deployments.serve_config import STAGES
+from deployments.spec import PoolSpec
 from workers import clients
 from workers.targets.base import PermanentError, Step, TransientError
 from workers.targets.kubernetes import KubernetesTarget
@@ -36,6 +37,11 @@ def aws_error(e: Exception, *, doing: str) -> Exception:
     if isinstance(e, (BotoConnectionError, BotoCoreError)):
         return TransientError(f"Cannot reach AWS while {doing}: {type(e).__name__}; retrying.")
     return e
+
+
+def _scaling(pool: PoolSpec) -> dict:
+    """A node group sized to the pool: a fixed node count (Ray Serve scales replicas inside it)."""
+    return {"minSize": pool.nodes, "maxSize": pool.nodes, "desiredSize": pool.nodes}
 
 
 class EksTarget(KubernetesTarget):
@@ -103,15 +109,15 @@ class EksTarget(KubernetesTarget):
             raise aws_error(e, doing=f"describing node group {name}") from None
 
     def _create_nodegroup(self, deployment, stage: str, name: str) -> None:
-        pool = deployment.spec[stage]
-        instance = INSTANCE_TYPES[pool["instance_type"]]
+        pool = deployment.spec_typed.pool(stage)
+        instance = INSTANCE_TYPES[pool.instance_type]
         taints = [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}]
         if instance.has_efa:
             taints.append({"key": "vpc.amazonaws.com/efa", "value": "true", "effect": "NO_SCHEDULE"})
         kwargs = {
             "clusterName": self.eks_name, "nodegroupName": name,
-            "scalingConfig": {"minSize": pool["nodes"], "maxSize": pool["nodes"], "desiredSize": pool["nodes"]},
-            "instanceTypes": [pool["instance_type"]], "amiType": "AL2023_x86_64_NVIDIA",
+            "scalingConfig": _scaling(pool),
+            "instanceTypes": [pool.instance_type], "amiType": "AL2023_x86_64_NVIDIA",
             "labels": {"tandem.dev/pool": stage, "tandem.dev/deployment": deployment.name,
                        "tandem.dev/team": deployment.team.slug},
             "taints": taints,
@@ -130,11 +136,11 @@ class EksTarget(KubernetesTarget):
 
     def _ensure_one(self, deployment, stage: str) -> tuple[bool, str]:
         name = self.nodegroup_name(deployment, stage)
-        pool = deployment.spec[stage]
+        pool = deployment.spec_typed.pool(stage)
         ng = self._describe(name)
         if ng is None:
             self._create_nodegroup(deployment, stage, name)
-            return False, f"{name}: creating {pool['nodes']} × {pool['instance_type']}"
+            return False, f"{name}: creating {pool.nodes} × {pool.instance_type}"
         status = ng.get("status")
         if status == "CREATE_FAILED":
             issues = "; ".join(i.get("message", "") for i in ng.get("health", {}).get("issues", [])) or "no detail"
@@ -143,23 +149,23 @@ class EksTarget(KubernetesTarget):
         if status in WAITING:
             return False, f"{name}: {status.lower()}"
         ours = ng.get("tags", {}).get(TAG_MANAGED) == "tandem"
-        if pool["instance_type"] not in (ng.get("instanceTypes") or []):
+        if pool.instance_type not in (ng.get("instanceTypes") or []):
             if not ours:
                 raise PermanentError(f"Node group {name} exists with other instance types and is not Tandem's; "
                                      "rename the deployment or remove that node group.")
             # Instance types of a managed node group are fixed: replace it.
             self._aws(f"replacing node group {name}", self.eks.delete_nodegroup, clusterName=self.eks_name,
                       nodegroupName=name)
-            return False, f"{name}: replacing for {pool['instance_type']}"
-        want = {"minSize": pool["nodes"], "maxSize": pool["nodes"], "desiredSize": pool["nodes"]}
+            return False, f"{name}: replacing for {pool.instance_type}"
+        want = _scaling(pool)
         have = {k: ng.get("scalingConfig", {}).get(k) for k in want}
         if have != want and ours:
             self._aws(f"resizing node group {name}", self.eks.update_nodegroup_config, clusterName=self.eks_name,
                       nodegroupName=name, scalingConfig=want)
-            return False, f"{name}: resizing to {pool['nodes']} node(s)"
+            return False, f"{name}: resizing to {pool.nodes} node(s)"
         if status != "ACTIVE":
             raise PermanentError(f"Node group {name} is {status}; fix it in the EKS console, then retry.")
-        return True, f"{name}: {pool['nodes']} × {pool['instance_type']} active"
+        return True, f"{name}: {pool.nodes} × {pool.instance_type} active"
 
     def ensure_node_pools(self, deployment) -> Step:
         """Both stages' node groups exist, ACTIVE, with the requested instance type and size."""

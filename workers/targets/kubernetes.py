@@ -97,7 +97,7 @@ class KubernetesTarget(Target):
     # --- the contract ---------------------------------------------------------------------------------
     def desired(self, deployment) -> tuple[list[dict], str]:
         objects = manifests_build(name=deployment.name, namespace=self.namespace(deployment),
-                                  team_slug=deployment.team.slug, spec=deployment.spec,
+                                  team_slug=deployment.team.slug, spec=deployment.spec_typed,
                                   target_kind=self.cluster.kind, node_selectors=self.node_selectors(deployment))
         return objects, manifests_hash(objects)
 

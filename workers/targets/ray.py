@@ -10,7 +10,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from deployments.serve_config import serve_config_build, spec_hash
+from deployments.hashing import content_hash
+from deployments.serve_config import serve_config_build
 from workers import clients
 from workers.targets.base import Observed, PermanentError, Step, Target, TransientError
 
@@ -90,9 +91,9 @@ class RayTarget(Target):
         parts = urlsplit(self.serve_url)
         # Bind where the URL points when it is loopback (the local target); otherwise listen on all interfaces.
         host = parts.hostname if parts.hostname in LOOPBACK else "0.0.0.0"
-        config = serve_config_build(deployment_name=deployment.name, spec=deployment.spec, target_kind="ray",
+        config = serve_config_build(deployment_name=deployment.name, spec=deployment.spec_typed, target_kind="ray",
                                     http_options={"host": host, "port": parts.port or 8000})
-        return config, spec_hash(config["applications"][0])
+        return config, content_hash(config["applications"][0])
 
     def observe(self, deployment) -> Observed:
         config, _ = self.desired(deployment)
@@ -100,7 +101,7 @@ class RayTarget(Target):
         if app is None:
             return Observed(exists=False)
         wanted = config["applications"][0]
-        applied = spec_hash(_project(app.get("deployed_app_config") or {}, wanted))
+        applied = content_hash(_project(app.get("deployed_app_config") or {}, wanted))
         return Observed(exists=True, applied_hash=applied, serve_status=app.get("status", ""),
                         message=_clean(app.get("message", "")), endpoint_url=self.serve_url)
 
@@ -114,7 +115,8 @@ class RayTarget(Target):
         Serve retries a failing replica three times, each loading vLLM, before DEPLOY_FAILED (about 4-5 minutes
         on a 2-core machine); a missing path or a max_model_len above the model's limit is known at once.
         """
-        source = deployment.spec["model_source"]
+        spec = deployment.spec_typed
+        source = spec.model_source
         if not source.startswith("/") or urlsplit(self.cluster.config["dashboard_url"]).hostname not in LOOPBACK:
             return
         config = Path(source) / "config.json"
@@ -122,7 +124,7 @@ class RayTarget(Target):
             raise PermanentError(f"The model source {source} does not exist on the Ray cluster's machine (there is "
                                  "no config.json in it). Point model.source at a model directory and retry.")
         limit = json.loads(config.read_text()).get("max_position_embeddings")
-        wanted = deployment.spec["engine"]["max_model_len"]
+        wanted = spec.engine.max_model_len
         if limit and wanted > limit:
             raise PermanentError(f"engine.max_model_len ({wanted}) is greater than the model's "
                                  f"max_position_embeddings ({limit}) in {config}; vLLM would refuse to start. "
@@ -163,6 +165,7 @@ class RayTarget(Target):
         if response.status_code != 200:
             return Step(ready=False, message=f"{observed.endpoint_url}/v1/models answered {response.status_code}.")
         models = [m.get("id") for m in response.json().get("data", [])]
-        if deployment.spec["model_id"] not in models:
-            return Step(ready=False, message=f"{observed.endpoint_url} does not list {deployment.spec['model_id']} yet.")
-        return Step(ready=True, message=f"{observed.endpoint_url} serves {deployment.spec['model_id']}.")
+        model_id = deployment.spec_typed.model_id
+        if model_id not in models:
+            return Step(ready=False, message=f"{observed.endpoint_url} does not list {model_id} yet.")
+        return Step(ready=True, message=f"{observed.endpoint_url} serves {model_id}.")

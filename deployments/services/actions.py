@@ -7,31 +7,30 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from deployments.errors import Conflict, NotAllowed
-from deployments.lifecycle import UNSETTLED, Status, can_transition
+from deployments.lifecycle import UNSETTLED, UPDATABLE, Status, can_transition
 from deployments.models import Cluster, Deployment, Membership, Team
 from deployments.services.events import event_record
 from deployments.services.quota import quota_check
+from deployments.services.status import deployment_reconcile_request
 from deployments.services.teams import is_platform_admin, team_role
-from deployments.spec import SpecError, name_errors, spec_as_input, spec_gpus, spec_parse
+from deployments.spec import DeploymentSpec, SpecError, name_errors, spec_check, spec_load, spec_parse
 
 
 def _enqueue_reconcile(deployment_id: int) -> None:
-    from workers.tasks import reconcile_deployment
-
-    transaction.on_commit(lambda: reconcile_deployment.delay(deployment_id))
+    deployment_reconcile_request(deployment_id=deployment_id)
 
 
 def _locked(deployment: Deployment) -> Deployment:
     return Deployment.objects.select_for_update().select_related("team", "cluster").get(pk=deployment.pk)
 
 
-def _validated_spec(data, cluster: Cluster) -> dict:
-    return spec_parse(data, target_kind=cluster.kind).to_dict()
+def _validated_spec(data, cluster: Cluster) -> DeploymentSpec:
+    return spec_parse(data, target_kind=cluster.kind)
 
 
-def _recheck(spec: dict, cluster: Cluster) -> None:
+def _recheck(stored: dict, cluster: Cluster) -> DeploymentSpec:
     """A stored spec must still pass today's catalog (a runtime found broken since is refused at approval)."""
-    spec_parse(spec_as_input(spec), target_kind=cluster.kind)
+    return spec_check(spec_load(stored), target_kind=cluster.kind)
 
 
 def _require_editor(*, actor, deployment: Deployment) -> None:
@@ -48,12 +47,13 @@ def deployment_request(*, actor, team: Team, cluster: Cluster, name: str, spec: 
     if problems := name_errors(name):
         errors["name"] = problems
     try:
-        parsed = _validated_spec(spec, cluster)
+        typed = _validated_spec(spec, cluster)
     except SpecError as e:
         errors.update({f"spec.{k}": v for k, v in e.errors.items()})
     if errors:
         raise SpecError(errors)
-    quota_check(team=team, gpus=spec_gpus(parsed))
+    quota_check(team=team, gpus=typed.gpus)
+    parsed = typed.to_dict()
     try:
         with transaction.atomic():
             deployment = Deployment.objects.create(
@@ -75,11 +75,12 @@ def deployment_edit(*, actor, deployment: Deployment, spec: dict | None = None, 
         raise Conflict(f"Only a pending request can be edited; this one is {d.status}. "
                        "Ask for an update instead.")
     before = {"spec": d.spec, "purpose": d.purpose}
-    new_spec = d.spec if spec is None else _validated_spec(spec, d.cluster)
+    typed = d.spec_typed if spec is None else _validated_spec(spec, d.cluster)
+    new_spec = d.spec if spec is None else typed.to_dict()
     new_purpose = d.purpose if purpose is None else purpose
     if new_spec == d.spec and new_purpose == d.purpose:
         return d
-    quota_check(team=d.team, gpus=spec_gpus(new_spec), exclude_id=d.pk)
+    quota_check(team=d.team, gpus=typed.gpus, exclude_id=d.pk)
     if new_spec != d.spec:
         d.generation += 1
     d.spec, d.purpose = new_spec, new_purpose
@@ -103,9 +104,9 @@ def deployment_approve(*, actor, deployment: Deployment, comment: str = "") -> D
     team = Team.objects.select_for_update().get(pk=deployment.team_id)  # serializes approvals per team
     d = _locked(deployment)
     _require_approver(actor=actor, deployment=d)
-    if d.proposed_spec is not None and d.status in (Status.RUNNING, Status.FAILED):
-        _recheck(d.proposed_spec, d.cluster)
-        quota_check(team=team, gpus=spec_gpus(d.proposed_spec), exclude_id=d.pk)
+    if d.proposed_spec is not None and d.status in UPDATABLE:
+        proposed = _recheck(d.proposed_spec, d.cluster)
+        quota_check(team=team, gpus=proposed.gpus, exclude_id=d.pk)
         before = d.spec
         d.spec, d.proposed_spec, d.generation = d.proposed_spec, None, d.generation + 1
         d.save(update_fields=["spec", "proposed_spec", "generation", "updated_at"])
@@ -115,8 +116,8 @@ def deployment_approve(*, actor, deployment: Deployment, comment: str = "") -> D
                                      actor=actor, reason="Update approved.")
     if d.status != Status.PENDING_APPROVAL:
         raise Conflict(f"Nothing to approve: the deployment is {d.status}.")
-    _recheck(d.spec, d.cluster)
-    quota_check(team=team, gpus=spec_gpus(d.spec), exclude_id=d.pk)
+    approved = _recheck(d.spec, d.cluster)
+    quota_check(team=team, gpus=approved.gpus, exclude_id=d.pk)
     return deployment_transition(deployment=d, to=Status.APPROVED, actor=actor, reason=comment, event_kind="approved")
 
 
@@ -168,18 +169,19 @@ def deployment_update(*, actor, deployment: Deployment, spec: dict) -> Deploymen
     _require_editor(actor=actor, deployment=d)
     if d.status == Status.PENDING_APPROVAL:
         return deployment_edit(actor=actor, deployment=d, spec=spec)
-    if d.status not in (Status.RUNNING, Status.FAILED):
+    if d.status not in UPDATABLE:
         raise Conflict(f"A deployment can be updated when running or failed; this one is {d.status}.")
-    new_spec = _validated_spec(spec, d.cluster)
+    typed = _validated_spec(spec, d.cluster)
+    new_spec = typed.to_dict()
     if new_spec == d.spec:
         return d
-    if spec_gpus(new_spec) > spec_gpus(d.spec):
-        quota_check(team=d.team, gpus=spec_gpus(new_spec), exclude_id=d.pk)
+    if typed.gpus > d.spec_typed.gpus:
+        quota_check(team=d.team, gpus=typed.gpus, exclude_id=d.pk)
         d.proposed_spec = new_spec
         d.save(update_fields=["proposed_spec", "updated_at"])
         event_record(kind="update_requested", deployment=d, actor=actor, before={"spec": d.spec},
                      after={"proposed_spec": new_spec},
-                     message=f"Needs {spec_gpus(new_spec)} GPUs (now {spec_gpus(d.spec)}): waiting for approval.")
+                     message=f"Needs {typed.gpus} GPUs (now {d.spec_typed.gpus}): waiting for approval.")
         return d
     before = d.spec
     d.spec, d.proposed_spec, d.generation = new_spec, None, d.generation + 1

@@ -6,7 +6,7 @@ from django.db import connection
 
 from deployments.errors import Conflict, NotAllowed, QuotaExceeded
 from deployments.models import Deployment, Membership
-from deployments.services import lifecycle
+from deployments.services import actions
 from deployments.spec import SpecError
 from tests.factories import DeploymentFactory, MembershipFactory, UserFactory, spec_input
 
@@ -20,7 +20,7 @@ def small(**pool):
 
 
 def request(user, team, cluster, name="llama", spec=None):
-    return lifecycle.deployment_request(actor=user, team=team, cluster=cluster, name=name, spec=spec or small())
+    return actions.deployment_request(actor=user, team=team, cluster=cluster, name=name, spec=spec or small())
 
 
 def test_member_requests_and_the_audit_trail_says_so(member, team, cluster):
@@ -58,7 +58,7 @@ def test_duplicate_live_name_is_a_conflict_but_a_withdrawn_name_is_reusable(memb
     d = request(member, team, cluster)
     with pytest.raises(Conflict):
         request(member, team, cluster)
-    lifecycle.deployment_withdraw(actor=member, deployment=d)
+    actions.deployment_withdraw(actor=member, deployment=d)
     assert request(member, team, cluster).name == "llama"
 
 
@@ -66,7 +66,7 @@ def test_admin_approves_and_reconcile_is_enqueued_after_commit(member, team_admi
                                                                django_capture_on_commit_callbacks):
     d = request(member, team, cluster)
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
-        d = lifecycle.deployment_approve(actor=team_admin, deployment=d, comment="ok for the eval")
+        d = actions.deployment_approve(actor=team_admin, deployment=d, comment="ok for the eval")
     assert d.status == "approved" and len(callbacks) == 1
     assert d.events.filter(kind="approved", actor=team_admin, message="ok for the eval").exists()
 
@@ -74,29 +74,29 @@ def test_admin_approves_and_reconcile_is_enqueued_after_commit(member, team_admi
 def test_member_cannot_approve_and_requester_cannot_self_approve(member, team_admin, team, cluster):
     d = request(member, team, cluster)
     with pytest.raises(NotAllowed):
-        lifecycle.deployment_approve(actor=member, deployment=d)
+        actions.deployment_approve(actor=member, deployment=d)
     mine = request(team_admin, team, cluster, name="admins-own")
     with pytest.raises(NotAllowed, match="another admin"):
-        lifecycle.deployment_approve(actor=team_admin, deployment=mine)
+        actions.deployment_approve(actor=team_admin, deployment=mine)
     team.allow_self_approval = True
     team.save()
-    assert lifecycle.deployment_approve(actor=team_admin, deployment=mine).status == "approved"
+    assert actions.deployment_approve(actor=team_admin, deployment=mine).status == "approved"
 
 
 def test_platform_admin_approves_anything(member, platform_admin, team, cluster):
     d = request(member, team, cluster)
-    assert lifecycle.deployment_approve(actor=platform_admin, deployment=d).status == "approved"
+    assert actions.deployment_approve(actor=platform_admin, deployment=d).status == "approved"
 
 
 def test_approval_refused_over_quota(member, team_admin, team, cluster):
     a = request(member, team, cluster, name="a")
     b = request(member, team, cluster, name="b")
-    lifecycle.deployment_approve(actor=team_admin, deployment=a)
+    actions.deployment_approve(actor=team_admin, deployment=a)
     with pytest.raises(QuotaExceeded, match="already holds 8 of its 16"):
-        lifecycle.deployment_approve(actor=team_admin, deployment=DeploymentFactory(
+        actions.deployment_approve(actor=team_admin, deployment=DeploymentFactory(
             team=team, cluster=cluster, requested_by=member, name="c",
             spec={**a.spec, "prefill": {**a.spec["prefill"], "nodes": 2}}))
-    assert lifecycle.deployment_approve(actor=team_admin, deployment=b).status == "approved"
+    assert actions.deployment_approve(actor=team_admin, deployment=b).status == "approved"
 
 
 @pytest.mark.django_db(transaction=True)
@@ -111,7 +111,7 @@ def test_two_concurrent_approvals_cannot_both_pass_the_quota(team, cluster):
     def approve(i):
         barrier.wait()
         try:
-            lifecycle.deployment_approve(actor=admins[i], deployment=ds[i])
+            actions.deployment_approve(actor=admins[i], deployment=ds[i])
             outcomes.append("approved")
         except QuotaExceeded:
             outcomes.append("quota")
@@ -128,28 +128,28 @@ def test_two_concurrent_approvals_cannot_both_pass_the_quota(team, cluster):
 
 
 def test_reject_with_comment(member, team_admin, team, cluster):
-    d = lifecycle.deployment_reject(actor=team_admin, deployment=request(member, team, cluster), comment="too big")
+    d = actions.deployment_reject(actor=team_admin, deployment=request(member, team, cluster), comment="too big")
     assert (d.status, d.status_reason) == ("rejected", "too big")
     with pytest.raises(Conflict):
-        lifecycle.deployment_approve(actor=team_admin, deployment=d)
+        actions.deployment_approve(actor=team_admin, deployment=d)
 
 
 def test_edit_pending_bumps_generation_and_records_before_after(member, team, cluster):
     d = request(member, team, cluster)
-    d = lifecycle.deployment_edit(actor=member, deployment=d, spec=small(nodes=2))
+    d = actions.deployment_edit(actor=member, deployment=d, spec=small(nodes=2))
     assert d.generation == 2 and d.spec["prefill"]["nodes"] == 2
     e = d.events.get(kind="edited")
     assert e.before["spec"]["prefill"]["nodes"] == 1 and e.after["spec"]["prefill"]["nodes"] == 2
-    assert lifecycle.deployment_edit(actor=member, deployment=d, spec=small(nodes=2)).generation == 2  # no-op
+    assert actions.deployment_edit(actor=member, deployment=d, spec=small(nodes=2)).generation == 2  # no-op
 
 
 def test_another_member_cannot_edit_or_withdraw(member, team, cluster):
     d = request(member, team, cluster)
     other = MembershipFactory(team=team).user
     with pytest.raises(NotAllowed):
-        lifecycle.deployment_edit(actor=other, deployment=d, purpose="mine now")
+        actions.deployment_edit(actor=other, deployment=d, purpose="mine now")
     with pytest.raises(NotAllowed):
-        lifecycle.deployment_withdraw(actor=other, deployment=d)
+        actions.deployment_withdraw(actor=other, deployment=d)
 
 
 def running(member, team, cluster):
@@ -159,7 +159,7 @@ def running(member, team, cluster):
 def test_update_without_more_gpus_applies_directly(member, team, cluster, django_capture_on_commit_callbacks):
     d = running(member, team, cluster)
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
-        d = lifecycle.deployment_update(actor=member, deployment=d, spec={**small(), "engine": {"max_model_len": 4096}})
+        d = actions.deployment_update(actor=member, deployment=d, spec={**small(), "engine": {"max_model_len": 4096}})
     d.refresh_from_db()
     assert (d.status, d.generation, d.proposed_spec) == ("updating", 2, None)
     assert len(callbacks) == 1
@@ -167,17 +167,17 @@ def test_update_without_more_gpus_applies_directly(member, team, cluster, django
 
 def test_update_needing_more_gpus_goes_back_to_approval(member, team_admin, team, cluster):
     d = running(member, team, cluster)
-    d = lifecycle.deployment_update(actor=member, deployment=d, spec=small(nodes=2))
+    d = actions.deployment_update(actor=member, deployment=d, spec=small(nodes=2))
     d.refresh_from_db()
     assert d.status == "running" and d.proposed_spec["prefill"]["nodes"] == 2 and d.generation == 1
-    d = lifecycle.deployment_approve(actor=team_admin, deployment=d)
+    d = actions.deployment_approve(actor=team_admin, deployment=d)
     assert (d.status, d.generation, d.proposed_spec) == ("updating", 2, None)
     assert d.spec["prefill"]["nodes"] == 2
 
 
 def test_rejecting_a_proposed_update_keeps_it_running(member, team_admin, team, cluster):
-    d = lifecycle.deployment_update(actor=member, deployment=running(member, team, cluster), spec=small(nodes=2))
-    d = lifecycle.deployment_reject(actor=team_admin, deployment=d, comment="not now")
+    d = actions.deployment_update(actor=member, deployment=running(member, team, cluster), spec=small(nodes=2))
+    d = actions.deployment_reject(actor=team_admin, deployment=d, comment="not now")
     d.refresh_from_db()
     assert d.status == "running" and d.proposed_spec is None
     assert d.events.filter(kind="update_rejected", message="not now").exists()
@@ -185,12 +185,12 @@ def test_rejecting_a_proposed_update_keeps_it_running(member, team_admin, team, 
 
 def test_delete_and_retry(member, team, cluster):
     failed = DeploymentFactory(team=team, cluster=cluster, requested_by=member, status="failed")
-    assert lifecycle.deployment_retry(actor=member, deployment=failed).status == "approved"
-    assert lifecycle.deployment_delete(actor=member, deployment=failed).status == "deleting"
+    assert actions.deployment_retry(actor=member, deployment=failed).status == "approved"
+    assert actions.deployment_delete(actor=member, deployment=failed).status == "deleting"
     pending = request(member, team, cluster, name="pend")
-    assert lifecycle.deployment_delete(actor=member, deployment=pending).status == "withdrawn"
+    assert actions.deployment_delete(actor=member, deployment=pending).status == "withdrawn"
     with pytest.raises(Conflict):
-        lifecycle.deployment_retry(actor=member, deployment=pending)
+        actions.deployment_retry(actor=member, deployment=pending)
 
 
 def test_audit_events_are_immutable(member, team, cluster):

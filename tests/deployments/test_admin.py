@@ -1,0 +1,147 @@
+"""Django admin writes through the services: audited, announced and torn down like the API's writes.
+
+Each test drives the real admin views as a signed-in superuser, over real PostgreSQL (and Redis and a running
+gateway for revocation).
+"""
+import pytest
+from django.urls import reverse
+
+from deployments.lifecycle import Status
+from deployments.models import Deployment, Event, Membership
+from deployments.services.access_tokens import access_token_create
+from deployments.services.api_keys import api_key_create
+from deployments.services.events import event_record
+from tests.factories import DeploymentFactory, MembershipFactory, UserFactory
+from tests.support.processes import start_gateway
+from tests.support.revocation import assert_key_refused_within
+
+
+@pytest.fixture
+def admin_client(client, platform_admin):
+    client.force_login(platform_admin)
+    return client
+
+
+def team_form(team, **changes) -> dict:
+    """The team change form as the admin page submits it: the team's fields and one row per member."""
+    members = list(team.memberships.order_by("pk"))
+    data = {"slug": team.slug, "name": team.name, "gpu_quota": team.gpu_quota,
+            "memberships-TOTAL_FORMS": len(members), "memberships-INITIAL_FORMS": len(members),
+            "memberships-MIN_NUM_FORMS": 0, "memberships-MAX_NUM_FORMS": 1000}
+    if team.allow_self_approval:
+        data["allow_self_approval"] = "on"
+    for i, m in enumerate(members):
+        data |= {f"memberships-{i}-id": m.pk, f"memberships-{i}-team": team.pk, f"memberships-{i}-role": m.role}
+    return data | changes
+
+
+def post_team(admin_client, team, **changes):
+    response = admin_client.post(reverse("admin:deployments_team_change", args=[team.pk]), team_form(team, **changes))
+    assert response.status_code == 302, response.content.decode()[:3000]
+    return response
+
+
+def run_action(admin_client, model: str, action: str, *objs):
+    response = admin_client.post(reverse(f"admin:deployments_{model}_changelist"),
+                                 {"action": action, "_selected_action": [o.pk for o in objs]})
+    assert response.status_code == 302
+    return response
+
+
+def test_changing_a_quota_in_admin_is_audited(admin_client, platform_admin, team):
+    post_team(admin_client, team, gpu_quota=32)
+
+    team.refresh_from_db()
+    assert team.gpu_quota == 32
+    event = Event.objects.get(kind="team_updated", team=team)
+    assert (event.actor, event.before, event.after) == (platform_admin, {"gpu_quota": 16}, {"gpu_quota": 32})
+
+
+def test_changing_a_role_in_admin_is_audited(admin_client, platform_admin, team, member):
+    post_team(admin_client, team, **{"memberships-0-role": Membership.Role.ADMIN})
+
+    assert Membership.objects.get(team=team, user=member).role == Membership.Role.ADMIN
+    event = Event.objects.get(kind="member_role_changed", team=team)
+    assert event.actor == platform_admin
+    assert (event.before["role"], event.after["role"]) == ("member", "admin")
+    assert not Event.objects.filter(kind="team_updated").exists()  # the team's own fields did not change
+
+
+def test_adding_and_removing_members_in_admin_is_audited(admin_client, team, member):
+    newcomer = UserFactory()
+    post_team(admin_client, team, **{"memberships-0-DELETE": "on", "memberships-TOTAL_FORMS": 2,
+                                     "memberships-1-team": team.pk, "memberships-1-user": newcomer.pk,
+                                     "memberships-1-role": Membership.Role.MEMBER})
+
+    assert list(team.memberships.values_list("user", flat=True)) == [newcomer.pk]
+    assert Event.objects.get(kind="member_removed", team=team).before["user"] == member.username
+    assert Event.objects.get(kind="member_added", team=team).after["user"] == newcomer.username
+
+
+def test_a_seat_cannot_be_handed_to_someone_else_in_admin(admin_client, team, member):
+    other = UserFactory()
+    post_team(admin_client, team, **{"memberships-0-user": other.pk})
+
+    assert list(team.memberships.values_list("user", flat=True)) == [member.pk]
+
+
+def test_revoking_a_key_in_admin_is_audited(admin_client, platform_admin, team, member):
+    key, _ = api_key_create(actor=member, team=team, name="ci")
+    run_action(admin_client, "apikey", "revoke", key)
+
+    key.refresh_from_db()
+    assert key.revoked_at is not None
+    event = Event.objects.get(kind="api_key_revoked", team=team)
+    assert (event.actor, event.before["key_id"]) == (platform_admin, key.key_id)
+
+
+def test_revoking_an_access_token_in_admin_is_audited(admin_client, platform_admin, member):
+    token, _ = access_token_create(user=member, name="laptop")
+    run_action(admin_client, "accesstoken", "revoke", token)
+
+    token.refresh_from_db()
+    assert token.revoked_at is not None
+    event = Event.objects.get(kind="access_token_revoked")
+    assert (event.actor, event.before) == (platform_admin, {"key_id": token.key_id, "user": member.username})
+
+
+def test_deleting_a_deployment_in_admin_tears_it_down(admin_client, platform_admin, team):
+    d = DeploymentFactory(team=team, status=Status.RUNNING)
+    run_action(admin_client, "deployment", "tear_down", d)
+
+    d.refresh_from_db()  # the row stays, with its history
+    assert d.status == Status.DELETING
+    event = Event.objects.get(kind="delete_requested", deployment=d)
+    assert event.actor == platform_admin
+    # The admin's own delete page, which would drop the row, is not offered.
+    assert admin_client.get(reverse("admin:deployments_deployment_delete", args=[d.pk])).status_code == 403
+
+
+def test_spec_is_not_editable_in_admin(admin_client, team):
+    d = DeploymentFactory(team=team, status=Status.RUNNING)
+    url = reverse("admin:deployments_deployment_change", args=[d.pk])
+
+    page = admin_client.get(url)
+    assert page.status_code == 200
+    assert 'name="spec"' not in page.content.decode()
+    assert admin_client.post(url, {"spec": "{}", "status": Status.FAILED}).status_code == 403
+    assert Deployment.objects.get(pk=d.pk).spec == d.spec
+
+
+def test_events_cannot_be_deleted_in_admin(admin_client, team):
+    event = event_record(kind="team_updated", team=team)
+    assert admin_client.get(reverse("admin:deployments_event_delete", args=[event.pk])).status_code == 403
+    assert Event.objects.filter(pk=event.pk).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_key_revoked_in_admin_is_refused_by_a_running_gateway_within_a_second(
+        admin_client, team, tmp_path):
+    member = MembershipFactory(team=team).user
+    key, raw = api_key_create(actor=member, team=team, name="ci")
+    gateway = start_gateway(tmp_path)
+    try:
+        assert_key_refused_within([gateway.base_url], raw, lambda: run_action(admin_client, "apikey", "revoke", key),
+                                  seconds=1.0)
+    finally:
+        gateway.stop()
