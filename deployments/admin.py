@@ -144,8 +144,8 @@ class ApiKeyAdmin(ReadOnlyAdmin):
 
     @admin.action(description="Revoke selected keys", permissions=["revoke"])
     def revoke(self, request, queryset):
-        _apply(self, request, queryset, lambda k: api_key_revoke(actor=request.user, key=k, message="Django admin"),
-               done="Revoked")
+        _apply(self, request, queryset, done="Revoked",
+               service=lambda k: api_key_revoke(actor=request.user, key=k, message="Revoked in Django admin."))
 
     def has_revoke_permission(self, request):
         return request.user.has_perm("deployments.change_apikey")

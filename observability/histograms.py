@@ -1,4 +1,5 @@
 """Histogram arithmetic: merge bucket counts and read percentiles exact to the bucket (as histogram_quantile)."""
+import bisect
 import math
 from dataclasses import dataclass, field
 
@@ -65,8 +66,6 @@ class Hist:
     @classmethod
     def from_values(cls, values, bounds) -> "Hist":
         """Bucket raw observations (e.g. the gateway's per-request timings) into fixed upper bounds."""
-        import bisect
-
         ordered = sorted(bounds)
         h = cls({b: 0 for b in [*ordered, math.inf]})
         for v in values:

@@ -13,6 +13,7 @@ from deployments.spec import SpecError
 from observability.models import ConformanceRun
 from observability.planner import plan_for_spec
 from observability.rollups import WINDOWS, latency_series
+from observability.tasks import run_conformance
 
 
 def _deployment(request, pk):
@@ -54,8 +55,6 @@ class DeploymentConformanceView(APIView):
     @extend_schema(request=None, responses={202: OpenApiTypes.OBJECT})
     def post(self, request, pk: int):
         d = _deployment(request, pk)
-        from observability.tasks import run_conformance
-
         run_conformance.delay(d.pk)
         return Response({"deployment": d.pk, "queued": True}, status=status.HTTP_202_ACCEPTED)
 

@@ -4,6 +4,7 @@ Credentials come from a cluster's `secret_ref` (deployments.secret_refs) at the 
 stay inside the client object and are never logged, stored or put into an error message.
 """
 import base64
+import tempfile
 
 import boto3
 import httpx
@@ -60,8 +61,6 @@ def kubernetes_api_from_token(*, host: str, token: str, ca_data: str | None = No
     configuration.api_key = {"authorization": token}
     configuration.api_key_prefix = {"authorization": "Bearer"}
     if ca_data and host.startswith("https://"):
-        import tempfile
-
         # The client wants a file; the CA is public data, so a temp file is fine.
         with tempfile.NamedTemporaryFile("wb", suffix=".crt", delete=False) as f:
             f.write(base64.b64decode(ca_data))

@@ -1,11 +1,14 @@
 """Shapes of the REST API. Writes are validated here only for shape; rules live in services and spec."""
 import re
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from rest_framework import serializers
 
+from deployments.cluster_config import cluster_config_errors
 from deployments.lifecycle import SERVING
 from deployments.models import AccessToken, ApiKey, Cluster, Deployment, Event, Membership, Team
+from deployments.services.quota import team_gpus_held
 from deployments.spec import dns_label_errors
 
 SECRET_REF = re.compile(r"^(env:[A-Z_][A-Z0-9_]{0,127}|file:/[^\x00]{1,1000})$")
@@ -20,8 +23,6 @@ class TeamSerializer(serializers.ModelSerializer):
         read_only_fields = ["id", "created_at", "gpus_held"]
 
     def get_gpus_held(self, team) -> int:
-        from deployments.services.quota import team_gpus_held
-
         return team_gpus_held(team=team)
 
     def validate_slug(self, value):
@@ -65,8 +66,6 @@ class ClusterSerializer(serializers.ModelSerializer):
         return value
 
     def validate(self, attrs):
-        from deployments.cluster_config import cluster_config_errors
-
         if errors := cluster_config_errors(attrs.get("kind"), attrs.get("config") or {}):
             raise serializers.ValidationError({"config": errors})
         return attrs
@@ -95,8 +94,6 @@ class DeploymentSerializer(serializers.ModelSerializer):
 
     def get_endpoint(self, d) -> dict | None:
         """What a client needs: the gateway's base URL and the model name (once running)."""
-        from django.conf import settings
-
         if d.status not in SERVING:
             return None
         return {"base_url": settings.TANDEM_GATEWAY_BASE_URL, "model": d.spec.get("model_id", "")}

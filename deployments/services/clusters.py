@@ -8,7 +8,9 @@ from deployments.services.teams import is_platform_admin
 
 
 @transaction.atomic
-def cluster_register(*, actor, name: str, kind: str, config: dict, secret_ref: str = "") -> Cluster:
+def cluster_register(*, actor, name: str, kind: str, config: dict | None = None, secret_ref: str = "") -> Cluster:
+    """Register a target under a unique name; `config` holds only non-secret settings."""
+    config = config or {}
     if not is_platform_admin(actor):
         raise NotAllowed("Only platform admins can register clusters.")
     if Cluster.objects.filter(name=name).exists():

@@ -4,6 +4,8 @@ import numbers
 from django import template
 from django.utils.html import format_html, format_html_join
 
+from frontend.spec_form import choices_for
+
 register = template.Library()
 
 
@@ -92,8 +94,6 @@ def verdict_text(verdict):
 @register.inclusion_tag("partials/field.html", takes_context=True)
 def field(context, f, *, input_type=None):
     """A labelled input with its help text and an error slot that inline validation fills (out of band)."""
-    from frontend.spec_form import choices_for
-
     values, errors = context.get("values") or {}, context.get("errors") or {}
     return {"f": f, "value": values.get(f.name, ""), "errors": errors.get(f.name, []),
             "choices": choices_for(f) if f.kind == "select" else None,

@@ -1,9 +1,13 @@
 """The process's shared Redis client: built once, and safe to use on both sides of a Celery prefork fork."""
 import os
 
+import pytest
+
 from controlplane.redis_client import redis_client as shared_redis
 
 
+# The child only talks to Redis and leaves with os._exit, so threads left in the parent cannot deadlock it.
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 def test_the_shared_client_is_reused_and_a_forked_child_gets_its_own_connection(redis_client):
     r = shared_redis()
     assert shared_redis() is r  # one pool per process, not one per call

@@ -85,6 +85,30 @@ def test_a_seat_cannot_be_handed_to_someone_else_in_admin(admin_client, team, me
     assert list(team.memberships.values_list("user", flat=True)) == [member.pk]
 
 
+def test_creating_a_team_with_a_member_in_admin_is_audited(admin_client, platform_admin):
+    lead = UserFactory()
+    response = admin_client.post(reverse("admin:deployments_team_add"), {
+        "slug": "vision", "name": "Vision", "gpu_quota": 8, "memberships-TOTAL_FORMS": 1,
+        "memberships-INITIAL_FORMS": 0, "memberships-MIN_NUM_FORMS": 0, "memberships-MAX_NUM_FORMS": 1000,
+        "memberships-0-user": lead.pk, "memberships-0-role": Membership.Role.ADMIN})
+    assert response.status_code == 302, response.content.decode()[:3000]
+
+    created = Event.objects.get(kind="team_created")
+    assert (created.actor, created.team.slug, created.after["gpu_quota"]) == (platform_admin, "vision", 8)
+    added = Event.objects.get(kind="member_added", team=created.team)
+    assert added.after == {"user": lead.username, "role": "admin"}
+
+
+def test_registering_a_cluster_in_admin_is_audited(admin_client, platform_admin):
+    response = admin_client.post(reverse("admin:deployments_cluster_add"), {
+        "name": "lab", "kind": "ray", "config": '{"dashboard_url": "http://127.0.0.1:8265"}', "secret_ref": ""})
+    assert response.status_code == 302, response.content.decode()[:3000]
+
+    event = Event.objects.get(kind="cluster_registered")
+    assert (event.actor, event.after["name"], event.after["config"]) == (
+        platform_admin, "lab", {"dashboard_url": "http://127.0.0.1:8265"})
+
+
 def test_revoking_a_key_in_admin_is_audited(admin_client, platform_admin, team, member):
     key, _ = api_key_create(actor=member, team=team, name="ci")
     run_action(admin_client, "apikey", "revoke", key)

@@ -1,14 +1,15 @@
 """The conformance suite against a loopback upstream that breaks each rule once; and a recorded run for a
-deployment through it (service key, PD health, condition, API)."""
+deployment through it (service key, PD health, the stored result, the reconcile pass it asks for, API)."""
 import pytest
 
 import datetime as dt
 
 from django.utils import timezone
 
-from deployments.conditions import condition_get, condition_set, condition_true
+from deployments.conditions import condition_set
 from deployments.models import ApiKey, Event
 from deployments.services.credentials import credential_check
+from deployments.services.status import RECONCILE_TASK
 from deployments.spec import spec_parse
 from observability.conformance.runner import conformance_run_for_deployment, conformance_runs_prune
 from observability.models import ConformanceRun
@@ -16,6 +17,7 @@ from observability.conformance.suite import CHECK_NAMES, conformance_run
 from tests.factories import ClusterFactory, DeploymentFactory, local_spec_input
 from tests.observability.helpers import fixture
 from tests.observability.mock_openai import FAULTS, MODEL, MockUpstream
+from tests.support.broker import queued
 
 
 def run(faults=()):
@@ -63,17 +65,20 @@ def ray_deployment(team):
     return make
 
 
-def test_run_for_deployment_records_checks_health_and_condition(ray_deployment, redis_client,
-                                                                django_capture_on_commit_callbacks):
+def test_run_for_deployment_records_checks_and_health_and_asks_for_a_reconcile_pass(
+        ray_deployment, redis_client, django_capture_on_commit_callbacks):
     with MockUpstream(metrics_bodies=[fixture("pd-before.prom"), fixture("pd-after.prom")]) as m:
         d = ray_deployment(m.metrics_url)
         with django_capture_on_commit_callbacks(execute=True):
             run_ = conformance_run_for_deployment(deployment_id=d.pk, gateway_base_url=m.base_url)
-    assert run_.passed and run_.checks.count() == len(CHECK_NAMES)
+    assert run_.passed and run_.checks.count() == len(CHECK_NAMES) and run_.generation == d.generation
     assert run_.pd_health["verdict"] == "healthy" and run_.pd_health["nixl_bytes"] == 737_280
+    # The runner writes no condition: it records, then asks the reconciler (the one writer) for a pass, on the
+    # queue a worker consumes, once the run is committed.
+    before = d.conditions
     d.refresh_from_db()
-    assert d.status == "running" and condition_true(d.conditions, "ConformancePassed")
-    assert condition_get(d.conditions, "EndpointReady")["reason"] == "Answering"  # the run opened the endpoint
+    assert d.status == "running" and d.conditions == before
+    assert queued(redis_client, task=RECONCILE_TASK) == [[d.pk]]
     # The suite used a minted, deployment-scoped key that no longer works.
     raw = {k.removeprefix("Bearer ") for k in m.seen_keys if k.startswith("Bearer tdm_")}
     assert len(raw) == 1
@@ -90,16 +95,13 @@ def test_a_failing_check_leaves_the_deployment_running_with_a_warning(ray_deploy
         run_ = conformance_run_for_deployment(deployment_id=d.pk, gateway_base_url=m.base_url)
     assert not run_.passed and run_.pd_health["verdict"] == "decode_only"
     d.refresh_from_db()
-    assert d.status == "running" and not condition_true(d.conditions, "ConformancePassed")
-    ready = condition_get(d.conditions, "EndpointReady")  # open, but with the warning on it
-    assert ready["status"] == "True" and ready["reason"] == "AnsweringWithWarnings"
-    assert "error_unknown_model" in ready["message"]
+    assert d.status == "running"
     warning = Event.objects.get(deployment=d, kind="conformance_warning")
     assert "error_unknown_model" in warning.message and "decode-only" in warning.message
 
     api.force_authenticate(member)
     body = api.get(f"/api/v1/deployments/{d.pk}/conformance/").json()
-    assert body["run"]["passed"] is False and body["condition"]["status"] == "False"
+    assert body["run"]["passed"] is False
     assert {c["name"]: c["passed"] for c in body["run"]["checks"]}["error_unknown_model"] is False
     assert body["run"]["pd_health"]["verdict"] == "decode_only"
 
