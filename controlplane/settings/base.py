@@ -177,6 +177,14 @@ TEMPLATES[0]["OPTIONS"]["context_processors"].append("frontend.oidc.sign_in_opti
 INSTALLED_APPS.append("mozilla_django_oidc")
 LOGIN_REDIRECT_URL_FAILURE = "/accounts/login/?sign_in_failed=1"
 
+# --- Several replicas of everything (deploy/, docs/install.md) -----------------------------------------------
+# A gateway told to stop (SIGTERM, e.g. a rolling update) lets in-flight requests and streams finish for up to
+# this many seconds; keep the pod's terminationGracePeriodSeconds above it plus the preStop pause.
+TANDEM_GATEWAY_DRAIN_SECONDS = env_float("TANDEM_GATEWAY_DRAIN_SECONDS", 30.0)
+# Probes come to a pod's IP (kubelet, ALB health checks): answered before the host check (controlplane/health.py).
+MIDDLEWARE.insert(MIDDLEWARE.index("controlplane.request_id.RequestIdMiddleware") + 1,
+                  "controlplane.health.probe_middleware")
+
 # --- Logging: one JSON line per record, with the request id ------------------------------------------
 LOGGING = {
     "version": 1,
