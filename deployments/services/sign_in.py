@@ -76,8 +76,8 @@ def sign_in_user_from_claims(*, claims: dict, user=None):
             user.save(update_fields=["password"])
             event_record(kind="user_created", actor=None, message="First sign-in through the identity provider.",
                          after={"user": username})
-    changed = {k: claims[c] for k, c in (("email", "email"), ("first_name", "given_name"),
-                                         ("last_name", "family_name")) if claims.get(c) and getattr(user, k) != claims[c]}
+    fields = (("email", "email"), ("first_name", "given_name"), ("last_name", "family_name"))
+    changed = {k: claims[c] for k, c in fields if claims.get(c) and getattr(user, k) != claims[c]}
     if changed:
         User.objects.filter(pk=user.pk).update(**changed)
         for k, v in changed.items():

@@ -97,5 +97,6 @@ def test_the_build_stage_collects_the_vendored_front_end(tmp_path):
     argv = [sys.executable] + [w for w in words if not re.match(r"^[A-Z_]+=", w)][1:]
     subprocess.run(argv, cwd=app, env={"PATH": os.environ["PATH"], **env}, check=True, capture_output=True)
     collected = app / "staticfiles"
-    for path in ("vendor/htmx/htmx.min.js", "vendor/chartjs/chart.umd.min.js", "portal/portal.css", "admin/css/base.css"):
+    for path in ("vendor/htmx/htmx.min.js", "vendor/chartjs/chart.umd.min.js", "portal/portal.css",
+                 "admin/css/base.css"):
         assert (collected / path).stat().st_size > 0, path

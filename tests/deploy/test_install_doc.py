@@ -22,9 +22,10 @@ def test_the_documented_edits_fill_every_placeholder(tmp_path):
     assert len(edits) >= 7
     shutil.copytree(ROOT / "deploy", tmp_path / "deploy")
     (tmp_path / "deploy/overlays/eks/global-bundle.pem").write_text("-----BEGIN CERTIFICATE-----\n...\n")
-    subprocess.run(["bash", "-euc", "\n".join(edits)], cwd=tmp_path, env={"PATH": "/usr/bin:/bin", **VALUES},
-                   check=True)
-    left = subprocess.run(["grep", "-rn", "^[^#]*REPLACE", "deploy/overlays/eks"], cwd=tmp_path, capture_output=True, text=True)
+    subprocess.run(["bash", "-euc", "\n".join(edits)], cwd=tmp_path, check=True,
+                   env={"PATH": "/usr/bin:/bin", **VALUES})
+    left = subprocess.run(["grep", "-rn", "^[^#]*REPLACE", "deploy/overlays/eks"], cwd=tmp_path,
+                          capture_output=True, text=True)
     assert left.stdout == ""
     out = subprocess.run(["kubectl", "kustomize", "deploy/overlays/eks"], cwd=tmp_path, capture_output=True, text=True,
                          check=True).stdout
@@ -33,5 +34,6 @@ def test_the_documented_edits_fill_every_placeholder(tmp_path):
         kubernetes_validate.validate(obj, "1.31", strict=True)
     web = next(o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == "tandem-web")
     assert web["spec"]["template"]["spec"]["containers"][0]["image"] == f"{VALUES['IMAGE']}:{VALUES['TAG']}"
-    for value in ("tandem.corp.example", "llm.corp.example", "10.42.0.0/16", "Corp SSO", "https://sso.corp.example/jwks"):
+    for value in ("tandem.corp.example", "llm.corp.example", "10.42.0.0/16", "Corp SSO",
+                  "https://sso.corp.example/jwks"):
         assert value in out, value

@@ -19,7 +19,8 @@ from tests.support.processes import wait_for
 from workers.targets.kubernetes import KubernetesTarget
 
 RESOURCE_PATH = re.compile(r"^/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
-                           r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<resource>[^/]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>[^/]+))?$")
+                           r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<resource>[^/]+)"
+                           r"(?:/(?P<name>[^/]+))?(?:/(?P<sub>[^/]+))?$")
 VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
 
 

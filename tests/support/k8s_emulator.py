@@ -35,7 +35,8 @@ CONTROL_PLANE_KINDS = [
     ("v1/services", "Service", True), ("apps/v1/deployments", "Deployment", True), ("batch/v1/jobs", "Job", True),
     ("policy/v1/poddisruptionbudgets", "PodDisruptionBudget", True),
     ("autoscaling/v2/horizontalpodautoscalers", "HorizontalPodAutoscaler", True),
-    ("networking.k8s.io/v1/networkpolicies", "NetworkPolicy", True), ("networking.k8s.io/v1/ingresses", "Ingress", True),
+    ("networking.k8s.io/v1/networkpolicies", "NetworkPolicy", True),
+    ("networking.k8s.io/v1/ingresses", "Ingress", True),
     ("rbac.authorization.k8s.io/v1/clusterroles", "ClusterRole", False),
     ("rbac.authorization.k8s.io/v1/clusterrolebindings", "ClusterRoleBinding", False),
 ]
