@@ -15,5 +15,6 @@ urlpatterns = [
     path("readyz", health.readyz),
     path("metrics", health.metrics),
     path("accounts/", include("django.contrib.auth.urls")),
+    path("oidc/", include("mozilla_django_oidc.urls")),
     path("", include("frontend.urls")),
 ]

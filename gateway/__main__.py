@@ -39,7 +39,10 @@ def main() -> None:
     config = config_from_settings(**overrides)
     uvicorn.run(Gateway(config), host=config.host, port=config.port, loop="uvloop", http="httptools",
                 lifespan="on", access_log=False, server_header=False, log_config=None, backlog=4096,
-                timeout_keep_alive=75)
+                timeout_keep_alive=75,
+                # SIGTERM: stop accepting, let in-flight requests and streams finish for up to this long, then
+                # cut what is left; the pod's terminationGracePeriodSeconds is longer (deploy/base/gateway.yaml).
+                timeout_graceful_shutdown=config.drain_timeout_s)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,9 @@ from django.conf import settings
 from psycopg.conninfo import make_conninfo
 
 RECORD_STREAM = "tandem:gateway:requests"
+# libpq parameters DATABASE_URL may carry in its query (TLS above all) that the gateway's own pool must keep too.
+LIBPQ_OPTIONS = {"sslmode", "sslrootcert", "sslcert", "sslkey", "sslcrl", "sslnegotiation", "connect_timeout",
+                 "application_name", "target_session_attrs", "options"}
 # Redis keeps at most about this many undrained records; past it the oldest are trimmed (bounded memory).
 RECORD_STREAM_MAXLEN = 1_000_000
 
@@ -20,6 +23,7 @@ class GatewayConfig:
     connect_timeout_s: float
     upstream_timeout_s: float
     access_log: bool
+    drain_timeout_s: float = 30.0  # on SIGTERM: how long in-flight streams may run before they are cut
     key_ttl_s: float = 60.0  # safety net only: revocation arrives by pub/sub
     route_ttl_s: float = 2.0  # deployments change status without an announcement
     negative_ttl_s: float = 5.0
@@ -30,6 +34,7 @@ def database_conninfo() -> str:
     db = settings.DATABASES["default"]
     parts = {"dbname": db.get("NAME"), "user": db.get("USER"), "password": db.get("PASSWORD"),
              "host": db.get("HOST"), "port": str(db.get("PORT") or "")}
+    parts.update({k: str(v) for k, v in (db.get("OPTIONS") or {}).items() if k in LIBPQ_OPTIONS})
     return make_conninfo(**{k: v for k, v in parts.items() if v})
 
 
@@ -44,6 +49,7 @@ def config_from_settings(**overrides) -> GatewayConfig:
         connect_timeout_s=getattr(settings, "TANDEM_GATEWAY_CONNECT_TIMEOUT_S", 5.0),
         upstream_timeout_s=getattr(settings, "TANDEM_GATEWAY_UPSTREAM_TIMEOUT_S", 600.0),
         access_log=getattr(settings, "TANDEM_GATEWAY_ACCESS_LOG", True),
+        drain_timeout_s=getattr(settings, "TANDEM_GATEWAY_DRAIN_SECONDS", 30.0),
     )
     values.update(overrides)
     return GatewayConfig(**values)

@@ -1,7 +1,9 @@
 """Settings shared by every environment. Environment files override below their imports."""
+import json
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 from controlplane.settings.env import env, env_bool, env_float, env_int
 
@@ -140,6 +142,48 @@ TANDEM_GATEWAY_CONNECT_TIMEOUT_S = env_float("TANDEM_GATEWAY_CONNECT_TIMEOUT_S",
 # Longest wait for upstream's response headers and, when streaming, between two chunks.
 TANDEM_GATEWAY_UPSTREAM_TIMEOUT_S = env_float("TANDEM_GATEWAY_UPSTREAM_TIMEOUT_S", 600.0)
 TANDEM_GATEWAY_ACCESS_LOG = env_bool("TANDEM_GATEWAY_ACCESS_LOG", True)
+
+# --- Company sign-in (OpenID Connect, mozilla-django-oidc) -------------------------------------------------
+# On when a client id is set. The provider's endpoints are named one by one (its discovery document lists them);
+# the group claim maps to team memberships at every sign-in (deployments/services/sign_in.py).
+OIDC_RP_CLIENT_ID = env("TANDEM_OIDC_CLIENT_ID")
+TANDEM_OIDC_ENABLED = bool(OIDC_RP_CLIENT_ID)
+OIDC_RP_CLIENT_SECRET = env("TANDEM_OIDC_CLIENT_SECRET", required=TANDEM_OIDC_ENABLED)
+OIDC_OP_AUTHORIZATION_ENDPOINT = env("TANDEM_OIDC_AUTHORIZATION_ENDPOINT", required=TANDEM_OIDC_ENABLED)
+OIDC_OP_TOKEN_ENDPOINT = env("TANDEM_OIDC_TOKEN_ENDPOINT", required=TANDEM_OIDC_ENABLED)
+OIDC_OP_USER_ENDPOINT = env("TANDEM_OIDC_USERINFO_ENDPOINT", required=TANDEM_OIDC_ENABLED)
+OIDC_OP_JWKS_ENDPOINT = env("TANDEM_OIDC_JWKS_ENDPOINT", required=TANDEM_OIDC_ENABLED)
+OIDC_RP_SIGN_ALGO = env("TANDEM_OIDC_SIGN_ALGO", "RS256")
+OIDC_RP_SCOPES = env("TANDEM_OIDC_SCOPES", "openid email profile groups")
+OIDC_USE_PKCE = True
+OIDC_TOKEN_USE_BASIC_AUTH = env_bool("TANDEM_OIDC_TOKEN_BASIC_AUTH", True)  # client_secret_basic, OIDC's default
+OIDC_AUTHENTICATION_CALLBACK_URL = "oidc_authentication_callback"
+OIDC_VERIFY_SSL = env_bool("TANDEM_OIDC_VERIFY_SSL", True)
+OIDC_TIMEOUT = env_float("TANDEM_OIDC_TIMEOUT_S", 10.0)
+TANDEM_OIDC_PROVIDER_NAME = env("TANDEM_OIDC_PROVIDER_NAME", "your company account")
+TANDEM_OIDC_USERNAME_CLAIM = env("TANDEM_OIDC_USERNAME_CLAIM", "email")
+TANDEM_OIDC_GROUPS_CLAIM = env("TANDEM_OIDC_GROUPS_CLAIM", "groups")
+# group → [team slug, role]: {"ml-research-admins": ["ml-research", "admin"], "ml-research": ["ml-research", "member"]}
+TANDEM_OIDC_GROUP_MAP = {g: tuple(v) for g, v in json.loads(env("TANDEM_OIDC_GROUP_MAP", "{}")).items()}
+TANDEM_OIDC_PLATFORM_ADMIN_GROUPS = [g for g in env("TANDEM_OIDC_PLATFORM_ADMIN_GROUPS", "").split(",") if g]
+# Off: the sign-in page offers only the company button and Django's own passwords are refused everywhere.
+TANDEM_PASSWORD_SIGN_IN = env_bool("TANDEM_PASSWORD_SIGN_IN", True)
+if not TANDEM_PASSWORD_SIGN_IN and not TANDEM_OIDC_ENABLED:
+    raise ImproperlyConfigured("TANDEM_PASSWORD_SIGN_IN=0 needs OpenID Connect (TANDEM_OIDC_CLIENT_ID): "
+                               "nobody could sign in.")
+AUTHENTICATION_BACKENDS = (["django.contrib.auth.backends.ModelBackend"] if TANDEM_PASSWORD_SIGN_IN else []) + \
+    (["frontend.oidc.TandemOIDCBackend"] if TANDEM_OIDC_ENABLED else [])
+TEMPLATES[0]["OPTIONS"]["context_processors"].append("frontend.oidc.sign_in_options")
+INSTALLED_APPS.append("mozilla_django_oidc")
+LOGIN_REDIRECT_URL_FAILURE = "/accounts/login/?sign_in_failed=1"
+
+# --- Several replicas of everything (deploy/, docs/install.md) -----------------------------------------------
+# A gateway told to stop (SIGTERM, e.g. a rolling update) lets in-flight requests and streams finish for up to
+# this many seconds; keep the pod's terminationGracePeriodSeconds above it plus the preStop pause.
+TANDEM_GATEWAY_DRAIN_SECONDS = env_float("TANDEM_GATEWAY_DRAIN_SECONDS", 30.0)
+# Probes come to a pod's IP (kubelet, ALB health checks): answered before the host check (controlplane/health.py).
+MIDDLEWARE.insert(MIDDLEWARE.index("controlplane.request_id.RequestIdMiddleware") + 1,
+                  "controlplane.health.probe_middleware")
 
 # --- Logging: one JSON line per record, with the request id ------------------------------------------
 LOGGING = {

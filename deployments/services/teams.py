@@ -54,9 +54,11 @@ def team_update(*, actor, team: Team, **changes) -> Team:
 
 
 @transaction.atomic
-def membership_set(*, actor, team: Team, user, role: str) -> Membership:
-    """Add a user to a team or change their role (platform admins and team admins)."""
-    team_require_admin(user=actor, team=team)
+def membership_set(*, actor, team: Team, user, role: str, message: str = "") -> Membership:
+    """Add a user to a team or change their role (platform admins and team admins). `actor=None` is Tandem
+    itself acting on what the identity provider says (deployments/services/sign_in.py)."""
+    if actor is not None:
+        team_require_admin(user=actor, team=team)
     m, created = Membership.objects.get_or_create(team=team, user=user, defaults={"role": role})
     if not created and m.role == role:
         return m
@@ -64,14 +66,15 @@ def membership_set(*, actor, team: Team, user, role: str) -> Membership:
     m.role = role
     m.save(update_fields=["role"])
     event_record(kind="member_added" if created else "member_role_changed", team=team, actor=actor,
-                 before=before, after={"user": user.username, "role": role})
+                 message=message, before=before, after={"user": user.username, "role": role})
     return m
 
 
 @transaction.atomic
-def membership_remove(*, actor, membership: Membership) -> None:
-    """Take a user out of a team (platform admins and team admins)."""
-    team_require_admin(user=actor, team=membership.team)
-    event_record(kind="member_removed", team=membership.team, actor=actor,
+def membership_remove(*, actor, membership: Membership, message: str = "") -> None:
+    """Take a user out of a team (platform admins and team admins; `actor=None` is Tandem, as above)."""
+    if actor is not None:
+        team_require_admin(user=actor, team=membership.team)
+    event_record(kind="member_removed", team=membership.team, actor=actor, message=message,
                  before={"user": membership.user.username, "role": membership.role})
     membership.delete()

@@ -1,7 +1,4 @@
 """Real processes for gateway tests: the mock upstream and `python -m gateway`, on the test database."""
-import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -12,10 +9,9 @@ from deployments.lifecycle import Status
 from deployments.models import Cluster, Membership
 from deployments.services.api_keys import api_key_create
 from tests.factories import ClusterFactory, DeploymentFactory, MembershipFactory, TeamFactory
-from tests.support.processes import Proc
+from tests.support.processes import Proc, start_mock_upstream
 from tests.support.processes import start_gateway as support_start_gateway
 
-ROOT = Path(__file__).resolve().parents[2]
 RAY_TOKEN = "ray-token-for-tests"
 
 
@@ -28,17 +24,9 @@ def start_gateway(tmp: Path, **env) -> Proc:
 
 @pytest.fixture(scope="session")
 def mock_upstream(tmp_path_factory):
-    log = tmp_path_factory.mktemp("mock") / "mock.log"
-    proc = subprocess.Popen([sys.executable, "-m", "bench.mock_upstream", "--port", "0", "--record",
-                             "--chunks", "8"], cwd=ROOT, stdout=subprocess.PIPE, stderr=log.open("wb"), text=True)
-    line = proc.stdout.readline()
-    match = re.search(r":(\d+)$", line.strip())
-    if not match:
-        proc.kill()
-        raise RuntimeError(f"mock upstream did not start: {line!r} {log.read_text()[-2000:]}")
-    yield Proc(proc, f"http://127.0.0.1:{match[1]}", log)
-    proc.terminate()
-    proc.wait(10)
+    proc = start_mock_upstream(tmp_path_factory.mktemp("mock"), "--record", "--chunks", "8")
+    yield proc
+    proc.stop()
 
 
 @pytest.fixture(scope="session")

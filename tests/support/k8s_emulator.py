@@ -29,6 +29,19 @@ RAYSERVICES = kmock.resource("ray.io", "v1", "rayservices")
 NAMESPACE_PATH = re.compile(r"^/api/v1/namespaces(?:/([^/]+))?/?$")
 
 
+# (group/version/plural, kind, namespaced) of what deploy/ renders, beside Namespace (served by the emulator).
+CONTROL_PLANE_KINDS = [
+    ("v1/configmaps", "ConfigMap", True), ("v1/serviceaccounts", "ServiceAccount", True),
+    ("v1/services", "Service", True), ("apps/v1/deployments", "Deployment", True), ("batch/v1/jobs", "Job", True),
+    ("policy/v1/poddisruptionbudgets", "PodDisruptionBudget", True),
+    ("autoscaling/v2/horizontalpodautoscalers", "HorizontalPodAutoscaler", True),
+    ("networking.k8s.io/v1/networkpolicies", "NetworkPolicy", True),
+    ("networking.k8s.io/v1/ingresses", "Ingress", True),
+    ("rbac.authorization.k8s.io/v1/clusterroles", "ClusterRole", False),
+    ("rbac.authorization.k8s.io/v1/clusterrolebindings", "ClusterRoleBinding", False),
+]
+
+
 @attrs.define
 class Fault:
     method: str
@@ -62,6 +75,11 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
         self.resources["v1/services"] = {"kind": "Service", "namespaced": True}
         self.resources["ray.io/v1/rayservices"] = {"kind": "RayService", "namespaced": True,
                                                    "subresources": ["status"]}
+
+    def install_control_plane_kinds(self) -> None:
+        """Declare the built-in kinds Tandem's own install (deploy/) uses, as a real API server serves them."""
+        for path, kind, namespaced in CONTROL_PLANE_KINDS:
+            self.resources[path] = {"kind": kind, "namespaced": namespaced}
 
     def inject(self, method: str, path: str, status: int, *, count: int = 1, headers: dict | None = None) -> None:
         """The next `count` requests with this method whose path matches the regex get `status`."""

@@ -128,3 +128,46 @@ def start_gateway(tmp: Path, **env) -> Proc:
         time.sleep(0.1)
     proc.kill()
     raise RuntimeError(f"gateway did not become ready: {log.read_text()[-3000:]}")
+
+
+def _wait_ready(proc: subprocess.Popen, base: str, log: Path, what: str, path: str = "/readyz") -> Proc:
+    import httpx
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited: {log.read_text()[-3000:]}")
+        try:
+            if httpx.get(base + path, timeout=1).status_code == 200:
+                return Proc(proc, base, log)
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError(f"{what} did not become ready: {log.read_text()[-3000:]}")
+
+
+def start_web(tmp: Path, *, workers: int = 1, **env) -> Proc:
+    """gunicorn serving the portal and API on a free port, as deploy/ runs it; returns once /readyz answers."""
+    port = free_port()
+    log = tmp / f"web-{port}.log"
+    full_env = {**worker_environment(tmp), "TANDEM_KEY_HMAC_SECRET": settings.TANDEM_KEY_HMAC_SECRET, **env}
+    proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "controlplane.wsgi", "--bind", f"127.0.0.1:{port}",
+                             "--workers", str(workers), "--graceful-timeout", "20"],
+                            cwd=ROOT, env=full_env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    return _wait_ready(proc, f"http://127.0.0.1:{port}", log, "gunicorn")
+
+
+def start_mock_upstream(tmp: Path, *args: str) -> Proc:
+    """bench.mock_upstream on a free port (an OpenAI-shaped upstream: options per deployment URL)."""
+    import re
+
+    log = tmp / "mock.log"
+    proc = subprocess.Popen([sys.executable, "-m", "bench.mock_upstream", "--port", "0", *args], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=log.open("wb"), text=True)
+    line = proc.stdout.readline()
+    match = re.search(r":(\d+)$", line.strip())
+    if not match:
+        proc.kill()
+        raise RuntimeError(f"mock upstream did not start: {line!r} {log.read_text()[-2000:]}")
+    return Proc(proc, f"http://127.0.0.1:{match[1]}", log)

@@ -1,0 +1,102 @@
+"""The Dockerfile, read statically (no Docker engine here): multi-stage, production dependencies only and
+hash-checked, non-root, and its build stage's collectstatic replayed on exactly the files it copies."""
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tomllib
+
+from tests.deploy.render import ROOT, find, pod_spec, render
+
+TEST_ONLY = {"pytest", "pytest-django", "pytest-cov", "pytest-asyncio", "factory-boy", "faker", "schemathesis",
+             "openai", "kmock", "moto", "playwright", "kubernetes-validate", "coverage", "hypothesis"}
+
+
+def stages() -> list[list[tuple[str, str]]]:
+    """The Dockerfile's stages, each a list of (INSTRUCTION, arguments) with continuation lines joined."""
+    text = re.sub(r"\\\n", " ", (ROOT / "Dockerfile").read_text())
+    result = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        op, _, args = line.partition(" ")
+        if op.upper() == "FROM":
+            result.append([])
+        result[-1].append((op.upper(), args.strip()))
+    return result
+
+
+def normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def lock_the_image_installs() -> tuple[str, list[str]]:
+    build = stages()[0]
+    installs = [args for op, args in build if op == "RUN" and "pip install" in args]
+    assert len(installs) == 1, installs
+    words = shlex.split(installs[0])
+    assert "--require-hashes" in words and "--no-deps" in words
+    inside = words[words.index("-r") + 1]
+    source = next(args.split()[0] for op, args in build if op == "COPY" and args.split()[-1] == inside)
+    lines = re.sub(r"\\\n", " ", (ROOT / source).read_text()).splitlines()
+    return source, [line for line in lines if line.strip() and not line.startswith("#")]
+
+
+def test_the_image_installs_production_dependencies_only_each_checked_by_hash():
+    source, requirements = lock_the_image_installs()
+    assert source == "requirements/prod.lock"
+    names = set()
+    for line in requirements:
+        assert re.match(r"^[A-Za-z0-9_.\-]+==\S+ +--hash=sha256:[0-9a-f]{64}", line), line
+        names.add(normalized(line.split("==")[0]))
+    assert not names & TEST_ONLY, f"test tools in the image: {names & TEST_ONLY}"
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = {normalized(re.split(r"[\[<>=!~; ]", d)[0]) for d in project["dependencies"]}
+    assert wanted <= names, f"production dependencies missing from the lock: {wanted - names}"
+
+
+def test_the_final_stage_runs_as_the_non_root_user_the_manifests_expect():
+    build, final = stages()[0], stages()[-1]
+    assert len(stages()) >= 2
+    assert not [a for op, a in final if op == "RUN" and ("pip " in a or "npm " in a)], "installs in the final stage"
+    assert not [a for op, a in final if op == "COPY" and not a.startswith("--from=")], "the final stage copies sources"
+    users = [a for op, a in final if op == "USER"]
+    assert users, "the image runs as root"
+    uid = users[-1].split(":")[0]
+    assert uid.isdigit() and int(uid) > 0, "USER must be numeric for runAsNonRoot"
+    for overlay in ("eks", "kubernetes"):
+        assert pod_spec(find(render(overlay), "Deployment", "tandem-web"))["securityContext"]["runAsUser"] == int(uid)
+    assert any(op == "RUN" and "collectstatic" in a for op, a in build)
+    assert any(op == "COPY" and a.startswith("--from=build") and a.split()[-1] == "/app" for op, a in final)
+
+
+def test_the_build_stage_collects_the_vendored_front_end(tmp_path):
+    """Replay the build stage: copy what it COPYs, run its collectstatic line; htmx and Chart.js are collected."""
+    build = stages()[0]
+    app = tmp_path / "app"
+    app.mkdir()
+    workdir_seen = False
+    for op, args in build:
+        if op == "WORKDIR" and args == "/app":
+            workdir_seen = True
+        if op == "COPY" and workdir_seen:
+            src, dest = args.split()
+            target = app / dest.removeprefix("./")
+            if (ROOT / src).is_dir():
+                shutil.copytree(ROOT / src, target,
+                                ignore=shutil.ignore_patterns("node_modules", "__pycache__"))
+            else:
+                shutil.copy(ROOT / src, target if dest != "./" else app / src)
+    line = next(a for op, a in build if op == "RUN" and "collectstatic" in a)
+    command = line.split("&&", 1)[1].strip() if "&&" in line else line
+    words = shlex.split(command)
+    env = {k: v for k, _, v in (w.partition("=") for w in words if re.match(r"^[A-Z_]+=", w))}
+    argv = [sys.executable] + [w for w in words if not re.match(r"^[A-Z_]+=", w)][1:]
+    subprocess.run(argv, cwd=app, env={"PATH": os.environ["PATH"], **env}, check=True, capture_output=True)
+    collected = app / "staticfiles"
+    for path in ("vendor/htmx/htmx.min.js", "vendor/chartjs/chart.umd.min.js", "portal/portal.css",
+                 "admin/css/base.css"):
+        assert (collected / path).stat().st_size > 0, path
