@@ -14,7 +14,7 @@ DEBUG = env_bool("DJANGO_DEBUG", False)
 # Where the web server listens (gunicorn.conf.py binds here) and the gateway (settings.TANDEM_GATEWAY_HOST).
 TANDEM_WEB_BIND = env("TANDEM_WEB_BIND", "127.0.0.1:8800")
 debug_bind_refuse(debug=DEBUG, binds=[TANDEM_WEB_BIND, TANDEM_GATEWAY_HOST],  # noqa: F405
-                  process="Tandem with production settings")
+                  process="Tandem (production settings)")
 
 # --- HTTPS only -------------------------------------------------------------------------------------------
 SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", True)
