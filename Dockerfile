@@ -12,7 +12,7 @@ RUN python -m venv /venv
 COPY requirements/prod.lock /tmp/prod.lock
 RUN /venv/bin/pip install --require-hashes --no-deps --only-binary=:all: -r /tmp/prod.lock
 WORKDIR /app
-COPY manage.py ./
+COPY manage.py gunicorn.conf.py ./
 COPY controlplane ./controlplane
 COPY deployments ./deployments
 COPY frontend ./frontend
@@ -27,8 +27,9 @@ RUN rm -rf frontend/node_modules \
 # --- runtime: the virtualenv, the code and the static files, run as an unprivileged user ---------------------
 FROM python:3.12-slim-trixie
 RUN groupadd --gid 10001 tandem && useradd --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin tandem
+# gunicorn.conf.py binds TANDEM_WEB_BIND; inside the container that is every interface.
 ENV PATH=/venv/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
-    DJANGO_SETTINGS_MODULE=controlplane.settings.production
+    DJANGO_SETTINGS_MODULE=controlplane.settings.production TANDEM_WEB_BIND=0.0.0.0:8800
 COPY --from=build /venv /venv
 COPY --from=build --chown=root:root /app /app
 WORKDIR /app
@@ -36,4 +37,4 @@ WORKDIR /app
 # (an emptyDir) is written.
 USER 10001:10001
 EXPOSE 8800 8801
-CMD ["gunicorn", "controlplane.wsgi", "--bind", "0.0.0.0:8800", "--workers", "3"]
+CMD ["gunicorn", "controlplane.wsgi"]

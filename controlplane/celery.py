@@ -3,7 +3,7 @@ import os
 
 from celery import Celery
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings.local")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings.production")
 
 app = Celery("controlplane")
 app.config_from_object("django.conf:settings", namespace="CELERY")

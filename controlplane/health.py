@@ -1,9 +1,17 @@
-"""Liveness, readiness (database, Redis, broker) and Prometheus metrics for the web app."""
+"""Liveness, readiness (database, Redis, broker) and Prometheus metrics for the web app.
+
+/metrics counts every team's deployments: it answers only a scraper holding TANDEM_METRICS_TOKEN (a bearer
+token, as Prometheus's `authorization: {credentials_file: ...}` sends it), and is off (404) while that is unset.
+A token rather than an internal port: gunicorn serves one WSGI app on every address it binds and takes the
+port a request names from its Host header, so the app cannot tell an internal port from a public one.
+"""
+import hmac
+
 import redis
 from django.conf import settings
 from django.db import connection
 from django.db.models import Count
-from django.http import HttpResponse, JsonResponse
+from django.http import Http404, HttpResponse, JsonResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
 
 from controlplane.redis_client import redis_client
@@ -51,9 +59,23 @@ def readyz(request):
                         status=503 if problems else 200)
 
 
+def _scraper_allowed(request) -> bool:
+    token = settings.TANDEM_METRICS_TOKEN
+    if not token:
+        raise Http404("Metrics are off: set TANDEM_METRICS_TOKEN to serve them to your scraper.")
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode())
+
+
 def metrics(request):
-    """Deployments by status and the Celery queue depth, computed at scrape time."""
+    """Deployments by status and the Celery queue depth, computed at scrape time; for the scraper only."""
     from deployments.models import Deployment
+
+    if not _scraper_allowed(request):
+        response = HttpResponse("Send the metrics token as `Authorization: Bearer <TANDEM_METRICS_TOKEN>`.\n",
+                                status=401, content_type="text/plain")
+        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        return response
 
     registry = CollectorRegistry()
     by_status = Gauge("tandem_deployments", "Deployments by status", ["status"], registry=registry)

@@ -3,5 +3,5 @@ import os
 
 from django.core.wsgi import get_wsgi_application
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings.local")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings.production")
 application = get_wsgi_application()

@@ -23,3 +23,14 @@ class Conflict(ActionError):
 
 class QuotaExceeded(ActionError):
     code = "quota_exceeded"
+
+
+class RateLimited(ActionError):
+    """Too many of an action too soon: 429, with Retry-After in seconds."""
+
+    status_code = 429
+    code = "rate_limited"
+
+    def __init__(self, message: str, *, retry_after: int):
+        super().__init__(message)
+        self.retry_after = max(1, int(retry_after))

@@ -12,7 +12,7 @@ def _raise_fd_limit() -> None:
 
 
 def main() -> None:
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings.local")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings.production")
     parser = argparse.ArgumentParser(prog="python -m gateway")
     parser.add_argument("command", nargs="?", default="serve", choices=["serve", "drain"])
     parser.add_argument("--host")
@@ -31,12 +31,14 @@ def main() -> None:
 
     import uvicorn
 
+    from controlplane.bind_check import debug_bind_exit
     from gateway.app import Gateway
     from gateway.config import config_from_settings
 
     _raise_fd_limit()
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
     config = config_from_settings(**overrides)
+    debug_bind_exit(binds=[config.host], process="the gateway")  # never DEBUG at a public address
     uvicorn.run(Gateway(config), host=config.host, port=config.port, loop="uvloop", http="httptools",
                 lifespan="on", access_log=False, server_header=False, log_config=None, backlog=4096,
                 timeout_keep_alive=75,

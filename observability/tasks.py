@@ -8,6 +8,7 @@ from controlplane.http_client import http_client
 from deployments.models import Deployment
 from observability.conformance.runner import conformance_run_for_deployment, conformance_runs_prune
 from observability.rollups import gateway_rollup, rollups_prune
+from observability.services.conformance_requests import conformance_request_done
 from observability.scraper import metrics_source, scrape_deployment
 
 
@@ -44,7 +45,12 @@ def prune_rollups() -> int:
 
 
 @shared_task(acks_late=True, ignore_result=True)
-def run_conformance(deployment_id: int) -> int:
-    """Run the conformance suite and PD-health probe through the gateway; returns the run's id."""
-    return conformance_run_for_deployment(deployment_id=deployment_id,
-                                          gateway_base_url=settings.TANDEM_GATEWAY_BASE_URL).pk
+def run_conformance(deployment_id: int, on_demand: bool = False) -> int:
+    """Run the conformance suite and PD-health probe through the gateway; returns the run's id. A run a user
+    asked for (`on_demand`) lets the deployment be asked about again once it ends, however it ends."""
+    try:
+        return conformance_run_for_deployment(deployment_id=deployment_id,
+                                              gateway_base_url=settings.TANDEM_GATEWAY_BASE_URL).pk
+    finally:
+        if on_demand:
+            conformance_request_done(deployment_id=deployment_id)

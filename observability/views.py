@@ -13,7 +13,7 @@ from deployments.spec import SpecError
 from observability.models import ConformanceRun
 from observability.planner import plan_for_spec
 from observability.rollups import WINDOWS, latency_series
-from observability.tasks import run_conformance
+from observability.services.conformance_requests import conformance_request
 
 
 def _deployment(request, pk):
@@ -52,10 +52,11 @@ class DeploymentConformanceView(APIView):
         condition = next((c for c in d.conditions if c.get("type") == "ConformancePassed"), None)
         return Response({"deployment": d.pk, "condition": condition, "run": _run_json(run)})
 
-    @extend_schema(request=None, responses={202: OpenApiTypes.OBJECT})
+    @extend_schema(request=None, responses={202: OpenApiTypes.OBJECT, 429: OpenApiTypes.OBJECT})
     def post(self, request, pk: int):
+        """Queue a run; 429 with Retry-After while one is pending or the team is over its rate."""
         d = _deployment(request, pk)
-        run_conformance.delay(d.pk)
+        conformance_request(deployment=d, actor=request.user)
         return Response({"deployment": d.pk, "queued": True}, status=status.HTTP_202_ACCEPTED)
 
 

@@ -1,9 +1,11 @@
 """Settings shared by every environment. Environment files override below their imports."""
+import datetime as dt
 import json
 from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
+from django.utils.csp import CSP
 
 from controlplane.settings.env import env, env_bool, env_float, env_int
 
@@ -18,6 +20,9 @@ ROOT_URLCONF = "controlplane.urls"
 WSGI_APPLICATION = "controlplane.wsgi.application"
 ASGI_APPLICATION = "controlplane.asgi.application"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+# Set only where every request reaches the app through your TLS proxy (nothing can connect to it directly):
+# then, and only then, the proxy's X-Forwarded-Proto and X-Forwarded-For are believed.
+TANDEM_ONLY_BEHIND_PROXY = env_bool("TANDEM_ONLY_BEHIND_PROXY", False)
 USE_TZ = True
 TIME_ZONE = "UTC"
 LANGUAGE_CODE = "en-us"
@@ -31,7 +36,9 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "django_htmx",
+    "axes",
     "deployments",
     "gateway",
     "observability",
@@ -48,7 +55,9 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "axes.middleware.AxesMiddleware",  # last, as django-axes asks: it answers for locked-out sign-ins
 ]
 
 TEMPLATES = [
@@ -61,6 +70,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "django.template.context_processors.csp",
             ],
         },
     },
@@ -72,6 +82,41 @@ LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"
 
+# --- Content-Security-Policy: everything the portal loads is ours (htmx and Chart.js are vendored) ------
+# No inline script or style runs without the response's nonce; nothing is loaded from another origin.
+SECURE_CSP = {
+    "default-src": [CSP.SELF],
+    "script-src": [CSP.SELF, CSP.NONCE],
+    "style-src": [CSP.SELF, CSP.NONCE],
+    "img-src": [CSP.SELF, "data:"],
+    "connect-src": [CSP.SELF],
+    "object-src": [CSP.NONE],
+    "base-uri": [CSP.NONE],
+    "form-action": [CSP.SELF],
+    "frame-ancestors": [CSP.NONE],
+}
+
+# --- Sign-in: password rules and a limit on guessing (django-axes) --------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator", "OPTIONS": {"min_length": 12}},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",  # refuses a locked-out username and address before checking
+    "django.contrib.auth.backends.ModelBackend",
+]
+# A username is locked from one address after this many wrong passwords in a row (portal and admin
+# sign-in count together) until the cool-off passes or an admin runs `manage.py axes_reset_username`.
+# Locking the pair, not the username alone, keeps a stranger from locking anyone else out.
+AXES_FAILURE_LIMIT = env_int("TANDEM_LOGIN_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = dt.timedelta(minutes=env_int("TANDEM_LOGIN_COOLOFF_MINUTES", 15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "frontend.views.auth.locked_out"  # 429, the wait, Retry-After
+AXES_CLIENT_IP_CALLABLE = "controlplane.client_ip.client_ip"
+
 # --- Database and Redis ----------------------------------------------------------------------------
 DATABASES = {
     "default": dj_database_url.parse(
@@ -79,6 +124,14 @@ DATABASES = {
     )
 }
 REDIS_URL = env("REDIS_URL", "redis://127.0.0.1:6379/0")
+# Shared by every web process (API throttles count across gunicorn workers and replicas).
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": env("TANDEM_CACHE_URL", REDIS_URL),
+        "KEY_PREFIX": "tandem-cache",
+    }
+}
 
 # --- Celery -----------------------------------------------------------------------------------------
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", REDIS_URL)
@@ -112,6 +165,14 @@ REST_FRAMEWORK = {
     "DEFAULT_FILTER_BACKENDS": ["rest_framework.filters.OrderingFilter"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "deployments.api.errors.exception_handler",
+    # Requests per signed-in user (token or session) and per address for everyone else; the excess gets 429
+    # with Retry-After. Counted in the Redis cache, so the limit holds across workers and replicas.
+    "DEFAULT_THROTTLE_CLASSES": ["deployments.api.throttles.UserThrottle",
+                                 "deployments.api.throttles.AnonThrottle"],
+    "DEFAULT_THROTTLE_RATES": {"user": env("TANDEM_API_RATE_USER", "600/min"),
+                               "anon": env("TANDEM_API_RATE_ANON", "60/min")},
+    # The client address: the socket's, or the one the proxy appended when only the proxy can reach us.
+    "NUM_PROXIES": 1 if TANDEM_ONLY_BEHIND_PROXY else 0,
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Tandem API",
@@ -119,6 +180,10 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    # Swagger UI and Redoc from the drf-spectacular-sidecar package: no CDN, pinned by the lock.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 # --- Tandem -----------------------------------------------------------------------------------------
@@ -133,6 +198,12 @@ TANDEM_CONFORMANCE_RETENTION_DAYS = env_int("TANDEM_CONFORMANCE_RETENTION_DAYS",
 TANDEM_CONFORMANCE_OVERDUE_SECONDS = env_int("TANDEM_CONFORMANCE_OVERDUE_SECONDS", 600)
 # Ray exports engine metrics every few seconds: how long a probe waits for a run's traffic to show.
 TANDEM_METRICS_SETTLE_SECONDS = env_float("TANDEM_METRICS_SETTLE_SECONDS", 30.0)
+# On-demand conformance runs (POST /api/v1/deployments/<id>/conformance/): one pending per deployment, and at
+# most this many per team in each window; the rest get 429 with Retry-After.
+TANDEM_CONFORMANCE_TEAM_RUNS = env_int("TANDEM_CONFORMANCE_TEAM_RUNS", 10)
+TANDEM_CONFORMANCE_TEAM_WINDOW_SECONDS = env_int("TANDEM_CONFORMANCE_TEAM_WINDOW_SECONDS", 3600)
+# The web app's /metrics answers only `Authorization: Bearer <this>`; unset, /metrics is off (404).
+TANDEM_METRICS_TOKEN = env("TANDEM_METRICS_TOKEN", "")
 
 # --- Gateway (its own process: `python -m gateway`) ---------------------------------------------------
 TANDEM_GATEWAY_HOST = env("TANDEM_GATEWAY_HOST", "127.0.0.1")

@@ -5,3 +5,7 @@ os.environ.setdefault("DJANGO_SECRET_KEY", "local-only-not-secret")
 os.environ.setdefault("DJANGO_DEBUG", "1")
 
 from controlplane.settings.base import *  # noqa: E402,F403
+
+# Report, don't enforce, on a developer's machine: Django's own debug pages use inline scripts and styles.
+# Violations still show in the browser's console; the tests enforce the policy (settings.test).
+SECURE_CSP_REPORT_ONLY, SECURE_CSP = SECURE_CSP, {}  # noqa: F405

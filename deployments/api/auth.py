@@ -1,5 +1,6 @@
 """Personal access tokens for automation: `Authorization: Bearer tdp_<id>_<secret>`."""
 from django.utils import timezone
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
 from deployments.models import AccessToken
@@ -26,3 +27,13 @@ class AccessTokenAuthentication(authentication.BaseAuthentication):
 
     def authenticate_header(self, request):
         return self.keyword
+
+
+class AccessTokenScheme(OpenApiAuthenticationExtension):
+    """The token as an HTTP bearer scheme in the OpenAPI schema, so /api/docs/ can send it ("Authorize")."""
+
+    target_class = AccessTokenAuthentication
+    name = "accessToken"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "http", "scheme": "bearer", "description": "A personal access token, `tdp_...`."}

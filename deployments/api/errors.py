@@ -4,7 +4,7 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from deployments.errors import ActionError
+from deployments.errors import ActionError, RateLimited
 from deployments.spec import SpecError
 
 
@@ -16,7 +16,8 @@ def exception_handler(exc, context):
         body = {"detail": exc.message, "code": exc.code}
         if exc.field:
             body["errors"] = {exc.field: [exc.message]}
-        return Response(body, status=exc.status_code)
+        headers = {"Retry-After": str(exc.retry_after)} if isinstance(exc, RateLimited) else None
+        return Response(body, status=exc.status_code, headers=headers)
     if isinstance(exc, DataError):
         # PostgreSQL refuses some values outright (NUL characters, numbers out of range): the input is bad.
         return Response({"detail": "The request holds a value that cannot be stored (for example a NUL "

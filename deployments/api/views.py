@@ -2,6 +2,7 @@
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.shortcuts import get_object_or_404
+from django.utils.cache import add_never_cache_headers
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
@@ -16,6 +17,13 @@ from deployments.services import actions, api_keys, clusters, teams
 from deployments.services.access_tokens import access_token_create, access_token_revoke
 
 SecretOnce = inline_serializer("SecretOnce", {"secret": serializers.CharField(help_text="Shown only in this response.")})
+
+
+def _secret_once(body: dict) -> Response:
+    """A 201 that carries a new secret: `Cache-Control: no-store`, so no browser, proxy or client cache keeps it."""
+    response = Response(body, status=status.HTTP_201_CREATED)
+    add_never_cache_headers(response)
+    return response
 
 
 def _filter(qs, request, **fields):
@@ -195,8 +203,7 @@ class AccessTokenViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixin
         data = s.AccessTokenSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         token, raw = access_token_create(user=request.user, **data.validated_data)
-        body = dict(s.AccessTokenSerializer(token).data, secret=raw)
-        return Response(body, status=status.HTTP_201_CREATED)
+        return _secret_once(dict(s.AccessTokenSerializer(token).data, secret=raw))
 
     def perform_destroy(self, instance):
         access_token_revoke(user=self.request.user, token=instance)
@@ -219,7 +226,7 @@ class ApiKeyViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Des
         v = dict(data.validated_data)
         team = get_object_or_404(selectors.teams_visible_to(request.user), pk=v.pop("team").pk)
         key, raw = api_keys.api_key_create(actor=request.user, team=team, **v)
-        return Response(dict(s.ApiKeySerializer(key).data, secret=raw), status=status.HTTP_201_CREATED)
+        return _secret_once(dict(s.ApiKeySerializer(key).data, secret=raw))
 
     def perform_destroy(self, instance):
         api_keys.api_key_revoke(actor=self.request.user, key=instance)
@@ -228,7 +235,7 @@ class ApiKeyViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Des
     @action(detail=True, methods=["post"])
     def rotate(self, request, pk=None):
         key, raw = api_keys.api_key_rotate(actor=request.user, key=self.get_object())
-        return Response(dict(s.ApiKeySerializer(key).data, secret=raw), status=status.HTTP_201_CREATED)
+        return _secret_once(dict(s.ApiKeySerializer(key).data, secret=raw))
 
 
 class UserViewSet(viewsets.ReadOnlyModelViewSet):

@@ -5,6 +5,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import get_object_or_404, redirect
 from django.utils import timezone
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods
 
 from deployments import selectors
@@ -40,6 +41,7 @@ def _page(request, team, *, created=None, secret=None, errors=None, values=None,
     }, status=status)
 
 
+@never_cache  # the page that shows a new secret is never stored by the browser or a proxy
 @login_required
 @require_http_methods(["GET", "POST"])
 @team_required

@@ -16,6 +16,7 @@ STEP_LABELS = {
     "node_pools": "Node pools", "applied": "Applied to the cluster", "serve_status": "Serve status",
     "endpoint": "Endpoint check", "transient_error": "Retrying after an error", "teardown": "Teardown",
     "conformance_passed": "Conformance passed", "conformance_warning": "Conformance warning",
+    "conformance_requested": "Conformance run requested",
 }
 
 

@@ -2,6 +2,7 @@
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import get_object_or_404, redirect
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods
 
 from deployments.models import AccessToken
@@ -14,6 +15,7 @@ def _tokens(user):
     return AccessToken.objects.filter(user=user).order_by("revoked_at", "-created_at")
 
 
+@never_cache  # the page that shows a new secret is never stored by the browser or a proxy
 @login_required
 @require_http_methods(["GET", "POST"])
 def token_list(request):

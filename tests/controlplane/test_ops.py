@@ -24,14 +24,32 @@ def test_readyz_says_what_is_down(client, settings):
     assert r.status_code == 503 and r.json()["problems"] == ["redis: ConnectionError"]
 
 
-def test_metrics_count_deployments_by_status_and_queue_depth(client, redis_client):
+SCRAPER_TOKEN = "scraper-token-not-a-secret"
+
+
+def test_metrics_count_deployments_by_status_and_queue_depth(client, redis_client, settings):
+    settings.TANDEM_METRICS_TOKEN = SCRAPER_TOKEN
     DeploymentFactory(status="running")
     DeploymentFactory(status="running")
     redis_client.rpush("celery", "x")
-    families = {f.name: f for f in text_string_to_metric_families(client.get("/metrics").content.decode())}
+    scrape = client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {SCRAPER_TOKEN}")
+    families = {f.name: f for f in text_string_to_metric_families(scrape.content.decode())}
     running = [s for s in families["tandem_deployments"].samples if s.labels == {"status": "running"}]
     assert running[0].value == 2
     assert families["tandem_celery_queue_depth"].samples[0].value == 1
+
+
+def test_metrics_are_only_for_the_scraper(client, settings):
+    DeploymentFactory(status="running")
+    settings.TANDEM_METRICS_TOKEN = ""
+    assert client.get("/metrics").status_code == 404  # off until a token is set
+    settings.TANDEM_METRICS_TOKEN = SCRAPER_TOKEN
+    for headers in ({}, {"HTTP_AUTHORIZATION": "Bearer wrong-token"}, {"HTTP_AUTHORIZATION": SCRAPER_TOKEN},
+                    {"HTTP_AUTHORIZATION": f"Basic {SCRAPER_TOKEN}"}):
+        refused = client.get("/metrics", **headers)
+        assert refused.status_code == 401 and b"tandem_deployments" not in refused.content
+        assert refused["WWW-Authenticate"].startswith("Bearer")
+    assert client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {SCRAPER_TOKEN}").status_code == 200
 
 
 def test_request_id_is_kept_or_created_and_logged(client, caplog):

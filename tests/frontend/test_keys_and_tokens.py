@@ -78,3 +78,16 @@ def test_tokens_create_list_revoke(signed_in, member, outsider):
 def test_token_needs_a_name(signed_in, member):
     response = signed_in(member).post(TOKENS, {"name": " "})
     assert response.status_code == 400 and "Give the token a name" in response.content.decode()
+
+
+def _no_store(response) -> bool:
+    return "no-store" in response.get("Cache-Control", "")
+
+
+def test_pages_that_show_a_new_secret_are_never_cached(signed_in, member, team):
+    client = signed_in(member)
+    key_page = client.post("/keys/", {"name": "chat-backend", "scope": "all"})
+    assert key_page.status_code == 201 and 'id="new-secret"' in key_page.content.decode() and _no_store(key_page)
+    token_page = client.post("/tokens/", {"name": "ci", "expires_in_days": "90"})
+    assert token_page.status_code == 201 and 'id="new-secret"' in token_page.content.decode()
+    assert _no_store(token_page)

@@ -185,25 +185,25 @@
       head.appendChild(el("span", { "class": "badge " + (run.passed ? "ok" : "bad") }, run.passed ? "All checks passed" : "Checks failed"));
       head.appendChild(el("span", { "class": "secondary" }, "run " + new Date(run.started_at).toLocaleString()));
       var parts = [head];
-      if (run.summary) parts.push(el("p", { "class": "secondary", style: "margin-top:8px" }, run.summary));
+      if (run.summary) parts.push(el("p", { "class": "secondary mt-8" }, run.summary));
       if (run.pd_health) {
         var h = run.pd_health;
-        parts.push(el("h3", { style: "margin-top:14px" }, "PD health"));
+        parts.push(el("h3", { "class": "mt-14" }, "PD health"));
         var line = el("div", { "class": "status-line" });
         line.appendChild(el("span", { "class": "badge " + (h.ok ? "ok" : "wait") }, humanize(h.verdict || (h.ok ? "healthy" : "warning"))));
         if (h.throughput_gbps !== null && h.throughput_gbps !== undefined)
           line.appendChild(el("span", { "class": "secondary" }, "KV transfer " + fmt(h.throughput_gbps) + " Gbit/s" + (h.link_gbps ? " of " + fmt(h.link_gbps) + " link" : "")));
         parts.push(line);
-        (h.messages || []).forEach(function (m) { parts.push(el("div", { "class": "notice warning", style: "margin:8px 0 0" }, m)); });
+        (h.messages || []).forEach(function (m) { parts.push(el("div", { "class": "notice warning tight" }, m)); });
         var rest = {};
         Object.keys(h).forEach(function (k) { if (["verdict", "ok", "messages"].indexOf(k) < 0) rest[k] = h[k]; });
-        var details = el("details", { "class": "more", style: "margin-top:8px" });
+        var details = el("details", { "class": "more mt-8" });
         details.appendChild(el("summary", {}, "Measurements"));
         details.appendChild(renderValue(rest));
         parts.push(details);
       }
       if ((run.checks || []).length) {
-        parts.push(el("h3", { style: "margin-top:14px" }, "Checks"));
+        parts.push(el("h3", { "class": "mt-14" }, "Checks"));
         parts.push(renderValue(run.checks));
       }
       box.replaceChildren.apply(box, parts);

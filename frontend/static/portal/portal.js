@@ -30,6 +30,11 @@
     });
   });
 
+  // A new secret's field selects itself when focused, ready to copy by hand.
+  document.addEventListener("focusin", function (ev) {
+    if (ev.target.matches("[data-select-on-focus]")) ev.target.select();
+  });
+
   // The team switcher submits itself on change (its button is there for no-JS use).
   document.addEventListener("change", function (ev) {
     if (ev.target.matches("[data-autosubmit]")) ev.target.form.requestSubmit();
