@@ -103,10 +103,7 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
-AUTHENTICATION_BACKENDS = [
-    "axes.backends.AxesStandaloneBackend",  # refuses a locked-out username and address before checking
-    "django.contrib.auth.backends.ModelBackend",
-]
+# AUTHENTICATION_BACKENDS is set under "Company sign-in" below: axes first, then passwords and/or OIDC.
 # A username is locked from one address after this many wrong passwords in a row (portal and admin
 # sign-in count together) until the cool-off passes or an admin runs `manage.py axes_reset_username`.
 # Locking the pair, not the username alone, keeps a stranger from locking anyone else out.
@@ -242,7 +239,9 @@ TANDEM_PASSWORD_SIGN_IN = env_bool("TANDEM_PASSWORD_SIGN_IN", True)
 if not TANDEM_PASSWORD_SIGN_IN and not TANDEM_OIDC_ENABLED:
     raise ImproperlyConfigured("TANDEM_PASSWORD_SIGN_IN=0 needs OpenID Connect (TANDEM_OIDC_CLIENT_ID): "
                                "nobody could sign in.")
-AUTHENTICATION_BACKENDS = (["django.contrib.auth.backends.ModelBackend"] if TANDEM_PASSWORD_SIGN_IN else []) + \
+# django-axes stays first either way: it refuses a locked-out username and address before any backend checks.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend"] + \
+    (["django.contrib.auth.backends.ModelBackend"] if TANDEM_PASSWORD_SIGN_IN else []) + \
     (["frontend.oidc.TandemOIDCBackend"] if TANDEM_OIDC_ENABLED else [])
 TEMPLATES[0]["OPTIONS"]["context_processors"].append("frontend.oidc.sign_in_options")
 INSTALLED_APPS.append("mozilla_django_oidc")
