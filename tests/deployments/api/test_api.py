@@ -27,9 +27,10 @@ def test_request_and_approve_over_the_api_with_access_tokens(api, member, team_a
     body = r.json()
     assert (body["status"], body["gpus"], body["model"], body["requested_by"]) == ("pending_approval", 8,
                                                                                   "llama-3-8b", member.username)
-    assert api.post(f"/api/v1/deployments/{body['id']}/approve/", {}, format="json").status_code == 403
+    decision = {"generation": body["generation"]}
+    assert api.post(f"/api/v1/deployments/{body['id']}/approve/", decision, format="json").status_code == 403
     bearer(api, team_admin)
-    r = api.post(f"/api/v1/deployments/{body['id']}/approve/", {"comment": "go"}, format="json")
+    r = api.post(f"/api/v1/deployments/{body['id']}/approve/", {**decision, "comment": "go"}, format="json")
     assert r.status_code == 200 and r.json()["status"] == "approved"
     kinds = [e["kind"] for e in api.get(f"/api/v1/deployments/{body['id']}/events/").json()["results"]]
     assert kinds[:2] == ["approved", "requested"]
