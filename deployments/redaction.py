@@ -25,11 +25,9 @@ def _literals(cluster) -> list[str]:
         for item in value if isinstance(value, list) else [value]:
             if not isinstance(item, str):
                 continue
-            if "://" in item:
+            if "://" in item:  # its host too: messages name it without the scheme (ARNs, subnets: patterns)
                 found.append(urlsplit(item).netloc)
                 found.append(urlsplit(item).hostname or "")
-            elif ARN.match(item) or SUBNET.match(item):
-                found.append(item)
     ref = cluster.secret_ref or ""
     if ":" in ref:
         found.append(ref.partition(":")[2])
@@ -47,8 +45,8 @@ def internal_redact(text: str, *, cluster=None) -> str:
 
     text = URL.sub(url, text)
     if cluster is not None:
-        for literal in _literals(cluster):
-            text = text.replace(literal, f"[{where}]")
+        for literal in _literals(cluster):  # whole words only: a host called "prod" leaves "production" alone
+            text = re.sub(rf"(?<![\w.-]){re.escape(literal)}(?![\w-])", f"[{where}]", text)
     text = ARN.sub(f"[a role on {where}]", text)
     text = SUBNET.sub(f"[a network of {where}]", text)
     return IPV4.sub(f"[an address on {where}]", text)
