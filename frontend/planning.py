@@ -4,7 +4,7 @@ When the planner cannot answer (a half-typed spec, missing model facts), the pan
 GPUs against the team's quota.
 """
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 from deployments.catalog import INSTANCE_TYPES, pools_hourly_usd
 from deployments.quota_rules import node_quota_gpus, quota_basis
