@@ -29,7 +29,7 @@ def hidden(page: str, pk: int) -> dict:
     """The decision fields of one deployment's card in the queue, as the browser would post them."""
     card = page.split(f'aria-labelledby="ap-{pk}"')[1].split("</article>")[0]
     found = dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)">', card))
-    return {k: found[k] for k in ("generation", "proposed_spec_hash", "next")}
+    return {k: found.get(k, "") for k in ("generation", "proposed_spec_hash", "next")}
 
 
 def test_an_edit_of_a_running_deployment_that_costs_more_waits_with_its_diff(signed_in, member, team_admin,
