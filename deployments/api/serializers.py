@@ -3,6 +3,8 @@ import re
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from deployments import selectors
@@ -32,10 +34,12 @@ class _Visible:
         return self.selector(user)
 
 
+@extend_schema_field(OpenApiTypes.STR)
 class VisibleSlugField(_Visible, serializers.SlugRelatedField):
     pass
 
 
+@extend_schema_field(OpenApiTypes.INT)
 class VisiblePrimaryKeyField(_Visible, serializers.PrimaryKeyRelatedField):
     pass
 
