@@ -74,12 +74,13 @@ def api_key_revoke(*, actor, key: ApiKey, message: str = "") -> ApiKey:
 
 @transaction.atomic
 def api_key_rotate(*, actor, key: ApiKey) -> tuple[ApiKey, str]:
-    """Revoke a key and create its replacement with the same name, scope, limits and expiry."""
+    """Revoke a key and create its replacement with the same name, scope and limits; the replacement lives the
+    team's default lifetime from now (the old expiry may be past, or beyond what the team allows today)."""
     _require_key_manager(actor=actor, key=key, doing="rotate")
     new, raw = api_key_create(
         actor=actor, team=key.team, name=key.name, all_deployments=key.all_deployments,
-        deployments=list(key.deployments.all()), expires_at=key.expires_at,
-        requests_per_minute=key.requests_per_minute, tokens_per_minute=key.tokens_per_minute,
+        deployments=list(key.deployments.all()), requests_per_minute=key.requests_per_minute,
+        tokens_per_minute=key.tokens_per_minute,
     )
     api_key_revoke(actor=actor, key=key)
     return new, raw
