@@ -74,7 +74,10 @@ def _victim_state(w) -> dict:
     """Every row of the victim's, as values: a write of any kind changes this."""
     victim = w["victim"]
     users = [w["bob"].pk, w["carol"].pk]
-    rows = lambda qs: [model_to_dict(o) | {"_ts": str(getattr(o, "updated_at", ""))} for o in qs.order_by("pk")]  # noqa: E731
+
+    def rows(qs):
+        return [model_to_dict(o) | {"_ts": str(getattr(o, "updated_at", ""))} for o in qs.order_by("pk")]
+
     return {
         "team": rows(Team.objects.filter(pk=victim.pk)),
         "memberships": rows(Membership.objects.filter(team=victim)),
@@ -121,7 +124,8 @@ def _body(w, refs: dict, *, own_team: bool) -> dict:
     return {
         "team": w["outsiders"].slug if own_team else refs["team"], "user": refs["user"],
         "deployments": [refs["deployment"]], "deployment": refs["deployment"], "all_deployments": False,
-        "cluster": w["cluster"].name, "name": refs["name"], "slug": refs["name"], "purpose": "pwned", "comment": "pwned",
+        "cluster": w["cluster"].name, "name": refs["name"], "slug": refs["name"], "purpose": "pwned",
+        "comment": "pwned",
         "role": "admin", "gpu_quota": 9999, "allow_self_approval": True, "credential_max_days": 3650,
         "generation": running.generation, "proposed_spec_hash": content_hash(running.proposed_spec),
         "spec": spec_input(prefill={"instance_type": "p5.48xlarge"}),

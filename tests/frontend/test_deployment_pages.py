@@ -132,7 +132,8 @@ def test_admin_approves_with_comment_and_requester_sees_it(signed_in, team_admin
 
 
 def test_reject_with_comment(signed_in, team_admin, deployment):
-    signed_in(team_admin).post(reverse("frontend:deployment-reject", args=[deployment.pk]), {"comment": "Too big.", "generation": "1"})
+    signed_in(team_admin).post(reverse("frontend:deployment-reject", args=[deployment.pk]),
+                               {"comment": "Too big.", "generation": "1"})
     deployment.refresh_from_db()
     assert deployment.status == Status.REJECTED and deployment.status_reason == "Too big."
 

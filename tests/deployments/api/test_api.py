@@ -1,4 +1,4 @@
-"""The REST API as automation uses it: tokens, requests, approval and errors (two tenants: tests/test_two_tenants.py)."""
+"""The REST API as automation uses it: tokens, requests, approval and errors (two tenants: test_two_tenants.py)."""
 import pytest
 
 from deployments.models import AccessToken, Membership
