@@ -72,7 +72,7 @@ def main() -> None:
             requested = [deployment_request(actor=member, team=team, cluster=cluster, name=f"d{i}",
                                             spec=spec_input()) for i in range(args.runs)]
             for d in requested:
-                deployment_approve(actor=admin, deployment=d)
+                deployment_approve(actor=admin, deployment=d, generation=d.generation)
                 if not args.burst:
                     _wait_applied(Event, [d])
             _wait_applied(Event, requested)

@@ -44,6 +44,17 @@ _INSTANCES = [
 INSTANCE_TYPES: dict[str, InstanceType] = {i.name: i for i in _INSTANCES}
 
 
+def pools_hourly_usd(pools) -> float | None:
+    """On-demand USD per hour of (instance type, nodes) pairs; None while one is not readable."""
+    total = 0.0
+    for instance_type, nodes in pools:
+        instance = INSTANCE_TYPES.get(instance_type)
+        if instance is None or isinstance(nodes, bool) or not isinstance(nodes, int):
+            return None
+        total += instance.hourly_usd * nodes
+    return total
+
+
 @dataclass(frozen=True)
 class Runtime:
     """One supported combination of Ray, vLLM, NIXL and image; they are coupled and move together."""

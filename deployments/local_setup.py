@@ -69,7 +69,8 @@ def demo_deployment_start() -> Deployment:
         live = actions.deployment_request(actor=admin, team=team, cluster=cluster, name="tiny-llama",
                                             spec=demo_spec(), purpose="The demo of ./tandem up")
     if live.status == Status.PENDING_APPROVAL:
-        live = actions.deployment_approve(actor=admin, deployment=live, comment="Approved by ./tandem up")
+        live = actions.deployment_approve(actor=admin, deployment=live, generation=live.generation,
+                                          comment="Approved by ./tandem up")
     elif live.status == Status.FAILED:
         live = actions.deployment_retry(actor=admin, deployment=live)
     return live

@@ -1,4 +1,5 @@
 """Reads: what a user may see. A user sees only their teams' objects; platform admins see all."""
+from django.contrib.auth import get_user_model
 from django.db.models import Q, QuerySet
 
 from deployments.lifecycle import Status
@@ -41,3 +42,14 @@ def memberships_visible_to(user) -> QuerySet[Membership]:
 
 def api_keys_visible_to(user) -> QuerySet[ApiKey]:
     return ApiKey.objects.select_related("team").prefetch_related("deployments").filter(team__in=teams_visible_to(user))
+
+
+def users_visible_to(user) -> QuerySet:
+    """People a user may name (to add to a team): everyone for platform admins; otherwise those who share a team
+    with them, and people in no team yet (new arrivals waiting to be added). Another team's members are not
+    visible: naming one answers as a name that does not exist."""
+    users = get_user_model().objects.filter(is_active=True)
+    if is_platform_admin(user):
+        return users
+    mine = Membership.objects.filter(team__memberships__user=user).values("user_id")
+    return users.filter(Q(pk__in=mine) | Q(pk=user.pk) | Q(memberships__isnull=True)).distinct()

@@ -4,9 +4,10 @@ When the planner cannot answer (a half-typed spec, missing model facts), the pan
 GPUs against the team's quota.
 """
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
-from deployments.catalog import INSTANCE_TYPES
+from deployments.catalog import INSTANCE_TYPES, pools_hourly_usd
+from deployments.quota_rules import node_quota_gpus, quota_basis
 from deployments.serve_config import STAGES
 from deployments.services.quota import team_gpus_held
 from deployments.spec import DeploymentSpec, SpecError, spec_check
@@ -55,47 +56,50 @@ def kv_observed(run) -> str:
             "as histogram buckets, so bytes are known to the bucket).")
 
 
-def gpus_of(spec_input: dict) -> int:
-    """GPUs a request-shaped spec asks for, counting only what is readable (the form may be half typed)."""
-    total = 0
+def _input_pools(spec_input: dict) -> dict[str, tuple]:
+    """(instance type, nodes, GPUs per node) of each pool of a request-shaped (maybe half-typed) spec."""
+    pools = {}
     for stage in STAGES:
-        p = spec_input.get(stage) or {}
-        nodes, gpus = p.get("nodes", 1), p.get("gpus_per_node")
+        p = spec_input.get(stage) if isinstance(spec_input.get(stage), dict) else {}
+        gpus = p.get("gpus_per_node")
         if gpus is None and p.get("instance_type") in INSTANCE_TYPES:
             gpus = INSTANCE_TYPES[p["instance_type"]].gpus
-        if isinstance(nodes, int) and isinstance(gpus, int):
-            total += nodes * gpus
-    return total
+        pools[stage] = (p.get("instance_type"), p.get("nodes", 1), gpus)
+    return pools
 
 
-def _hourly(pools: Iterable[tuple]) -> float | None:
-    """On-demand USD per hour of (instance type, nodes) pairs; None while one is not readable."""
-    total = 0.0
-    for instance_type, nodes in pools:
-        instance = INSTANCE_TYPES.get(instance_type)
-        if instance is None or not isinstance(nodes, int):
-            return None
-        total += instance.hourly_usd * nodes
+def gpus_of(spec_input: dict, *, target_kind: str) -> int:
+    """GPUs a request-shaped spec counts against quota on this kind of cluster, counting only what is readable
+    (the form may be half typed)."""
+    total = 0
+    for instance_type, nodes, gpus in _input_pools(spec_input).values():
+        per_node = node_quota_gpus(instance_type=instance_type, gpus_per_node=gpus, target_kind=target_kind)
+        if isinstance(nodes, int) and per_node is not None:
+            total += nodes * per_node
     return total
 
 
 def hourly_cost(spec_input: dict) -> float | None:
     """What a request-shaped (maybe half-typed) spec would cost per hour."""
-    pools = [spec_input.get(stage) or {} for stage in STAGES]
-    return _hourly((p.get("instance_type"), p.get("nodes", 1)) for p in pools)
+    return pools_hourly_usd((itype, nodes) for itype, nodes, _ in _input_pools(spec_input).values())
 
 
-def spec_hourly_cost(spec: DeploymentSpec) -> float | None:
-    """What a stored spec costs per hour (None for an instance type no longer in the catalog)."""
-    return _hourly((spec.pool(stage).instance_type, spec.pool(stage).nodes) for stage in STAGES)
+def quota_basis_of(spec_input: dict, *, target_kind: str) -> str:
+    """How quota counts this request-shaped spec on this kind of cluster, in words (empty while half typed)."""
+    return quota_basis(_input_pools(spec_input), target_kind=target_kind)
 
 
-def quota_view(*, team, gpus: int, exclude_id: int | None = None) -> dict:
-    """GPUs held by the team, what this request adds, and whether it fits the quota."""
+def stored_quota_basis(spec: DeploymentSpec, *, target_kind: str) -> str:
+    pools = {s: (spec.pool(s).instance_type, spec.pool(s).nodes, spec.pool(s).gpus_per_node) for s in STAGES}
+    return quota_basis(pools, target_kind=target_kind)
+
+
+def quota_view(*, team, gpus: int, exclude_id: int | None = None, basis: str = "") -> dict:
+    """GPUs held by the team, what this request adds, whether it fits the quota, and how it was counted."""
     held = team_gpus_held(team=team, exclude_id=exclude_id)
     after = held + gpus
     quota = team.gpu_quota
-    return {"held": held, "gpus": gpus, "after": after, "quota": quota, "fits": after <= quota,
+    return {"held": held, "gpus": gpus, "after": after, "quota": quota, "fits": after <= quota, "basis": basis,
             "free": max(quota - held, 0),
             "held_pct": min(100, round(100 * held / quota)) if quota else 100,
             "add_pct": min(100 - min(100, round(100 * held / quota)), round(100 * gpus / quota)) if quota else 0}

@@ -1,6 +1,8 @@
 """OpenAI-shaped errors: `{"error": {"message", "type", "param", "code"}}` with the right HTTP status."""
 import orjson
 
+from deployments.redaction import internal_redact
+
 
 class GatewayError(Exception):
     """A request the gateway answers itself, with a status and an OpenAI-shaped body."""
@@ -88,6 +90,8 @@ def from_upstream(status: int, payload: bytes) -> GatewayError:
     if status in (400, 413, 422, 429):
         return GatewayError(400 if status == 422 else status, message or "The deployment refused the request.",
                             type="rate_limit_error" if status == 429 else "invalid_request_error", raw=raw)
+    # Server-side failures can quote internal addresses (an engine's proxy, a Ray node): not for key holders.
+    message = internal_redact(message)
     if status in (503, 504):
         return GatewayError(status, f"The deployment is unavailable ({status}): {message}"[:500],
                             type="service_unavailable" if status == 503 else "timeout", code="upstream_unavailable")

@@ -52,8 +52,10 @@ class Route:
         try:
             headers = tuple(upstream_headers(row))
         except SecretRefError as e:
-            problem = f"The cluster's credential is not available: {e}"
-            log.warning("deployment %s: %s", row["id"], problem)
+            # Key holders read `problem`: it names the cluster; where its secret lives is for the operator's log.
+            problem = (f"The credential of cluster {row.get('cluster_name') or 'of this deployment'} is not "
+                       "available; a platform admin has to fix it.")
+            log.warning("deployment %s: %s (%s)", row["id"], problem, e)
         urls = {name: URL(base + path, encoded=True) for name, path in ENDPOINTS.items()} if base else {}
         return cls(deployment_id=row["id"], name=row["name"], model_id=row["model_id"], status=row["status"],
                    max_model_len=row["max_model_len"], urls=urls, headers=headers,

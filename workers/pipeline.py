@@ -9,6 +9,7 @@ from django.utils import timezone
 from deployments.conditions import condition_set, conformance_passed, endpoint_ready
 from deployments.lifecycle import SETTLED, Status
 from deployments.models import Deployment
+from deployments.redaction import internal_redact
 from deployments.services.events import event_record
 from deployments.services.actions import deployment_transition
 from deployments.services.status import deployment_observe
@@ -43,7 +44,7 @@ class _Pass:
     def note(self, kind: str, message: str, *, duration_ms: int | None = None) -> None:
         """Record an event unless the last event of this kind said the same (passes repeat; events do not)."""
         last = self.d.events.filter(kind=kind).order_by("-created_at", "-id").values_list("message", flat=True).first()
-        if last != message:
+        if last != internal_redact(message, cluster=self.d.cluster):  # as event_record stores it
             event_record(kind=kind, deployment=self.d, message=message, duration_ms=duration_ms)
 
 

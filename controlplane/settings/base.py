@@ -186,6 +186,9 @@ SPECTACULAR_SETTINGS = {
 # --- Tandem -----------------------------------------------------------------------------------------
 # Digests of API keys and access tokens are HMAC-SHA256 under this secret (rotate with care: keys die).
 TANDEM_KEY_HMAC_SECRET = env("TANDEM_KEY_HMAC_SECRET", SECRET_KEY)
+# Lifetimes (days) of credentials whose owner is in no team; a team sets its own for its keys and members' tokens.
+TANDEM_CREDENTIAL_DEFAULT_DAYS = env_int("TANDEM_CREDENTIAL_DEFAULT_DAYS", 90)
+TANDEM_CREDENTIAL_MAX_DAYS = env_int("TANDEM_CREDENTIAL_MAX_DAYS", 365)
 TANDEM_GATEWAY_BASE_URL = env("TANDEM_GATEWAY_BASE_URL", "http://127.0.0.1:8001/v1")
 TANDEM_RECONCILE_REQUEUE_SECONDS = env_float("TANDEM_RECONCILE_REQUEUE_SECONDS", 5.0)
 TANDEM_STUCK_AFTER_SECONDS = env_int("TANDEM_STUCK_AFTER_SECONDS", 1800)

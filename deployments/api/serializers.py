@@ -3,15 +3,45 @@ import re
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from deployments import selectors
 from deployments.cluster_config import cluster_config_errors
 from deployments.lifecycle import SERVING
 from deployments.models import AccessToken, ApiKey, Cluster, Deployment, Event, Membership, Team
+from deployments.quota_rules import quota_gpus
 from deployments.services.quota import team_gpus_held
-from deployments.spec import dns_label_errors
+from deployments.spec import dns_label_errors, spec_load
+from deployments.spec_diff import proposal_summary
 
 SECRET_REF = re.compile(r"^(env:[A-Z_][A-Z0-9_]{0,127}|file:/[^\x00]{1,1000})$")
+
+
+class _Visible:
+    """A related field that accepts only objects the caller can see (`selector(user)`), so naming another team's
+    object answers exactly as naming one that does not exist."""
+
+    def __init__(self, *, selector, **kwargs):
+        self.selector = selector
+        super().__init__(**kwargs)
+
+    def get_queryset(self):
+        user = getattr(self.context.get("request"), "user", None)
+        if user is None or not user.is_authenticated:
+            raise serializers.ValidationError("Sign in first.")
+        return self.selector(user)
+
+
+@extend_schema_field(OpenApiTypes.STR)
+class VisibleSlugField(_Visible, serializers.SlugRelatedField):
+    pass
+
+
+@extend_schema_field(OpenApiTypes.INT)
+class VisiblePrimaryKeyField(_Visible, serializers.PrimaryKeyRelatedField):
+    pass
 
 
 class TeamSerializer(serializers.ModelSerializer):
@@ -19,7 +49,8 @@ class TeamSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Team
-        fields = ["id", "slug", "name", "gpu_quota", "allow_self_approval", "gpus_held", "created_at"]
+        fields = ["id", "slug", "name", "gpu_quota", "allow_self_approval", "credential_default_days",
+                  "credential_max_days", "gpus_held", "created_at"]
         read_only_fields = ["id", "created_at", "gpus_held"]
 
     def get_gpus_held(self, team) -> int:
@@ -32,13 +63,22 @@ class TeamSerializer(serializers.ModelSerializer):
 
 
 class MembershipSerializer(serializers.ModelSerializer):
-    team = serializers.SlugRelatedField(slug_field="slug", queryset=Team.objects.all())
-    user = serializers.SlugRelatedField(slug_field="username", queryset=get_user_model().objects.all())
+    team = VisibleSlugField(slug_field="slug", selector=selectors.teams_visible_to)
+    user = VisibleSlugField(slug_field="username", selector=selectors.users_visible_to)
 
     class Meta:
         model = Membership
         fields = ["id", "team", "user", "role", "created_at"]
         read_only_fields = ["id", "created_at"]
+
+
+class ClusterSummarySerializer(serializers.ModelSerializer):
+    """What everyone signed in sees of a cluster: its name and kind (its config is for platform admins)."""
+
+    class Meta:
+        model = Cluster
+        fields = ["id", "name", "kind"]
+        read_only_fields = fields
 
 
 class ClusterSerializer(serializers.ModelSerializer):
@@ -75,19 +115,32 @@ class DeploymentSerializer(serializers.ModelSerializer):
     team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
     requested_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
-    gpus = serializers.SerializerMethodField()
+    proposed_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    gpus = serializers.SerializerMethodField(help_text="GPUs the approved spec holds against quota (provisioned).")
     model = serializers.SerializerMethodField()
     endpoint = serializers.SerializerMethodField()
+    proposed_spec_hash = serializers.CharField(read_only=True, allow_null=True,
+                                               help_text="Pass it back to approve or reject the proposed update.")
+    proposal = serializers.SerializerMethodField(
+        help_text="The proposed update as an approver reviews it: each changed field old → new, cost per hour "
+                  "before and after, GPUs against quota before and after.")
 
     class Meta:
         model = Deployment
         fields = ["id", "team", "name", "cluster", "requested_by", "purpose", "model", "spec", "proposed_spec",
-                  "gpus", "generation", "status", "status_reason", "observed_generation", "conditions",
-                  "endpoint", "created_at", "updated_at"]
+                  "proposed_spec_hash", "proposed_by", "proposal", "gpus", "generation", "status",
+                  "status_reason", "observed_generation", "conditions", "endpoint", "created_at", "updated_at"]
         read_only_fields = fields
 
     def get_gpus(self, d) -> int:
-        return d.spec_typed.gpus
+        return d.quota_gpus
+
+    def get_proposal(self, d) -> dict | None:
+        if d.proposed_spec is None:
+            return None
+        old, new = d.spec_typed, spec_load(d.proposed_spec)
+        return proposal_summary(old, new) | {"gpus_before": d.quota_gpus,
+                                             "gpus_after": quota_gpus(new, target_kind=d.cluster.kind)}
 
     def get_model(self, d) -> str:
         return d.spec.get("model_id", "")
@@ -100,7 +153,7 @@ class DeploymentSerializer(serializers.ModelSerializer):
 
 
 class DeploymentCreateSerializer(serializers.Serializer):
-    team = serializers.SlugRelatedField(slug_field="slug", queryset=Team.objects.all())
+    team = VisibleSlugField(slug_field="slug", selector=selectors.teams_visible_to)
     cluster = serializers.SlugRelatedField(slug_field="name", queryset=Cluster.objects.all())
     name = serializers.CharField(max_length=100)
     purpose = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
@@ -112,8 +165,14 @@ class DeploymentEditSerializer(serializers.Serializer):
     spec = serializers.JSONField(required=False)
 
 
-class CommentSerializer(serializers.Serializer):
+class DecisionSerializer(serializers.Serializer):
+    """An approval or rejection of what the approver reviewed: a stale generation or hash answers 409."""
+
     comment = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
+    generation = serializers.IntegerField(min_value=1, help_text="The deployment's `generation` you reviewed.")
+    proposed_spec_hash = serializers.CharField(
+        required=False, allow_blank=True, allow_null=True, max_length=64, default=None,
+        help_text="For a proposed update: its `proposed_spec_hash` you reviewed.")
 
 
 class EventSerializer(serializers.ModelSerializer):
@@ -136,15 +195,16 @@ class AccessTokenSerializer(serializers.ModelSerializer):
 
 
 class ApiKeySerializer(serializers.ModelSerializer):
-    team = serializers.SlugRelatedField(slug_field="slug", queryset=Team.objects.all())
-    deployments = serializers.PrimaryKeyRelatedField(many=True, queryset=Deployment.objects.all(), required=False)
+    team = VisibleSlugField(slug_field="slug", selector=selectors.teams_visible_to)
+    deployments = VisiblePrimaryKeyField(many=True, selector=selectors.deployments_visible_to, required=False)
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
 
     class Meta:
         model = ApiKey
-        fields = ["id", "team", "name", "key_id", "last4", "all_deployments", "deployments",
+        fields = ["id", "team", "name", "key_id", "last4", "created_by", "all_deployments", "deployments",
                   "requests_per_minute", "tokens_per_minute", "created_at", "expires_at", "revoked_at",
                   "last_used_at"]
-        read_only_fields = ["id", "key_id", "last4", "created_at", "revoked_at", "last_used_at"]
+        read_only_fields = ["id", "key_id", "last4", "created_by", "created_at", "revoked_at", "last_used_at"]
 
 
 class UserSerializer(serializers.ModelSerializer):

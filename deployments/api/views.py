@@ -1,7 +1,6 @@
 """REST API views: thin, each calls a selector to read and a service to write."""
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.shortcuts import get_object_or_404
 from django.utils.cache import add_never_cache_headers
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import mixins, serializers, status, viewsets
@@ -11,7 +10,6 @@ from rest_framework.response import Response
 
 from deployments import selectors
 from deployments.api import serializers as s
-from deployments.lifecycle import Status
 from deployments.models import AccessToken, Cluster, Membership
 from deployments.services import actions, api_keys, clusters, teams
 from deployments.services.access_tokens import access_token_create, access_token_revoke
@@ -67,11 +65,8 @@ class MembershipViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins
         return _filter(selectors.memberships_visible_to(self.request.user), self.request, team="team__slug")
 
     def perform_create(self, serializer):
-        data = serializer.validated_data
-        team = data["team"]
-        if not selectors.teams_visible_to(self.request.user).filter(pk=team.pk).exists():
-            raise ValidationError({"team": [f"No team {team.slug!r} that you belong to."]})
-        serializer.instance = teams.membership_set(actor=self.request.user, team=team, user=data["user"],
+        data = serializer.validated_data  # team and user are ones the caller can see (the fields' querysets)
+        serializer.instance = teams.membership_set(actor=self.request.user, team=data["team"], user=data["user"],
                                                    role=data.get("role", Membership.Role.MEMBER))
 
     def perform_update(self, serializer):
@@ -85,12 +80,18 @@ class MembershipViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins
 
 class ClusterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
                      viewsets.GenericViewSet):
-    """Registered targets. Everyone signed in can list them; platform admins register them."""
+    """Registered targets. Everyone signed in sees their names and kinds; platform admins see their config and
+    register them."""
 
     serializer_class = s.ClusterSerializer
     queryset = Cluster.objects.all()
     lookup_field = "name"
     ordering_fields = ["name", "created_at"]
+
+    def get_serializer_class(self):
+        if teams.is_platform_admin(self.request.user) or self.request.method == "POST":
+            return s.ClusterSerializer
+        return s.ClusterSummarySerializer
 
     def perform_create(self, serializer):
         serializer.instance = clusters.cluster_register(actor=self.request.user, **serializer.validated_data)
@@ -115,25 +116,22 @@ class DeploymentViewSet(viewsets.ReadOnlyModelViewSet):
 
     @extend_schema(request=s.DeploymentCreateSerializer, responses={201: s.DeploymentSerializer})
     def create(self, request):
-        data = s.DeploymentCreateSerializer(data=request.data)
+        data = s.DeploymentCreateSerializer(data=request.data, context={"request": request})
         data.is_valid(raise_exception=True)
         v = data.validated_data
-        team = get_object_or_404(selectors.teams_visible_to(request.user), pk=v["team"].pk)
-        d = actions.deployment_request(actor=request.user, team=team, cluster=v["cluster"], name=v["name"],
+        d = actions.deployment_request(actor=request.user, team=v["team"], cluster=v["cluster"], name=v["name"],
                                          spec=v["spec"], purpose=v["purpose"])
         return self._respond(d, status.HTTP_201_CREATED)
 
     @extend_schema(request=s.DeploymentEditSerializer, responses=s.DeploymentSerializer)
     def partial_update(self, request, pk=None):
-        """Edit a pending request, or update a running deployment (more GPUs go back to approval)."""
+        """Edit a pending request, or update a running one: a change to anything that costs or that an approver
+        judged becomes a proposed update waiting for approval (`proposal` shows it); the rest applies at once."""
         d = self.get_object()
         data = s.DeploymentEditSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         v = data.validated_data
-        if d.status == Status.PENDING_APPROVAL:
-            d = actions.deployment_edit(actor=request.user, deployment=d, spec=v.get("spec"), purpose=v.get("purpose"))
-        elif "spec" in v:
-            d = actions.deployment_update(actor=request.user, deployment=d, spec=v["spec"])
+        d = actions.deployment_update(actor=request.user, deployment=d, spec=v.get("spec"), purpose=v.get("purpose"))
         return self._respond(d)
 
     @extend_schema(request=None, responses=s.DeploymentSerializer)
@@ -142,21 +140,27 @@ class DeploymentViewSet(viewsets.ReadOnlyModelViewSet):
         return self._respond(actions.deployment_delete(actor=request.user, deployment=self.get_object()),
                              status.HTTP_202_ACCEPTED)
 
-    @extend_schema(request=s.CommentSerializer, responses=s.DeploymentSerializer)
+    def _decision(self, request):
+        """The object first (another team's deployment is a 404 whatever the body), then the decision's body."""
+        d = self.get_object()
+        c = s.DecisionSerializer(data=request.data)
+        c.is_valid(raise_exception=True)
+        v = c.validated_data
+        return {"actor": request.user, "deployment": d, "generation": v["generation"],
+                "proposed_hash": v["proposed_spec_hash"] or None, "comment": v["comment"]}
+
+    @extend_schema(request=s.DecisionSerializer, responses=s.DeploymentSerializer)
     @action(detail=True, methods=["post"])
     def approve(self, request, pk=None):
-        c = s.CommentSerializer(data=request.data)
-        c.is_valid(raise_exception=True)
-        return self._respond(actions.deployment_approve(actor=request.user, deployment=self.get_object(),
-                                                          comment=c.validated_data["comment"]))
+        """Approve what you reviewed: pass its `generation` (and `proposed_spec_hash` for an update); 409 when
+        it changed since."""
+        return self._respond(actions.deployment_approve(**self._decision(request)))
 
-    @extend_schema(request=s.CommentSerializer, responses=s.DeploymentSerializer)
+    @extend_schema(request=s.DecisionSerializer, responses=s.DeploymentSerializer)
     @action(detail=True, methods=["post"])
     def reject(self, request, pk=None):
-        c = s.CommentSerializer(data=request.data)
-        c.is_valid(raise_exception=True)
-        return self._respond(actions.deployment_reject(actor=request.user, deployment=self.get_object(),
-                                                         comment=c.validated_data["comment"]))
+        """Reject what you reviewed (same binding as approve); the comment is what the requester sees."""
+        return self._respond(actions.deployment_reject(**self._decision(request)))
 
     @extend_schema(request=None, responses=s.DeploymentSerializer)
     @action(detail=True, methods=["post"])
@@ -221,11 +225,10 @@ class ApiKeyViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Des
 
     @extend_schema(request=s.ApiKeySerializer, responses={201: SecretOnce})
     def create(self, request):
-        data = s.ApiKeySerializer(data=request.data)
+        data = s.ApiKeySerializer(data=request.data, context={"request": request})
         data.is_valid(raise_exception=True)
         v = dict(data.validated_data)
-        team = get_object_or_404(selectors.teams_visible_to(request.user), pk=v.pop("team").pk)
-        key, raw = api_keys.api_key_create(actor=request.user, team=team, **v)
+        key, raw = api_keys.api_key_create(actor=request.user, team=v.pop("team"), **v)
         return _secret_once(dict(s.ApiKeySerializer(key).data, secret=raw))
 
     def perform_destroy(self, instance):

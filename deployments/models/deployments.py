@@ -1,7 +1,9 @@
 from django.conf import settings
 from django.db import models
 
+from deployments.hashing import content_hash
 from deployments.lifecycle import TERMINAL, Status
+from deployments.quota_rules import quota_gpus
 from deployments.spec import DeploymentSpec, spec_load
 
 
@@ -19,6 +21,10 @@ class Deployment(models.Model):
     purpose = models.TextField(blank=True, max_length=2000)
     spec = models.JSONField()
     proposed_spec = models.JSONField(null=True, blank=True)
+    # Who wrote the spec now waiting for approval (the request, an edit of it, or a proposed update): four-eyes
+    # is checked against this person at approval time. Null when nothing waits.
+    proposed_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True,
+                                    related_name="+")
     generation = models.PositiveIntegerField(default=1)
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING_APPROVAL)
     status_reason = models.TextField(blank=True)
@@ -53,6 +59,16 @@ class Deployment(models.Model):
         """The approved spec as frozen data; the JSON column is only its storage form (read on each access, so
         a changed `spec` is never shadowed by a stale copy)."""
         return spec_load(self.spec)
+
+    @property
+    def proposed_spec_hash(self) -> str | None:
+        """Names the proposed update an approver reviewed: approve and reject must echo it back."""
+        return None if self.proposed_spec is None else content_hash(self.proposed_spec)
+
+    @property
+    def quota_gpus(self) -> int:
+        """GPUs the approved spec holds against the team's quota on this deployment's cluster."""
+        return quota_gpus(self.spec_typed, target_kind=self.cluster.kind)
 
     @property
     def model_id(self) -> str:

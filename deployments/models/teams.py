@@ -11,6 +11,13 @@ class Team(models.Model):
     allow_self_approval = models.BooleanField(
         default=False, help_text="Team admins may approve their own requests."
     )
+    # Lifetimes of the team's API keys (and of its members' access tokens: a user's strictest team applies).
+    credential_default_days = models.PositiveIntegerField(
+        default=90, help_text="Days a new key or token lives when its creator names no expiry."
+    )
+    credential_max_days = models.PositiveIntegerField(
+        default=365, help_text="The longest a key or token may live, in days."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

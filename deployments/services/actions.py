@@ -6,14 +6,17 @@ reconcile work with `transaction.on_commit` so a worker never sees uncommitted r
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from deployments.errors import Conflict, NotAllowed
+from deployments.errors import ActionError, Conflict, NotAllowed
 from deployments.lifecycle import UNSETTLED, UPDATABLE, Status, can_transition
 from deployments.models import Cluster, Deployment, Membership, Team
+from deployments.quota_rules import quota_gpus
+from deployments.redaction import internal_redact
 from deployments.services.events import event_record
 from deployments.services.quota import quota_check
 from deployments.services.status import deployment_reconcile_request
 from deployments.services.teams import is_platform_admin, team_role
 from deployments.spec import DeploymentSpec, SpecError, name_errors, spec_check, spec_load, spec_parse
+from deployments.spec_diff import changes_needing_approval
 
 
 def _enqueue_reconcile(deployment_id: int) -> None:
@@ -52,12 +55,13 @@ def deployment_request(*, actor, team: Team, cluster: Cluster, name: str, spec: 
         errors.update({f"spec.{k}": v for k, v in e.errors.items()})
     if errors:
         raise SpecError(errors)
-    quota_check(team=team, gpus=typed.gpus)
+    quota_check(team=team, gpus=quota_gpus(typed, target_kind=cluster.kind))
     parsed = typed.to_dict()
     try:
         with transaction.atomic():
             deployment = Deployment.objects.create(
-                team=team, cluster=cluster, name=name, requested_by=actor, spec=parsed, purpose=purpose
+                team=team, cluster=cluster, name=name, requested_by=actor, proposed_by=actor, spec=parsed,
+                purpose=purpose,
             )
     except IntegrityError:
         raise Conflict(f"Team {team.slug} already has a deployment named {name!r}.", field="name") from None
@@ -80,55 +84,89 @@ def deployment_edit(*, actor, deployment: Deployment, spec: dict | None = None, 
     new_purpose = d.purpose if purpose is None else purpose
     if new_spec == d.spec and new_purpose == d.purpose:
         return d
-    quota_check(team=d.team, gpus=typed.gpus, exclude_id=d.pk)
+    quota_check(team=d.team, gpus=quota_gpus(typed, target_kind=d.cluster.kind), exclude_id=d.pk)
     if new_spec != d.spec:
         d.generation += 1
+        d.proposed_by = actor  # whoever changed what waits is one of its authors: four-eyes counts them
     d.spec, d.purpose = new_spec, new_purpose
-    d.save(update_fields=["spec", "purpose", "generation", "updated_at"])
+    d.save(update_fields=["spec", "purpose", "generation", "proposed_by", "updated_at"])
     event_record(kind="edited", deployment=d, actor=actor, before=before, after={"spec": new_spec, "purpose": new_purpose})
     return d
 
 
+def _proposal_waits(d: Deployment) -> bool:
+    return d.proposed_spec is not None and d.status in UPDATABLE
+
+
+def _authors(d: Deployment) -> set[int]:
+    """Who wrote what waits for a decision: the proposer of an update, or a request's requester and whoever
+    edited it since. Read at decision time from the row, so a role change in between changes nothing."""
+    if _proposal_waits(d):
+        return {d.proposed_by_id or d.requested_by_id}
+    return {d.requested_by_id, d.proposed_by_id} - {None}
+
+
 def _require_approver(*, actor, deployment: Deployment) -> None:
-    if is_platform_admin(actor):
-        return
-    if team_role(user=actor, team=deployment.team) != Membership.Role.ADMIN:
+    """Team admins and platform admins decide; nobody decides what they wrote themselves, whatever their role
+    is now, unless the team allows self-approval."""
+    if not is_platform_admin(actor) and team_role(user=actor, team=deployment.team) != Membership.Role.ADMIN:
         raise NotAllowed(f"Only admins of team {deployment.team.slug} or platform admins can approve or reject.")
-    if actor == deployment.requested_by and not deployment.team.allow_self_approval:
-        raise NotAllowed("You requested this deployment; another admin of the team must approve or reject it.")
+    if actor.pk in _authors(deployment) and not deployment.team.allow_self_approval:
+        what = "proposed this update" if _proposal_waits(deployment) else "requested or edited this deployment"
+        raise NotAllowed(f"You {what}; another admin of the team must approve or reject it.")
+
+
+def _require_reviewed(*, deployment: Deployment, generation: int, proposed_hash: str | None) -> None:
+    """The decision is about what the approver saw: this generation and, for an update, this proposed spec."""
+    d = deployment
+    if _proposal_waits(d) and not proposed_hash:
+        raise ActionError("An update of this deployment is proposed: pass the proposed_spec_hash you reviewed.",
+                          field="proposed_spec_hash")
+    if generation != d.generation or (proposed_hash and proposed_hash != d.proposed_spec_hash):
+        raise Conflict(f"The request changed since you opened it (it is now at generation {d.generation}"
+                       f"{', with a different proposed update' if _proposal_waits(d) else ''}). Reload it, review "
+                       "what changed and decide again.")
 
 
 @transaction.atomic
-def deployment_approve(*, actor, deployment: Deployment, comment: str = "") -> Deployment:
-    """Approve a pending request (or a proposed update that needs more GPUs) and start the reconciler."""
+def deployment_approve(*, actor, deployment: Deployment, generation: int, proposed_hash: str | None = None,
+                       comment: str = "") -> Deployment:
+    """Approve the pending request or the proposed update the approver reviewed (`generation`, and the proposed
+    spec's hash), and start the reconciler."""
     team = Team.objects.select_for_update().get(pk=deployment.team_id)  # serializes approvals per team
     d = _locked(deployment)
     _require_approver(actor=actor, deployment=d)
-    if d.proposed_spec is not None and d.status in UPDATABLE:
+    _require_reviewed(deployment=d, generation=generation, proposed_hash=proposed_hash)
+    if _proposal_waits(d):
         proposed = _recheck(d.proposed_spec, d.cluster)
-        quota_check(team=team, gpus=proposed.gpus, exclude_id=d.pk)
-        before = d.spec
-        d.spec, d.proposed_spec, d.generation = d.proposed_spec, None, d.generation + 1
-        d.save(update_fields=["spec", "proposed_spec", "generation", "updated_at"])
+        quota_check(team=team, gpus=quota_gpus(proposed, target_kind=d.cluster.kind), exclude_id=d.pk)
+        before, proposer = d.spec, d.proposed_by
+        d.spec, d.proposed_spec, d.proposed_by, d.generation = d.proposed_spec, None, None, d.generation + 1
+        d.save(update_fields=["spec", "proposed_spec", "proposed_by", "generation", "updated_at"])
         event_record(kind="update_approved", deployment=d, actor=actor, message=comment, before={"spec": before},
-                     after={"spec": d.spec})
+                     after={"spec": d.spec, "proposed_by": proposer.get_username() if proposer else None})
         return deployment_transition(deployment=d, to=Status.UPDATING if d.status == Status.RUNNING else Status.APPROVED,
                                      actor=actor, reason="Update approved.")
     if d.status != Status.PENDING_APPROVAL:
         raise Conflict(f"Nothing to approve: the deployment is {d.status}.")
     approved = _recheck(d.spec, d.cluster)
-    quota_check(team=team, gpus=approved.gpus, exclude_id=d.pk)
+    quota_check(team=team, gpus=quota_gpus(approved, target_kind=d.cluster.kind), exclude_id=d.pk)
+    d.proposed_by = None
+    d.save(update_fields=["proposed_by", "updated_at"])
     return deployment_transition(deployment=d, to=Status.APPROVED, actor=actor, reason=comment, event_kind="approved")
 
 
 @transaction.atomic
-def deployment_reject(*, actor, deployment: Deployment, comment: str = "") -> Deployment:
-    """Reject a pending request or a proposed update, with a comment the requester sees."""
+def deployment_reject(*, actor, deployment: Deployment, generation: int, proposed_hash: str | None = None,
+                      comment: str = "") -> Deployment:
+    """Reject the pending request or the proposed update the approver reviewed, with a comment the requester
+    sees."""
     d = _locked(deployment)
     _require_approver(actor=actor, deployment=d)
-    if d.proposed_spec is not None and d.status != Status.PENDING_APPROVAL:
-        before, d.proposed_spec = d.proposed_spec, None
-        d.save(update_fields=["proposed_spec", "updated_at"])
+    _require_reviewed(deployment=d, generation=generation, proposed_hash=proposed_hash)
+    if _proposal_waits(d):
+        before, d.proposed_spec, d.proposed_by = d.proposed_spec, None, None
+        d.save(update_fields=["proposed_spec", "proposed_by", "updated_at"])
         event_record(kind="update_rejected", deployment=d, actor=actor, message=comment, before={"proposed_spec": before})
         return d
     if d.status != Status.PENDING_APPROVAL:
@@ -141,9 +179,9 @@ def deployment_withdraw(*, actor, deployment: Deployment) -> Deployment:
     """The requester takes back a pending request (or a proposed update)."""
     d = _locked(deployment)
     _require_editor(actor=actor, deployment=d)
-    if d.proposed_spec is not None and d.status != Status.PENDING_APPROVAL:
-        before, d.proposed_spec = d.proposed_spec, None
-        d.save(update_fields=["proposed_spec", "updated_at"])
+    if _proposal_waits(d):
+        before, d.proposed_spec, d.proposed_by = d.proposed_spec, None, None
+        d.save(update_fields=["proposed_spec", "proposed_by", "updated_at"])
         event_record(kind="update_withdrawn", deployment=d, actor=actor, before={"proposed_spec": before})
         return d
     if d.status != Status.PENDING_APPROVAL:
@@ -163,32 +201,54 @@ def deployment_retry(*, actor, deployment: Deployment) -> Deployment:
 
 
 @transaction.atomic
-def deployment_update(*, actor, deployment: Deployment, spec: dict) -> Deployment:
-    """Change a running deployment: applied at once unless it needs more GPUs, which goes back to approval."""
+def deployment_update(*, actor, deployment: Deployment, spec: dict | None = None,
+                      purpose: str | None = None) -> Deployment:
+    """Change a running or failed deployment. Applied at once only when it changes nothing that costs or that an
+    approver judged (deployments.spec_diff); anything else becomes a proposed spec that waits for approval while
+    the approved spec keeps running."""
     d = _locked(deployment)
     _require_editor(actor=actor, deployment=d)
     if d.status == Status.PENDING_APPROVAL:
-        return deployment_edit(actor=actor, deployment=d, spec=spec)
+        return deployment_edit(actor=actor, deployment=d, spec=spec, purpose=purpose)
     if d.status not in UPDATABLE:
         raise Conflict(f"A deployment can be updated when running or failed; this one is {d.status}.")
+    if purpose is not None and purpose != d.purpose:
+        before, d.purpose = d.purpose, purpose
+        d.save(update_fields=["purpose", "updated_at"])
+        event_record(kind="purpose_changed", deployment=d, actor=actor, before={"purpose": before},
+                     after={"purpose": purpose})
+    if spec is None:
+        return d
     typed = _validated_spec(spec, d.cluster)
     new_spec = typed.to_dict()
     if new_spec == d.spec:
         return d
-    if typed.gpus > d.spec_typed.gpus:
-        quota_check(team=d.team, gpus=typed.gpus, exclude_id=d.pk)
-        d.proposed_spec = new_spec
-        d.save(update_fields=["proposed_spec", "updated_at"])
-        event_record(kind="update_requested", deployment=d, actor=actor, before={"spec": d.spec},
-                     after={"proposed_spec": new_spec},
-                     message=f"Needs {typed.gpus} GPUs (now {d.spec_typed.gpus}): waiting for approval.")
-        return d
-    before = d.spec
-    d.spec, d.proposed_spec, d.generation = new_spec, None, d.generation + 1
-    d.save(update_fields=["spec", "proposed_spec", "generation", "updated_at"])
-    event_record(kind="updated", deployment=d, actor=actor, before={"spec": before}, after={"spec": new_spec})
+    if needs := changes_needing_approval(d.spec_typed, typed):
+        return _update_propose(actor=actor, d=d, typed=typed, fields=needs)
+    before, dropped = d.spec, d.proposed_spec
+    d.spec, d.proposed_spec, d.proposed_by, d.generation = new_spec, None, None, d.generation + 1
+    d.save(update_fields=["spec", "proposed_spec", "proposed_by", "generation", "updated_at"])
+    event_record(kind="updated", deployment=d, actor=actor, before={"spec": before, "proposed_spec": dropped},
+                 after={"spec": new_spec},
+                 message="Replaces the update that was waiting for approval." if dropped else "")
     to = Status.UPDATING if d.status == Status.RUNNING else Status.APPROVED
     return deployment_transition(deployment=d, to=to, actor=actor, reason="Update applied.")
+
+
+def _update_propose(*, actor, d: Deployment, typed: DeploymentSpec, fields: list[str]) -> Deployment:
+    """Keep the approved spec running; the change waits as the proposed spec, its author recorded."""
+    new_spec = typed.to_dict()
+    if d.proposed_spec == new_spec and d.proposed_by_id == actor.pk:
+        return d
+    gpus, now = quota_gpus(typed, target_kind=d.cluster.kind), d.quota_gpus
+    if gpus > now:
+        quota_check(team=d.team, gpus=gpus, exclude_id=d.pk)
+    d.proposed_spec, d.proposed_by = new_spec, actor
+    d.save(update_fields=["proposed_spec", "proposed_by", "updated_at"])
+    event_record(kind="update_requested", deployment=d, actor=actor, before={"spec": d.spec},
+                 after={"proposed_spec": new_spec, "needs_approval": fields},
+                 message=f"Changes {', '.join(fields)}: waiting for approval; the approved spec keeps running.")
+    return d
 
 
 @transaction.atomic
@@ -211,6 +271,8 @@ def deployment_transition(*, deployment: Deployment, to: str, actor=None, reason
     record an event and enqueue the reconciler when there is work left."""
     with transaction.atomic():
         d = _locked(deployment)
+        if actor is None:  # the reconciler's words, often a driver's: members read them (deployments.redaction)
+            reason = internal_redact(reason, cluster=d.cluster)
         if d.status == to and d.status_reason == reason:
             return d
         if d.status != to and not can_transition(d.status, to):

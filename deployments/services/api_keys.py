@@ -10,8 +10,8 @@ from django.db import transaction
 from controlplane.redis_client import redis_client
 from deployments.credential_format import KEY_EVENTS_CHANNEL
 from deployments.errors import ActionError, NotAllowed
-from deployments.models import ApiKey, Deployment, Team
-from deployments.services.credentials import credential_mint, credential_revoke
+from deployments.models import ApiKey, Deployment, Membership, Team
+from deployments.services.credentials import credential_expiry, credential_mint, credential_revoke, team_lifetimes
 from deployments.services.events import event_record
 from deployments.services.teams import team_role
 
@@ -31,9 +31,11 @@ def _public(key: ApiKey) -> dict:
 def api_key_create(*, actor, team: Team, name: str, all_deployments: bool = True, deployments=(),
                    expires_at: dt.datetime | None = None, requests_per_minute: int | None = None,
                    tokens_per_minute: int | None = None) -> tuple[ApiKey, str]:
-    """A team member creates a key; returns (key, plaintext) and the plaintext is never stored."""
+    """A team member creates a key of their own; returns (key, plaintext) and the plaintext is never stored. It
+    lives the team's default lifetime unless an earlier expiry is named, and never beyond the team's longest."""
     if team_role(user=actor, team=team) is None:
         raise NotAllowed(f"You are not a member of team {team.slug}.")
+    expires_at = credential_expiry(expires_at, team_lifetimes(team))
     deployments = list(deployments)
     if any(d.team_id != team.pk for d in deployments):
         raise ActionError("A key can only be scoped to its own team's deployments.", field="deployments")
@@ -44,16 +46,26 @@ def api_key_create(*, actor, team: Team, name: str, all_deployments: bool = True
                                tokens_per_minute=tokens_per_minute)
     if deployments:
         key.deployments.set(deployments)
-    event_record(kind="api_key_created", team=team, actor=actor, after=_public(key))
+    event_record(kind="api_key_created", team=team, actor=actor,
+                 after=_public(key) | {"expires_at": expires_at.isoformat()})
     return key, raw
+
+
+def _require_key_manager(*, actor, key: ApiKey, doing: str) -> None:
+    """A member manages the keys they created; the team's admins (and platform admins) manage every key."""
+    role = team_role(user=actor, team=key.team)
+    if role is None:
+        raise NotAllowed(f"You are not a member of team {key.team.slug}.")
+    if role != Membership.Role.ADMIN and key.created_by_id != actor.pk:
+        raise NotAllowed(f"Only whoever created {key.name} or an admin of team {key.team.slug} can {doing} it.")
 
 
 @transaction.atomic
 def api_key_revoke(*, actor, key: ApiKey, message: str = "") -> ApiKey:
     """Revoke once and tell every gateway replica. `actor=None` is Tandem itself revoking a key it owns
-    (the conformance runner's service keys); a person must be a member of the key's team."""
-    if actor is not None and team_role(user=actor, team=key.team) is None:
-        raise NotAllowed(f"You are not a member of team {key.team.slug}.")
+    (the conformance runner's service keys); a person must be its creator or an admin of its team."""
+    if actor is not None:
+        _require_key_manager(actor=actor, key=key, doing="revoke")
     if credential_revoke(row=key):
         event_record(kind="api_key_revoked", team=key.team, actor=actor, message=message, before=_public(key))
         _announce(key.key_id)
@@ -62,11 +74,13 @@ def api_key_revoke(*, actor, key: ApiKey, message: str = "") -> ApiKey:
 
 @transaction.atomic
 def api_key_rotate(*, actor, key: ApiKey) -> tuple[ApiKey, str]:
-    """Revoke a key and create its replacement with the same name, scope and limits."""
+    """Revoke a key and create its replacement with the same name, scope and limits; the replacement lives the
+    team's default lifetime from now (the old expiry may be past, or beyond what the team allows today)."""
+    _require_key_manager(actor=actor, key=key, doing="rotate")
     new, raw = api_key_create(
         actor=actor, team=key.team, name=key.name, all_deployments=key.all_deployments,
-        deployments=list(key.deployments.all()), expires_at=key.expires_at,
-        requests_per_minute=key.requests_per_minute, tokens_per_minute=key.tokens_per_minute,
+        deployments=list(key.deployments.all()), requests_per_minute=key.requests_per_minute,
+        tokens_per_minute=key.tokens_per_minute,
     )
     api_key_revoke(actor=actor, key=key)
     return new, raw

@@ -5,10 +5,8 @@ role)) and `TANDEM_OIDC_PLATFORM_ADMIN_GROUPS`. The mapping owns the teams it na
 membership follows the claim (added, role changed, removed), each change audited with Tandem as the actor.
 Memberships in teams the mapping does not name are granted by hand in Tandem and left alone.
 
-The offboarding rule, applied when the claim takes a user out of a team: the team's API keys that user created
-are revoked (and every gateway told at once), and when the user is then in no team and is no platform admin,
-their personal access tokens are revoked too. Tokens of a user who stays in some team keep working; what they
-reach shrinks with the memberships, which every API call checks.
+A user the claim takes out of a team is offboarded as any removed member is (`teams.membership_remove`): the
+team's API keys they created and their personal access tokens are revoked, every gateway told at once.
 """
 from dataclasses import dataclass
 
@@ -16,11 +14,9 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
-from deployments.models import AccessToken, ApiKey, Membership, Team
-from deployments.services.access_tokens import access_token_revoke
-from deployments.services.api_keys import api_key_revoke
+from deployments.models import Membership, Team
 from deployments.services.events import event_record
-from deployments.services.teams import membership_remove, membership_set
+from deployments.services.teams import membership_remove, membership_set, platform_admin_set
 
 SOURCE = "the identity provider's groups claim at sign-in"
 ROLE_RANK = {Membership.Role.MEMBER: 1, Membership.Role.ADMIN: 2}
@@ -91,7 +87,8 @@ def sign_in_sync_memberships(*, user, groups: list[str], mapping: GroupMapping |
     returns the user as stored now."""
     mapping = mapping or GroupMapping.from_settings()
     user = get_user_model().objects.select_for_update().get(pk=user.pk)
-    _sync_platform_admin(user=user, is_admin=bool(mapping.platform_admin_groups & set(groups)))
+    platform_admin_set(actor=None, user=user, is_admin=bool(mapping.platform_admin_groups & set(groups)),
+                       message=f"From {SOURCE}.")
     wanted = mapping.roles_for(groups)
     teams = {t.slug: t for t in Team.objects.filter(slug__in=mapping.managed_team_slugs())}
     current = {m.team.slug: m for m in Membership.objects.select_related("team")
@@ -106,25 +103,6 @@ def sign_in_sync_memberships(*, user, groups: list[str], mapping: GroupMapping |
         membership_set(actor=None, team=team, user=user, role=role, message=f"From {SOURCE}.")
     for slug, membership in current.items():
         if slug not in wanted:
-            membership_remove(actor=None, membership=membership, message=f"From {SOURCE}.")
-            _offboard_from_team(user=user, team=membership.team)
-    if not user.is_staff and not Membership.objects.filter(user=user).exists():
-        for token in AccessToken.objects.filter(user=user, revoked_at__isnull=True):
-            access_token_revoke(user=None, token=token)
+            membership_remove(actor=None, membership=membership,
+                              message=f"{user.username} left team {slug} ({SOURCE}).")
     return user
-
-
-def _sync_platform_admin(*, user, is_admin: bool) -> None:
-    if user.is_staff == is_admin and user.is_superuser == is_admin:
-        return
-    before = {"user": user.username, "platform_admin": user.is_staff}
-    user.is_staff = user.is_superuser = is_admin
-    user.save(update_fields=["is_staff", "is_superuser"])
-    event_record(kind="platform_admin_granted" if is_admin else "platform_admin_revoked", actor=None,
-                 message=f"From {SOURCE}.", before=before, after={"user": user.username, "platform_admin": is_admin})
-
-
-def _offboard_from_team(*, user, team: Team) -> None:
-    """The team's keys this user created stop working at every gateway."""
-    for key in ApiKey.objects.filter(team=team, created_by=user, revoked_at__isnull=True, is_service=False):
-        api_key_revoke(actor=None, key=key, message=f"{user.username} left team {team.slug} ({SOURCE}).")

@@ -6,6 +6,7 @@ from django.utils import timezone
 
 from deployments.conditions import condition_set
 from deployments.models import Deployment
+from deployments.redaction import internal_redact
 
 # By name, not by import: the domain imports nothing from the workers (they import it). It is the name
 # `workers.tasks.reconcile_deployment` registers under, and it goes to the default queue, as `.delay()` does.
@@ -20,10 +21,12 @@ def deployment_observe(*, deployment_id: int, condition_updates: dict[str, dict]
     `conformance_requested_at`). `condition_updates` ({type: condition_set's status, reason, message and
     generation}) is merged into the conditions as they are now, under the row lock: a pass sets only the
     conditions it looked at and keeps the others."""
-    d = Deployment.objects.select_for_update().get(pk=deployment_id)
+    d = Deployment.objects.select_for_update().select_related("cluster").get(pk=deployment_id)
     if condition_updates:
         conditions = fields.get("conditions", d.conditions)
         for type, update in condition_updates.items():
+            # Members read conditions: a driver's message names the cluster, not its internals.
+            update = update | {"message": internal_redact(update.get("message", ""), cluster=d.cluster)}
             conditions = condition_set(conditions, type=type, now=timezone.now(), **update)
         fields["conditions"] = conditions
     changed = {k: v for k, v in fields.items() if getattr(d, k) != v}

@@ -1,9 +1,13 @@
 """Teams, members and roles: who may see, request and approve."""
 from django.db import transaction
 
-from deployments.errors import Conflict, NotAllowed
-from deployments.models import Membership, Team
+from deployments.errors import ActionError, Conflict, NotAllowed
+from deployments.models import AccessToken, ApiKey, Membership, Team
 from deployments.services.events import event_record
+
+# What a team admin may change on their own team; everything else (quota, self-approval, name) is a platform
+# admin's.
+TEAM_ADMIN_SETTINGS = frozenset({"credential_default_days", "credential_max_days"})
 
 
 def is_platform_admin(user) -> bool:
@@ -23,29 +27,47 @@ def team_require_admin(*, user, team) -> None:
         raise NotAllowed(f"Only admins of team {team.slug} can do this.")
 
 
+def _lifetime_errors(default_days, max_days) -> None:
+    if not 1 <= max_days <= 3650:
+        raise ActionError("The longest lifetime is between 1 and 3650 days.", field="credential_max_days")
+    if not 1 <= default_days <= max_days:
+        raise ActionError(f"The default lifetime is between 1 day and the longest ({max_days} days).",
+                          field="credential_default_days")
+
+
 @transaction.atomic
-def team_create(*, actor, slug: str, name: str, gpu_quota: int = 0, allow_self_approval: bool = False) -> Team:
+def team_create(*, actor, slug: str, name: str, gpu_quota: int = 0, allow_self_approval: bool = False,
+                credential_default_days: int = 90, credential_max_days: int = 365) -> Team:
     """Create a team (platform admins only)."""
     if not is_platform_admin(actor):
         raise NotAllowed("Only platform admins can create teams.")
     if Team.objects.filter(slug=slug).exists():
         raise Conflict(f"A team named {slug!r} already exists.", field="slug")
-    team = Team.objects.create(slug=slug, name=name, gpu_quota=gpu_quota, allow_self_approval=allow_self_approval)
-    event_record(kind="team_created", team=team, actor=actor,
-                 after={"slug": slug, "gpu_quota": gpu_quota, "allow_self_approval": allow_self_approval})
+    _lifetime_errors(credential_default_days, credential_max_days)
+    settings_ = {"gpu_quota": gpu_quota, "allow_self_approval": allow_self_approval,
+                 "credential_default_days": credential_default_days, "credential_max_days": credential_max_days}
+    team = Team.objects.create(slug=slug, name=name, **settings_)
+    event_record(kind="team_created", team=team, actor=actor, after={"slug": slug, **settings_})
     return team
 
 
 @transaction.atomic
 def team_update(*, actor, team: Team, **changes) -> Team:
-    """Change a team's name, quota or self-approval (platform admins only)."""
+    """Change a team's settings: platform admins any of them; the team's admins the lifetimes of its keys and
+    of its members' tokens."""
     if not is_platform_admin(actor):
-        raise NotAllowed("Only platform admins can change a team's quota or settings.")
+        team_require_admin(user=actor, team=team)
     # Compare with the stored row, not the caller's object: a form may have set the new values on it already.
     team = Team.objects.select_for_update().get(pk=team.pk)
-    before = {k: getattr(team, k) for k in changes}
-    if before == changes:
+    changes = {k: v for k, v in changes.items() if getattr(team, k) != v}
+    if not changes:
         return team
+    if not is_platform_admin(actor) and set(changes) - TEAM_ADMIN_SETTINGS:
+        raise NotAllowed("Only platform admins can change a team's quota, name or self-approval; team admins "
+                         "set the lifetimes of keys and tokens.")
+    before = {k: getattr(team, k) for k in changes}
+    _lifetime_errors(changes.get("credential_default_days", team.credential_default_days),
+                     changes.get("credential_max_days", team.credential_max_days))
     for k, v in changes.items():
         setattr(team, k, v)
     team.save(update_fields=list(changes))
@@ -72,9 +94,39 @@ def membership_set(*, actor, team: Team, user, role: str, message: str = "") -> 
 
 @transaction.atomic
 def membership_remove(*, actor, membership: Membership, message: str = "") -> None:
-    """Take a user out of a team (platform admins and team admins; `actor=None` is Tandem, as above)."""
+    """Take a user out of a team (platform admins and team admins; `actor=None` is Tandem, as above), and offboard
+    them: the team's API keys they created and all their personal access tokens are revoked (the keys announced
+    to every gateway replica)."""
+    # Imported here: the credential services import this module for roles.
+    from deployments.services.access_tokens import access_token_revoke
+    from deployments.services.api_keys import api_key_revoke
+
+    team, user = membership.team, membership.user
     if actor is not None:
-        team_require_admin(user=actor, team=membership.team)
-    event_record(kind="member_removed", team=membership.team, actor=actor, message=message,
-                 before={"user": membership.user.username, "role": membership.role})
+        team_require_admin(user=actor, team=team)
+    why = message or f"{user.get_username()} left team {team.slug}."
+    keys = ApiKey.objects.select_related("team").filter(team=team, created_by=user, revoked_at__isnull=True)
+    revoked_keys = [api_key_revoke(actor=actor, key=k, message=why).display for k in keys]
+    tokens = AccessToken.objects.select_related("user").filter(user=user, revoked_at__isnull=True)
+    revoked_tokens = []
+    for token in tokens:
+        access_token_revoke(user=actor, token=token, message=why)
+        revoked_tokens.append(token.display)
+    event_record(kind="member_removed", team=team, actor=actor, message=message,
+                 before={"user": user.get_username(), "role": membership.role},
+                 after={"api_keys_revoked": revoked_keys, "access_tokens_revoked": revoked_tokens})
     membership.delete()
+
+
+@transaction.atomic
+def platform_admin_set(*, actor, user, is_admin: bool, message: str = "") -> None:
+    """Make a user a platform admin or not (Django admin, or Tandem at an OIDC sign-in when `actor` is None)."""
+    if actor is not None and not is_platform_admin(actor):
+        raise NotAllowed("Only platform admins can change who is a platform admin.")
+    if user.is_staff == is_admin and user.is_superuser == is_admin:
+        return
+    before = {"user": user.get_username(), "platform_admin": user.is_staff}
+    user.is_staff = user.is_superuser = is_admin
+    user.save(update_fields=["is_staff", "is_superuser"])
+    event_record(kind="platform_admin_granted" if is_admin else "platform_admin_revoked", actor=actor,
+                 message=message, before=before, after={"user": user.get_username(), "platform_admin": is_admin})

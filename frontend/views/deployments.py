@@ -13,6 +13,7 @@ from deployments.conditions import CONDITION_TYPES, condition_get
 from deployments.errors import ActionError
 from deployments.lifecycle import Status
 from deployments.models import Cluster
+from deployments.quota_rules import quota_gpus
 from deployments.services import actions
 from deployments.services.teams import team_role
 from deployments.spec import spec_load
@@ -36,7 +37,7 @@ def deployment_list(request):
         qs = qs.filter(cluster__name=cluster)
     if q:
         qs = qs.filter(Q(name__icontains=q) | Q(spec__model_id__icontains=q))
-    rows = [{"d": d, "gpus": d.spec_typed.gpus} for d in qs]
+    rows = [{"d": d, "gpus": d.quota_gpus} for d in qs]
     context = {
         "team": team, "rows": rows, "filters": {"status": status, "cluster": cluster, "q": q},
         "filtered": bool(status or cluster or q), "status_choices": STATUS_FILTERS,
@@ -65,12 +66,13 @@ def deployment_detail(request, pk: int):
     d = _visible(request, pk)
     plan, plan_note = planning.plan_for_stored(d.spec_typed)
     context = _status_context(d) | {
-        "team": d.team, "gpus": d.spec_typed.gpus, "gateway_base_url": settings.TANDEM_GATEWAY_BASE_URL,
+        "team": d.team, "gpus": d.quota_gpus, "gateway_base_url": settings.TANDEM_GATEWAY_BASE_URL,
         "endpoint_ready": condition_get(d.conditions, "EndpointReady") or {},
         "plan": plan, "plan_note": plan_note, "kv_observed": planning.kv_observed(d.conformance_runs.first()),
         "audit": d.events.select_related("actor").order_by("-created_at", "-id"),
         "can_edit": _can_edit(request, d),
-        "proposed_gpus": spec_load(d.proposed_spec).gpus if d.proposed_spec else None,
+        "proposed_gpus": quota_gpus(spec_load(d.proposed_spec), target_kind=d.cluster.kind) if d.proposed_spec
+        else None,
     }
     return render_page(request, "deployments/detail.html", context)
 
@@ -105,23 +107,32 @@ def _act(request, d, action, done: str):
     return redirect("frontend:deployment-detail", pk=d.pk)
 
 
+def _decision(request) -> dict:
+    """What the approver reviewed, from the queue form's hidden fields (a missing or mangled generation can
+    match nothing, so the service answers that the request changed)."""
+    generation = request.POST.get("generation", "")
+    return {"generation": int(generation) if generation.isdigit() else 0,
+            "proposed_hash": request.POST.get("proposed_spec_hash", "").strip() or None,
+            "comment": request.POST.get("comment", "").strip()}
+
+
 @login_required
 @require_POST
 def deployment_approve(request, pk: int):
-    """Approve a request or a proposed update, with an optional comment."""
+    """Approve the request or proposed update shown in the queue, with an optional comment."""
     d = _visible(request, pk)
-    comment = request.POST.get("comment", "").strip()
-    return _act(request, d, lambda: actions.deployment_approve(actor=request.user, deployment=d, comment=comment),
+    decision = _decision(request)
+    return _act(request, d, lambda: actions.deployment_approve(actor=request.user, deployment=d, **decision),
                 f"Approved {d.name}.")
 
 
 @login_required
 @require_POST
 def deployment_reject(request, pk: int):
-    """Reject a request or a proposed update; the comment is what the requester sees."""
+    """Reject the request or proposed update shown in the queue; the comment is what the requester sees."""
     d = _visible(request, pk)
-    comment = request.POST.get("comment", "").strip()
-    return _act(request, d, lambda: actions.deployment_reject(actor=request.user, deployment=d, comment=comment),
+    decision = _decision(request)
+    return _act(request, d, lambda: actions.deployment_reject(actor=request.user, deployment=d, **decision),
                 f"Rejected {d.name}.")
 
 
@@ -151,8 +162,8 @@ def deployment_delete(request, pk: int):
     if request.method == "POST":
         if request.POST.get("confirm_name", "").strip() != d.name:
             return render_page(request, "deployments/delete.html",
-                               {"d": d, "team": d.team, "gpus": d.spec_typed.gpus,
+                               {"d": d, "team": d.team, "gpus": d.quota_gpus,
                                 "error": f"Type {d.name} to confirm."}, status=400)
         return _act(request, d, lambda: actions.deployment_delete(actor=request.user, deployment=d),
                     f"Deleting {d.name}: its GPUs are freed once teardown finishes.")
-    return render_page(request, "deployments/delete.html", {"d": d, "team": d.team, "gpus": d.spec_typed.gpus})
+    return render_page(request, "deployments/delete.html", {"d": d, "team": d.team, "gpus": d.quota_gpus})

@@ -11,13 +11,23 @@ from django.views.decorators.http import require_http_methods
 from deployments import selectors
 from deployments.errors import ActionError
 from deployments.lifecycle import LIVE
+from deployments.models import Membership
 from deployments.services import api_keys
+from deployments.services.credentials import Lifetimes, team_lifetimes
+from deployments.services.teams import team_role
 from frontend.views.base import render_page, require_team, team_required
 
-EXPIRY_CHOICES = [("", "Never"), ("7", "7 days"), ("30", "30 days"), ("90", "90 days"), ("365", "1 year")]
+EXPIRY_DAYS = [(7, "7 days"), (30, "30 days"), (90, "90 days"), (365, "1 year")]
 
 
-def _expiry(days: str):
+def expiry_choices(rule: Lifetimes) -> list[tuple[str, str]]:
+    """The default first, then the fixed lifetimes the rule allows (the service refuses longer ones anyway)."""
+    return [("", f"Default ({rule.default_days} days)")] + [
+        (str(days), label) for days, label in EXPIRY_DAYS if days <= rule.max_days]
+
+
+def expiry_from_form(days: str):
+    """The expiry a form asks for; blank is the rule's default (the service applies it)."""
     return timezone.now() + dt.timedelta(days=int(days)) if days.isdigit() else None
 
 
@@ -34,10 +44,14 @@ def _limit(raw: str, field: str, errors: dict):
 def _page(request, team, *, created=None, secret=None, errors=None, values=None, status=200):
     keys = selectors.api_keys_visible_to(request.user).filter(team=team).order_by("revoked_at", "-created_at")
     deployments = selectors.deployments_visible_to(request.user).filter(team=team, status__in=LIVE)
+    is_admin = team_role(user=request.user, team=team) == Membership.Role.ADMIN
+    rule = team_lifetimes(team)
     return render_page(request, "keys/list.html", {
         "team": team, "keys": keys, "created": created, "secret": secret, "errors": errors or {},
-        "values": values or {"scope": "all"}, "deployments": deployments, "expiry_choices": EXPIRY_CHOICES,
-        "now": timezone.now(),
+        "values": values or {"scope": "all"}, "deployments": deployments, "expiry_choices": expiry_choices(rule),
+        "lifetimes": rule, "now": timezone.now(),
+        # A member manages the keys they created; team admins manage all of the team's.
+        "manageable": {k.pk for k in keys if is_admin or k.created_by_id == request.user.pk},
     }, status=status)
 
 
@@ -64,7 +78,7 @@ def api_key_list(request):
         try:
             key, secret = api_keys.api_key_create(
                 actor=request.user, team=team, name=name, all_deployments=not scoped, deployments=chosen,
-                expires_at=_expiry(values.get("expires_in_days", "")), requests_per_minute=rpm,
+                expires_at=expiry_from_form(values.get("expires_in_days", "")), requests_per_minute=rpm,
                 tokens_per_minute=tpm)
         except ActionError as e:
             errors[e.field or "name"] = [e.message]
@@ -76,7 +90,8 @@ def api_key_list(request):
 @login_required
 @require_http_methods(["GET", "POST"])
 def api_key_revoke(request, pk: int):
-    """Confirm, then revoke a key: every gateway replica refuses it within a second."""
+    """Confirm, then revoke a key (its creator or a team admin): every gateway replica refuses it within a
+    second."""
     key = get_object_or_404(selectors.api_keys_visible_to(request.user), pk=pk)
     if request.method == "POST":
         try:

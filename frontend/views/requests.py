@@ -37,8 +37,12 @@ def _check(data, *, with_name: bool) -> tuple[dict, dict[str, list[str]]]:
 
 def _plan_context(*, team, spec: dict, data, exclude_id=None) -> dict:
     plan, note = planning.plan(spec, spec_form.facts_from_form(data))
+    cluster = _clusters().filter(name=data.get("cluster", "")).first()
+    kind = cluster.kind if cluster else ""
     return {"plan": plan, "plan_note": note, "cost": planning.hourly_cost(spec),
-            "quota": planning.quota_view(team=team, gpus=planning.gpus_of(spec), exclude_id=exclude_id)}
+            "quota": planning.quota_view(team=team, gpus=planning.gpus_of(spec, target_kind=kind),
+                                         exclude_id=exclude_id,
+                                         basis=planning.quota_basis_of(spec, target_kind=kind))}
 
 
 def _form_context(*, team, values: dict, errors: dict | None = None, other_errors=(), d=None) -> dict:
@@ -83,7 +87,8 @@ def deployment_new(request):
 @login_required
 @require_http_methods(["GET", "POST"])
 def deployment_edit(request, pk: int):
-    """Edit a pending request, or update a running/failed one (more GPUs go back to approval)."""
+    """Edit a pending request, or update a running/failed one (a change to what costs or what an approver judged
+    goes back to approval)."""
     d = get_object_or_404(selectors.deployments_visible_to(request.user), pk=pk)
     if d.status not in EDITABLE:
         messages.error(request, f"A {d.get_status_display().lower()} deployment cannot be changed.")
@@ -97,17 +102,18 @@ def deployment_edit(request, pk: int):
     other: list[str] = []
     if not errors:
         try:
-            if d.status == Status.PENDING_APPROVAL:
-                actions.deployment_edit(actor=request.user, deployment=d, spec=spec,
+            d = actions.deployment_update(actor=request.user, deployment=d, spec=spec,
                                           purpose=values.get("purpose", "").strip())
-            else:
-                actions.deployment_update(actor=request.user, deployment=d, spec=spec)
         except SpecError as e:
             errors = {f"spec.{k}": v for k, v in e.errors.items()}
         except ActionError as e:
             other = [e.message]
         else:
-            messages.success(request, f"Saved changes to {d.name}.")
+            if d.proposed_spec is not None and d.status != Status.PENDING_APPROVAL:
+                messages.success(request, f"Proposed an update of {d.name}: it waits for an admin's approval; "
+                                          "the approved spec keeps running until then.")
+            else:
+                messages.success(request, f"Saved changes to {d.name}.")
             return redirect("frontend:deployment-detail", pk=d.pk)
     context = _form_context(team=d.team, values=values, errors=errors, other_errors=other, d=d)
     return render_page(request, "deployments/form.html", context, status=400)

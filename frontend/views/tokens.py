@@ -5,10 +5,12 @@ from django.shortcuts import get_object_or_404, redirect
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods
 
+from deployments.errors import ActionError
 from deployments.models import AccessToken
 from deployments.services.access_tokens import access_token_create, access_token_revoke
+from deployments.services.credentials import user_lifetimes
 from frontend.views.base import render_page
-from frontend.views.keys import EXPIRY_CHOICES, _expiry
+from frontend.views.keys import expiry_choices, expiry_from_form
 
 
 def _tokens(user):
@@ -20,7 +22,9 @@ def _tokens(user):
 @require_http_methods(["GET", "POST"])
 def token_list(request):
     """Your tokens and the create form; a created token's secret is shown in this response only."""
-    context = {"tokens": _tokens(request.user), "expiry_choices": EXPIRY_CHOICES, "errors": {}, "values": {}}
+    rule = user_lifetimes(request.user)
+    context = {"tokens": _tokens(request.user), "expiry_choices": expiry_choices(rule), "lifetimes": rule,
+               "errors": {}, "values": {}}
     if request.method == "GET":
         return render_page(request, "tokens/list.html", context)
     name = request.POST.get("name", "").strip()
@@ -28,8 +32,12 @@ def token_list(request):
         context |= {"errors": {"name": ["Give the token a name, e.g. the script or CI job that uses it."]},
                     "values": request.POST.dict()}
         return render_page(request, "tokens/list.html", context, status=400)
-    token, raw = access_token_create(user=request.user, name=name,
-                                     expires_at=_expiry(request.POST.get("expires_in_days", "")))
+    try:
+        token, raw = access_token_create(user=request.user, name=name,
+                                         expires_at=expiry_from_form(request.POST.get("expires_in_days", "")))
+    except ActionError as e:
+        context |= {"errors": {e.field or "name": [e.message]}, "values": request.POST.dict()}
+        return render_page(request, "tokens/list.html", context, status=400)
     context |= {"created": token, "secret": raw, "tokens": _tokens(request.user)}
     return render_page(request, "tokens/list.html", context, status=201)
 

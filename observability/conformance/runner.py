@@ -12,6 +12,7 @@ from django.utils import timezone
 from controlplane.http_client import http_client
 from deployments.conditions import conformance_passed
 from deployments.models import ApiKey, Deployment
+from deployments.redaction import internal_redact
 from deployments.services.api_keys import api_key_revoke
 from deployments.services.credentials import credential_mint
 from deployments.services.events import event_record
@@ -44,8 +45,8 @@ def service_key_revoke(*, key: ApiKey) -> None:
 def _snapshot(d: Deployment, client: httpx.Client) -> tuple[dict | None, str]:
     try:
         return scrape_snapshot(d, client=client), ""
-    except ScrapeError as e:
-        return None, str(e)
+    except ScrapeError as e:  # kept in the run's PD health, which members read: the cluster, not its metrics URL
+        return None, internal_redact(str(e), cluster=d.cluster)
 
 
 def _snapshot_after(d: Deployment, client: httpx.Client, before: dict) -> tuple[dict | None, str]:

@@ -11,6 +11,7 @@ from deployments.lifecycle import Status
 from deployments.services import actions
 from deployments.services.quota import team_gpus_held
 from deployments.spec import SpecError, name_errors, spec_check, spec_load, spec_parse
+from deployments.spec_diff import spec_hourly_cost
 from frontend import planning
 from tests.factories import DeploymentFactory, local_spec_input, spec_input
 from workers.pipeline import reconcile_pass
@@ -82,7 +83,7 @@ def test_an_instance_type_dropped_since_the_request_is_refused_at_approval(membe
     d = actions.deployment_request(actor=member, team=team, cluster=cluster, name="llama", spec=spec_input())
     monkeypatch.delitem(INSTANCE_TYPES, "g6e.12xlarge")
     with pytest.raises(SpecError) as e:
-        actions.deployment_approve(actor=team_admin, deployment=d)
+        actions.deployment_approve(actor=team_admin, deployment=d, generation=d.generation)
     assert "Unknown instance type 'g6e.12xlarge'" in e.value.errors["prefill.instance_type"][0]
     d.refresh_from_db()
     assert d.status == Status.PENDING_APPROVAL
@@ -106,7 +107,7 @@ def test_old_rows_count_against_quota_and_get_a_plan(cluster):
     plan, note = planning.plan_for_stored(d.spec_typed)
     # An s3:// model cannot be read from here: no plan, and the note says why (not a crash on the old row).
     assert plan is None and "config.json facts" in note
-    assert planning.spec_hourly_cost(d.spec_typed) == pytest.approx(3 * INSTANCE_TYPES["g6e.12xlarge"].hourly_usd)
+    assert spec_hourly_cost(d.spec_typed) == pytest.approx(3 * INSTANCE_TYPES["g6e.12xlarge"].hourly_usd)
 
 
 @pytest.mark.django_db

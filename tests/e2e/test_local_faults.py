@@ -17,7 +17,7 @@ def approve_and_settle(cluster: Cluster, spec: dict, name: str) -> Deployment:
     member = MembershipFactory(team=team, role=Membership.Role.MEMBER).user
     admin = MembershipFactory(team=team, role=Membership.Role.ADMIN).user
     d = actions.deployment_request(actor=member, team=team, cluster=cluster, name=name, spec=spec)
-    actions.deployment_approve(actor=admin, deployment=d)
+    actions.deployment_approve(actor=admin, deployment=d, generation=d.generation)
     wait_for(lambda: Deployment.objects.get(pk=d.pk).status in ("running", "failed"), timeout=120, every=0.5,
              what=f"{name} to settle")
     return Deployment.objects.get(pk=d.pk)

@@ -85,7 +85,8 @@ def test_pd_deployment_end_to_end(transactional_db, redis_client, local_ray, tmp
         assert r.status_code == 201, r.json()
         pk = r.json()["id"]
         api.force_authenticate(admin)
-        assert api.post(f"/api/v1/deployments/{pk}/approve/", {}, format="json").json()["status"] == "approved"
+        reviewed = {"generation": r.json()["generation"]}
+        assert api.post(f"/api/v1/deployments/{pk}/approve/", reviewed, format="json").json()["status"] == "approved"
         approved_at = time.monotonic()
 
         # A real worker reconciles it to running, with step events.

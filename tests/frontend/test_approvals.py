@@ -47,7 +47,7 @@ def test_approving_over_quota_is_refused_with_the_numbers(signed_in, team_admin,
     team.gpu_quota = 6
     team.save()
     response = signed_in(team_admin).post(reverse("frontend:deployment-approve", args=[deployment.pk]),
-                                          {"next": QUEUE}, follow=True)
+                                          {"next": QUEUE, "generation": "1"}, follow=True)
     deployment.refresh_from_db()
     assert deployment.status == Status.PENDING_APPROVAL
     assert "This needs 8 GPUs" in response.content.decode()
@@ -55,6 +55,7 @@ def test_approving_over_quota_is_refused_with_the_numbers(signed_in, team_admin,
 
 def test_requester_cannot_approve_own_request_as_admin(signed_in, team_admin, team, cluster):
     d = DeploymentFactory(team=team, cluster=cluster, requested_by=team_admin, name="mine")
-    response = signed_in(team_admin).post(reverse("frontend:deployment-approve", args=[d.pk]), follow=True)
+    response = signed_in(team_admin).post(reverse("frontend:deployment-approve", args=[d.pk]),
+                                          {"generation": "1"}, follow=True)
     d.refresh_from_db()
     assert d.status == Status.PENDING_APPROVAL and "another admin of the team must approve" in response.content.decode()

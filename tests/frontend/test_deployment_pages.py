@@ -122,7 +122,7 @@ def test_member_cannot_approve(signed_in, member, deployment):
 
 def test_admin_approves_with_comment_and_requester_sees_it(signed_in, team_admin, member, deployment):
     response = signed_in(team_admin).post(reverse("frontend:deployment-approve", args=[deployment.pk]),
-                                          {"comment": "Go ahead, keep it under 8 GPUs.",
+                                          {"comment": "Go ahead, keep it under 8 GPUs.", "generation": "1",
                                            "next": reverse("frontend:approvals")})
     assert response.status_code == 302 and response["Location"] == reverse("frontend:approvals")
     deployment.refresh_from_db()
@@ -132,7 +132,8 @@ def test_admin_approves_with_comment_and_requester_sees_it(signed_in, team_admin
 
 
 def test_reject_with_comment(signed_in, team_admin, deployment):
-    signed_in(team_admin).post(reverse("frontend:deployment-reject", args=[deployment.pk]), {"comment": "Too big."})
+    signed_in(team_admin).post(reverse("frontend:deployment-reject", args=[deployment.pk]),
+                               {"comment": "Too big.", "generation": "1"})
     deployment.refresh_from_db()
     assert deployment.status == Status.REJECTED and deployment.status_reason == "Too big."
 

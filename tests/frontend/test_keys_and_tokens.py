@@ -1,13 +1,15 @@
 """API keys and personal access tokens: the secret is shown once, the list never shows it, revoke confirms."""
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
 from deployments.models import AccessToken, ApiKey
 from deployments.services.api_keys import api_key_create
 from deployments.services.credentials import credential_check
+from tests.factories import MembershipFactory
 
 pytestmark = pytest.mark.django_db
-KEYS, TOKENS = "/keys/", "/tokens/"
+KEYS, TOKENS, TEAM = "/keys/", "/tokens/", "/team/"
 
 
 def test_urls():
@@ -91,3 +93,50 @@ def test_pages_that_show_a_new_secret_are_never_cached(signed_in, member, team):
     token_page = client.post("/tokens/", {"name": "ci", "expires_in_days": "90"})
     assert token_page.status_code == 201 and 'id="new-secret"' in token_page.content.decode()
     assert _no_store(token_page)
+
+
+def test_a_member_manages_only_the_keys_they_created(signed_in, member, team):
+    colleague = MembershipFactory(team=team).user
+    theirs, _ = api_key_create(actor=colleague, team=team, name="theirs")
+    mine, _ = api_key_create(actor=member, team=team, name="mine")
+    client = signed_in(member)
+    listing = client.get(KEYS).content.decode()
+    assert reverse("frontend:api-key-revoke", args=[mine.pk]) in listing
+    assert reverse("frontend:api-key-revoke", args=[theirs.pk]) not in listing
+    page = client.post(reverse("frontend:api-key-revoke", args=[theirs.pk]), follow=True).content.decode()
+    assert "Only whoever created theirs or an admin of team ml-research" in page
+    theirs.refresh_from_db()
+    assert theirs.revoked_at is None
+
+
+def test_a_team_admin_revokes_any_key_of_the_team(signed_in, member, team_admin, team):
+    key, _ = api_key_create(actor=member, team=team, name="members")
+    signed_in(team_admin).post(reverse("frontend:api-key-revoke", args=[key.pk]))
+    key.refresh_from_db()
+    assert key.revoked_at is not None
+
+
+def test_keys_never_live_forever(signed_in, member, team):
+    team.credential_default_days, team.credential_max_days = 30, 60
+    team.save()
+    client = signed_in(member)
+    page = client.get(KEYS).content.decode()
+    assert ">Never<" not in page and "Default (30 days)" in page and ">90 days<" not in page
+    client.post(KEYS, {"name": "default-life", "scope": "all", "expires_in_days": ""})
+    key = ApiKey.objects.get(name="default-life")
+    assert 29.9 < (key.expires_at - timezone.now()).total_seconds() / 86400 <= 30
+    response = client.post(KEYS, {"name": "too-long", "scope": "all", "expires_in_days": "365"})
+    assert response.status_code == 400 and "at most 60 days" in response.content.decode()
+
+
+def test_team_admins_set_key_and_token_lifetimes_on_the_team_page(signed_in, member, team_admin, team):
+    page = signed_in(member).get(TEAM).content.decode()
+    assert 'name="credential_max_days"' not in page and "at most 365 days" in page
+    response = signed_in(member).post(TEAM, {"credential_default_days": "1", "credential_max_days": "3650"})
+    assert response.status_code == 403
+    response = signed_in(team_admin).post(TEAM, {"credential_default_days": "7", "credential_max_days": "30"})
+    assert response.status_code == 302
+    team.refresh_from_db()
+    assert (team.credential_default_days, team.credential_max_days) == (7, 30)
+    response = signed_in(team_admin).post(TEAM, {"credential_default_days": "60", "credential_max_days": "30"})
+    assert response.status_code == 400 and "between 1 day and the longest (30 days)" in response.content.decode()

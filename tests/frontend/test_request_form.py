@@ -137,7 +137,7 @@ def test_update_needing_more_gpus_goes_back_to_approval(signed_in, member, team_
     deployment.refresh_from_db()
     assert deployment.proposed_spec["prefill"]["nodes"] == 2 and deployment.status == Status.RUNNING
     page = client.get(reverse("frontend:deployment-detail", args=[deployment.pk])).content.decode()
-    assert "An update to 12 GPUs (now 8) is waiting" in page
+    assert f"An update to 12 GPUs (now 8) proposed by {member.username} is waiting" in page
 
 
 def test_validate_for_an_edit_uses_the_deployment(signed_in, member, deployment, htmx_headers):

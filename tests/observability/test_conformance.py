@@ -106,6 +106,16 @@ def test_a_failing_check_leaves_the_deployment_running_with_a_warning(ray_deploy
     assert body["run"]["pd_health"]["verdict"] == "decode_only"
 
 
+def test_an_unreadable_metrics_url_is_not_shown_to_members(ray_deployment, api, member):
+    with MockUpstream() as m:
+        d = ray_deployment("http://127.0.0.1:9/metrics")
+        conformance_run_for_deployment(deployment_id=d.pk, gateway_base_url=m.base_url)
+    api.force_authenticate(member)
+    health = api.get(f"/api/v1/deployments/{d.pk}/conformance/").json()["run"]["pd_health"]
+    assert health["verdict"] == "unknown" and "127.0.0.1:9" not in str(health)
+    assert f"[an address on cluster {d.cluster.name}]" in health["messages"][0]
+
+
 def test_conformance_api_is_for_the_team_only(ray_deployment, api):
     from tests.factories import UserFactory
 

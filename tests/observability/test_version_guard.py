@@ -31,7 +31,7 @@ def test_a_pair_found_broken_after_the_request_is_refused_at_approval(member, te
     d = actions.deployment_request(actor=member, team=team, cluster=cluster, name="llama", spec=spec_input())
     monkeypatch.setitem(KNOWN_BROKEN, ("2.60.0", "0.29.0"), "Found broken later.")
     with pytest.raises(SpecError) as e:
-        actions.deployment_approve(actor=team_admin, deployment=d)
+        actions.deployment_approve(actor=team_admin, deployment=d, generation=d.generation)
     assert "Found broken later." in e.value.errors["runtime"][0]
     d.refresh_from_db()
     assert d.status == "pending_approval"

@@ -28,7 +28,7 @@ def people(transactional_db):
 def _request_and_approve(people, cluster, name="llama", spec=None):
     team, member, admin = people
     d = deployment_request(actor=member, team=team, cluster=cluster, name=name, spec=spec or spec_input())
-    return deployment_approve(actor=admin, deployment=d, comment="go")
+    return deployment_approve(actor=admin, deployment=d, generation=d.generation, comment="go")
 
 
 def _status(d) -> str:

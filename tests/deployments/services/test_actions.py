@@ -23,6 +23,20 @@ def request(user, team, cluster, name="llama", spec=None):
     return actions.deployment_request(actor=user, team=team, cluster=cluster, name=name, spec=spec or small())
 
 
+def reviewed(d) -> dict:
+    """What an approver who opens the deployment now sees: its generation and proposed spec."""
+    d.refresh_from_db()
+    return {"generation": d.generation, "proposed_hash": d.proposed_spec_hash}
+
+
+def approve(actor, d, **kw):
+    return actions.deployment_approve(actor=actor, deployment=d, **reviewed(d), **kw)
+
+
+def reject(actor, d, **kw):
+    return actions.deployment_reject(actor=actor, deployment=d, **reviewed(d), **kw)
+
+
 def test_member_requests_and_the_audit_trail_says_so(member, team, cluster):
     d = request(member, team, cluster)
     assert d.status == "pending_approval" and d.generation == 1
@@ -66,7 +80,7 @@ def test_admin_approves_and_reconcile_is_enqueued_after_commit(member, team_admi
                                                                django_capture_on_commit_callbacks):
     d = request(member, team, cluster)
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
-        d = actions.deployment_approve(actor=team_admin, deployment=d, comment="ok for the eval")
+        d = approve(team_admin, d, comment="ok for the eval")
     assert d.status == "approved" and len(callbacks) == 1
     assert d.events.filter(kind="approved", actor=team_admin, message="ok for the eval").exists()
 
@@ -74,29 +88,29 @@ def test_admin_approves_and_reconcile_is_enqueued_after_commit(member, team_admi
 def test_member_cannot_approve_and_requester_cannot_self_approve(member, team_admin, team, cluster):
     d = request(member, team, cluster)
     with pytest.raises(NotAllowed):
-        actions.deployment_approve(actor=member, deployment=d)
+        approve(member, d)
     mine = request(team_admin, team, cluster, name="admins-own")
     with pytest.raises(NotAllowed, match="another admin"):
-        actions.deployment_approve(actor=team_admin, deployment=mine)
+        approve(team_admin, mine)
     team.allow_self_approval = True
     team.save()
-    assert actions.deployment_approve(actor=team_admin, deployment=mine).status == "approved"
+    assert approve(team_admin, mine).status == "approved"
 
 
 def test_platform_admin_approves_anything(member, platform_admin, team, cluster):
     d = request(member, team, cluster)
-    assert actions.deployment_approve(actor=platform_admin, deployment=d).status == "approved"
+    assert approve(platform_admin, d).status == "approved"
 
 
 def test_approval_refused_over_quota(member, team_admin, team, cluster):
     a = request(member, team, cluster, name="a")
     b = request(member, team, cluster, name="b")
-    actions.deployment_approve(actor=team_admin, deployment=a)
+    approve(team_admin, a)
     with pytest.raises(QuotaExceeded, match="already holds 8 of its 16"):
-        actions.deployment_approve(actor=team_admin, deployment=DeploymentFactory(
+        approve(team_admin, DeploymentFactory(
             team=team, cluster=cluster, requested_by=member, name="c",
             spec={**a.spec, "prefill": {**a.spec["prefill"], "nodes": 2}}))
-    assert actions.deployment_approve(actor=team_admin, deployment=b).status == "approved"
+    assert approve(team_admin, b).status == "approved"
 
 
 @pytest.mark.django_db(transaction=True)
@@ -108,17 +122,17 @@ def test_two_concurrent_approvals_cannot_both_pass_the_quota(team, cluster):
     ds = [request(member, team, cluster, name=f"race-{i}") for i in range(2)]
     barrier, outcomes = threading.Barrier(2), []
 
-    def approve(i):
+    def decide(i):
         barrier.wait()
         try:
-            actions.deployment_approve(actor=admins[i], deployment=ds[i])
+            approve(admins[i], ds[i])
             outcomes.append("approved")
         except QuotaExceeded:
             outcomes.append("quota")
         finally:
             connection.close()
 
-    threads = [threading.Thread(target=approve, args=(i,)) for i in range(2)]
+    threads = [threading.Thread(target=decide, args=(i,)) for i in range(2)]
     for t in threads:
         t.start()
     for t in threads:
@@ -128,10 +142,10 @@ def test_two_concurrent_approvals_cannot_both_pass_the_quota(team, cluster):
 
 
 def test_reject_with_comment(member, team_admin, team, cluster):
-    d = actions.deployment_reject(actor=team_admin, deployment=request(member, team, cluster), comment="too big")
+    d = reject(team_admin, request(member, team, cluster), comment="too big")
     assert (d.status, d.status_reason) == ("rejected", "too big")
     with pytest.raises(Conflict):
-        actions.deployment_approve(actor=team_admin, deployment=d)
+        approve(team_admin, d)
 
 
 def test_edit_pending_bumps_generation_and_records_before_after(member, team, cluster):
@@ -170,14 +184,14 @@ def test_update_needing_more_gpus_goes_back_to_approval(member, team_admin, team
     d = actions.deployment_update(actor=member, deployment=d, spec=small(nodes=2))
     d.refresh_from_db()
     assert d.status == "running" and d.proposed_spec["prefill"]["nodes"] == 2 and d.generation == 1
-    d = actions.deployment_approve(actor=team_admin, deployment=d)
+    d = approve(team_admin, d)
     assert (d.status, d.generation, d.proposed_spec) == ("updating", 2, None)
     assert d.spec["prefill"]["nodes"] == 2
 
 
 def test_rejecting_a_proposed_update_keeps_it_running(member, team_admin, team, cluster):
     d = actions.deployment_update(actor=member, deployment=running(member, team, cluster), spec=small(nodes=2))
-    d = actions.deployment_reject(actor=team_admin, deployment=d, comment="not now")
+    d = reject(team_admin, d, comment="not now")
     d.refresh_from_db()
     assert d.status == "running" and d.proposed_spec is None
     assert d.events.filter(kind="update_rejected", message="not now").exists()

@@ -1,0 +1,85 @@
+"""What a change to a running deployment's spec touches, and which of it needs an approver again.
+
+A change goes through without approval only when it changes nothing that costs and nothing an approver judged:
+replica bounds that stay within the approved ones, engine tuning that leaves memory per GPU as it was
+(`max_model_len`, the KV connector), and the purpose text (not part of the spec). Everything else (model,
+weights, runtime, instance types, nodes, GPUs, tensor parallelism, dtype, memory utilization, the expected
+load the plan was judged on) becomes a proposed spec that waits. Pure functions over typed specs.
+"""
+from dataclasses import asdict, dataclass
+
+from deployments.catalog import pools_hourly_usd
+from deployments.serve_config import STAGES
+from deployments.spec import DeploymentSpec
+
+# Engine settings that do not change what a GPU holds: vLLM sizes its KV space from gpu_memory_utilization, so
+# a longer or shorter max_model_len changes how many sequences fit, not the memory taken.
+FREE_FIELDS = frozenset({"engine.max_model_len", "engine.kv_connector"})
+
+
+@dataclass(frozen=True)
+class FieldChange:
+    """One field of the spec, before and after, and whether this change alone needs an approver."""
+
+    field: str
+    old: object
+    new: object
+    needs_approval: bool
+
+
+def _flat(spec: DeploymentSpec) -> dict[str, object]:
+    out = {}
+
+    def walk(prefix: str, value):
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(f"{prefix}.{k}" if prefix else k, v)
+        else:
+            out[prefix] = value
+
+    walk("", asdict(spec))
+    return out
+
+
+def _replicas_within(old: DeploymentSpec, new: DeploymentSpec, stage: str, leaf: str) -> bool:
+    """The new bound lies inside the approved range (the spec's own rules keep min ≤ max)."""
+    o = old.pool(stage)
+    return o.replicas_min <= getattr(new.pool(stage), leaf) <= o.replicas_max
+
+
+def spec_changes(old: DeploymentSpec, new: DeploymentSpec) -> list[FieldChange]:
+    """Every field that differs, in the spec's order, each marked with whether it needs approval."""
+    before, after = _flat(old), _flat(new)
+    changes = []
+    for field in before:
+        if before[field] == after[field]:
+            continue
+        stage, _, leaf = field.partition(".")
+        if field in FREE_FIELDS:
+            needs = False
+        elif stage in STAGES and leaf in ("replicas_min", "replicas_max"):
+            needs = not _replicas_within(old, new, stage, leaf)
+        else:
+            needs = True
+        changes.append(FieldChange(field, before[field], after[field], needs))
+    return changes
+
+
+def changes_needing_approval(old: DeploymentSpec, new: DeploymentSpec) -> list[str]:
+    """The fields (dotted paths) whose change from `old` to `new` needs an approver; empty: apply at once."""
+    return [c.field for c in spec_changes(old, new) if c.needs_approval]
+
+
+def spec_hourly_cost(spec: DeploymentSpec) -> float | None:
+    """On-demand USD per hour of the spec's nodes (None for an instance type no longer in the catalog)."""
+    return pools_hourly_usd((spec.pool(stage).instance_type, spec.pool(stage).nodes) for stage in STAGES)
+
+
+def proposal_summary(old: DeploymentSpec, new: DeploymentSpec) -> dict:
+    """What an approver reviews: each changed field old → new, and the cost per hour before and after."""
+    before, after = spec_hourly_cost(old), spec_hourly_cost(new)
+    return {
+        "changes": [asdict(c) for c in spec_changes(old, new)],
+        "hourly_usd_before": None if before is None else round(before, 3),
+        "hourly_usd_after": None if after is None else round(after, 3),
+    }
