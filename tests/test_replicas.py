@@ -169,7 +169,7 @@ def test_two_workers_apply_each_generation_exactly_once(fleet, people, k8s_clust
     team, member, admin = people
     since = len(fleet.emulator.hits)
     d = deployment_request(actor=member, team=team, cluster=k8s_cluster, name="llama", spec=spec_input())
-    deployment_approve(actor=admin, deployment=d)
+    deployment_approve(actor=admin, deployment=d, generation=d.generation)
     for _ in range(6):  # every worker gets some: what a burst of messages, or two beats, would send
         reconcile_deployment.delay(d.pk)
         resync_deployments.delay()
@@ -292,7 +292,7 @@ def test_rolling_restarts_lose_no_request_and_no_reconcile(fleet, people, k8s_cl
     # Workers: each is stopped (warm shutdown) and replaced while a deployment is being driven.
     since = len(fleet.emulator.hits)
     d = deployment_request(actor=member, team=team, cluster=k8s_cluster, name="rolled", spec=spec_input())
-    deployment_approve(actor=admin, deployment=d)
+    deployment_approve(actor=admin, deployment=d, generation=d.generation)
     for i, old in enumerate(list(fleet.workers)):
         wait_for(lambda: Deployment.objects.get(pk=d.pk).status != Status.APPROVED, timeout=20, what="pickup")
         replacement = Worker(worker_environment(fleet.tmp)).start()
