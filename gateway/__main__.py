@@ -33,13 +33,16 @@ def main() -> None:
 
     from gateway.app import Gateway
     from gateway.config import config_from_settings
+    from gateway.server import protocol_with_limit
 
     _raise_fd_limit()
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
     config = config_from_settings(**overrides)
-    uvicorn.run(Gateway(config), host=config.host, port=config.port, loop="uvloop", http="httptools",
-                lifespan="on", access_log=False, server_header=False, log_config=None, backlog=4096,
-                timeout_keep_alive=75)
+    # X-Forwarded-For names the client (whose failed authentications are counted) only from trusted proxies.
+    uvicorn.run(Gateway(config), host=config.host, port=config.port, loop="uvloop",
+                http=protocol_with_limit(config.max_header_bytes), lifespan="on", access_log=False,
+                server_header=False, log_config=None, backlog=4096, timeout_keep_alive=75,
+                proxy_headers=bool(config.forwarded_allow_ips), forwarded_allow_ips=config.forwarded_allow_ips or None)
 
 
 if __name__ == "__main__":

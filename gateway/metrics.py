@@ -1,4 +1,11 @@
-"""Prometheus metrics of the gateway process, labelled by deployment; observed off the hot path by the recorder."""
+"""Prometheus metrics of the gateway process, labelled by deployment; observed off the hot path by the recorder.
+
+They name every tenant's deployments and traffic, so they are served on an internal port of their own
+(`TANDEM_GATEWAY_METRICS_HOST`/`_PORT`, 127.0.0.1:9801 by default), never on the public one.
+"""
+import asyncio
+
+from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, generate_latest
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
@@ -18,6 +25,10 @@ GAP_MAX = Histogram("tandem_gateway_inter_chunk_gap_max_seconds", "Largest gap b
 BYTES = Counter("tandem_gateway_response_bytes", "Bytes sent to clients", ["deployment"])
 RECORDS_DROPPED = Counter("tandem_gateway_records_dropped", "Request records dropped because Redis was away too long")
 IN_FLIGHT = Gauge("tandem_gateway_in_flight_requests", "Requests being proxied now")
+STORE_QUERIES = Counter("tandem_gateway_store_queries", "Lookups sent to PostgreSQL, by query", ["query"])
+AUTH_FAILURES = Counter("tandem_gateway_auth_failures", "Requests refused for their key (401) or their address "
+                        "(429, `refused`), by reason", ["reason"])
+CACHE_ENTRIES = Gauge("tandem_gateway_cache_entries", "Entries held in memory, by cache", ["cache"])
 
 
 def observe(rec) -> None:
@@ -39,5 +50,22 @@ def observe(rec) -> None:
         PARTIAL.labels(dep, rec.error_type or "unknown").inc()
 
 
-def render() -> tuple[bytes, bytes]:
-    return generate_latest(), CONTENT_TYPE_LATEST.encode()
+def watch_sizes(**sized) -> None:
+    """Report each object's len() as `tandem_gateway_cache_entries{cache=name}`, read when scraped."""
+    for name, obj in sized.items():
+        CACHE_ENTRIES.labels(name).set_function(obj.__len__)
+
+
+async def serve(host: str, port: int) -> web.AppRunner:
+    """The internal metrics server (`GET /metrics`), on the gateway's event loop; rendering runs in a thread."""
+
+    async def scrape(request: web.Request) -> web.Response:
+        body = await asyncio.get_running_loop().run_in_executor(None, generate_latest)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    app = web.Application()
+    app.router.add_get("/metrics", scrape)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    return runner

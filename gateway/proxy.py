@@ -47,15 +47,18 @@ async def send_error(send, err: GatewayError, request_id: bytes) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-async def handle_openai(gw, scope, receive, send, endpoint: str, request_id: str, authorization, content_length):
-    rec = Record(request_id, endpoint)
-    rid = request_id.encode()
+async def handle_openai(gw, scope, receive, send, endpoint: str, request_id: str, client_id: str, authorization,
+                        content_length):
+    """`request_id` is the gateway's own (the record's key, sent upstream); the client's `X-Request-ID`, when
+    sane, is kept beside it and echoed back."""
+    rec = Record(request_id, endpoint, client_id)
+    rid = (client_id or request_id).encode()
     ex = Exchange()
     watcher = None
     resp = None
     status = 200
     try:
-        key = await gw.keys.authenticate(authorization)
+        key = await gw.keys.authenticate(authorization, scope.get("client"))
         rec.key_pk, rec.key_id, rec.tpm = key.pk, key.key_id, key.tokens_per_minute
         raw = await read_body(receive, content_length, gw.config.max_body_bytes)
         data = parse_request(raw, endpoint)
@@ -67,7 +70,7 @@ async def handle_openai(gw, scope, receive, send, endpoint: str, request_id: str
         await gw.limiter.check(key)
         body, keep_usage_chunk = upstream_body(raw, data, stream=stream)
         watcher = asyncio.ensure_future(_watch_disconnect(receive, ex))
-        resp = await _post(gw, route, endpoint, body, rid)
+        resp = await _post(gw, route, endpoint, body, request_id)
         if resp.status >= 400:
             raise await _upstream_error(resp)
         if stream and resp.content_type == "text/event-stream":
@@ -122,8 +125,8 @@ async def handle_openai(gw, scope, receive, send, endpoint: str, request_id: str
         gw.recorder.add(rec)
 
 
-async def _post(gw, route, endpoint: str, body: bytes, rid: bytes):
-    headers = {"Content-Type": "application/json", "X-Request-ID": rid.decode(), **dict(route.headers)}
+async def _post(gw, route, endpoint: str, body: bytes, request_id: str):
+    headers = {"Content-Type": "application/json", "X-Request-ID": request_id, **dict(route.headers)}
     try:
         return await gw.session.post(route.urls[endpoint], data=body, headers=headers)
     except asyncio.TimeoutError:

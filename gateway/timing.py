@@ -19,13 +19,14 @@ MAX_BUFFERED = 200_000  # records kept in memory while Redis is away, then the o
 class Record:
     """One request; timestamps come from perf_counter, `created_at` from the wall clock."""
 
-    __slots__ = ("request_id", "created_at", "t0", "endpoint", "stream", "model", "key_pk", "key_id", "tpm",
+    __slots__ = ("request_id", "client_request_id", "created_at", "t0", "endpoint", "stream", "model", "key_pk", "key_id", "tpm",
                  "deployment_id", "status_code", "error_type", "prompt_tokens", "completion_tokens", "partial",
                  "ttft_ms", "e2e_ms", "mean_itl_ms", "max_itl_ms", "bytes_out", "_last", "chunks", "_gap_sum",
                  "_gap_max")
 
-    def __init__(self, request_id: str, endpoint: str):
+    def __init__(self, request_id: str, endpoint: str, client_request_id: str = ""):
         self.request_id = request_id
+        self.client_request_id = client_request_id
         self.created_at = time.time()
         self.t0 = time.perf_counter()
         self.endpoint = endpoint
@@ -67,7 +68,8 @@ class Record:
 
     def to_json(self) -> bytes:
         return orjson.dumps({
-            "request_id": self.request_id, "created_at": self.created_at, "endpoint": self.endpoint,
+            "request_id": self.request_id, "client_request_id": self.client_request_id,
+            "created_at": self.created_at, "endpoint": self.endpoint,
             "stream": self.stream, "model": self.model, "api_key_id": self.key_pk, "key_id": self.key_id,
             "deployment_id": self.deployment_id, "status_code": self.status_code, "error_type": self.error_type,
             "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
@@ -128,6 +130,7 @@ class Recorder:
         for rec in batch:
             lines.append(orjson.dumps({
                 "time": now, "level": "INFO", "logger": "gateway.access", "request_id": rec.request_id,
+                "client_request_id": rec.client_request_id or None,
                 "message": f"{rec.endpoint} {rec.status_code}", "status": rec.status_code, "endpoint": rec.endpoint,
                 "stream": rec.stream, "model": rec.model, "deployment": rec.deployment_id, "key_id": rec.key_id,
                 "ttft_ms": rec.ttft_ms, "e2e_ms": round(rec.e2e_ms, 3), "prompt_tokens": rec.prompt_tokens,
