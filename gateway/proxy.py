@@ -7,7 +7,7 @@ import orjson
 
 from gateway.errors import GatewayError, bad_gateway, from_upstream, gateway_timeout
 from gateway.requests import ClientGone, check_against_deployment, parse_request, read_body, upstream_body
-from gateway.streaming import relay_events
+from gateway.streaming import read_usage, relay_events
 from gateway.timing import Record
 
 log = logging.getLogger(__name__)
@@ -160,5 +160,4 @@ def _read_usage(payload: bytes, rec) -> None:
     except (orjson.JSONDecodeError, AttributeError):
         return
     if isinstance(usage, dict):
-        rec.prompt_tokens = int(usage.get("prompt_tokens") or 0)
-        rec.completion_tokens = int(usage.get("completion_tokens") or 0)
+        read_usage(usage, rec)

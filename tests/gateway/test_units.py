@@ -179,3 +179,15 @@ def test_invalidating_one_key_does_not_pin_another_keys_load():
         assert await cache.get("b") == "b"
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("usage, counts", [
+    (b'{"prompt_tokens":-5,"completion_tokens":"7"}', (0, 0)),
+    (b'{"prompt_tokens":1e400,"completion_tokens":[1]}', None),  # not JSON orjson reads: left alone
+    (b'{"prompt_tokens":99999999999,"completion_tokens":true}', (2 ** 31 - 1, 0)),
+    (b'{"prompt_tokens":3.0,"completion_tokens":4}', (3, 4)),
+])
+def test_usage_from_a_strange_upstream_never_makes_a_record_the_database_refuses(usage, counts):
+    rec = Record("r", "chat.completions")
+    take_usage(b'data: {"choices":[],"usage":' + usage + b"}\n\n", rec, True)
+    assert (rec.prompt_tokens, rec.completion_tokens) == (counts or (0, 0))
