@@ -50,6 +50,10 @@ class Mock:
     def _log(self, request, body, **fields):
         if self.record:
             rid = request.headers.get("X-Request-ID", f"none-{self.served}")
+            try:
+                orjson.dumps(body)
+            except orjson.JSONEncodeError:  # nested deeper than orjson writes: keep that it came, not what
+                body = {"unrecordable": True}
             entry = self.requests.setdefault(rid, {"auth": request.headers.get("Authorization"), "body": body})
             entry.update(fields)
             return entry
