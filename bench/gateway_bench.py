@@ -15,7 +15,8 @@ burst does not land on one target only:
   stream c=64      20 ms TTFT, 16 chunks 20 ms apart (50 tokens/s, like a real decode): added TTFT p50/p99
   streams 500/1000 that many concurrent ~1 s streams (20 chunks 50 ms apart), closed loop: streams/s
   cold c=32        non-streaming, each request with a key the gateway has not seen yet
-Each measure is reported as the median over rounds with [min-max]; ratios are taken within a round.
+Within a round, the short phases are cut into `--slices` slices that alternate between the targets. Each measure
+is reported as the median over rounds with [min-max]; ratios are taken within a round.
 "Added" = a percentile through the proxy minus the same percentile direct.
 
 The gateway and the bare proxy run on core 0 (taskset), the mock upstream and this load generator on core 1.
@@ -137,12 +138,22 @@ async def stream_phase(session, target, scenario, concurrency, seconds):
     results, took = await closed_loop(seconds, concurrency, lambda: one_stream(session, target, scenario))
     return {"ttft": [r[0] for r in results if r[0] is not None], "gaps": [g for r in results for g in r[1]],
             "complete": sum(1 for r in results if r[2]), "incomplete": sum(1 for r in results if not r[2]),
-            "per_s": sum(1 for r in results if r[2]) / took}
+            "took": took}
 
 
 async def request_phase(session, target, concurrency, seconds):
     results, took = await closed_loop(seconds, concurrency, lambda: one_request(session, target))
-    return {"per_s": sum(results) / took, "errors": results.count(False)}
+    return {"complete": sum(results), "errors": results.count(False), "took": took}
+
+
+def merge(parts: list[dict]) -> dict:
+    """One target's slices of a phase as one measurement: lists joined, counts and time added."""
+    out = {}
+    for part in parts:
+        for name, value in part.items():
+            out[name] = out.get(name, [] if isinstance(value, list) else 0) + value
+    out["per_s"] = out["complete"] / out["took"]
+    return out
 
 
 async def cold_phase(session, target, keys, concurrency):
@@ -157,7 +168,7 @@ async def cold_phase(session, target, keys, concurrency):
     started = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     took = time.perf_counter() - started
-    return {"per_s": sum(results) / took, "errors": results.count(False)}
+    return {"per_s": sum(results) / took, "errors": results.count(False), "complete": sum(results), "took": took}
 
 
 async def run(args, world):
@@ -183,12 +194,16 @@ async def run(args, world):
                           world["limited_key"]),
     }
     everyone, proxies = list(targets), ["direct", "bare", "gateway"]
-    phases = [  # (name, targets, how)
-        ("stream c=1", everyone, lambda t: stream_phase(session, t, "paced", 1, args.seconds)),
-        ("req/s c=1", everyone, lambda t: request_phase(session, t, 1, args.seconds)),
-        ("req/s c=32", everyone, lambda t: request_phase(session, t, 32, args.seconds)),
-        ("stream c=64", everyone, lambda t: stream_phase(session, t, "steady", 64, args.seconds)),
-        *((f"streams {n}", proxies, lambda t, n=n: stream_phase(session, t, "wide", n, args.seconds))
+    # (name, targets, slices per round, how): short slices alternate between targets, so each sees the same
+    # neighbours; the many-stream rungs need whole seconds per slice (each stream lasts about one).
+    short = args.seconds / args.slices
+    phases = [
+        ("stream c=1", everyone, args.slices, lambda t: stream_phase(session, t, "paced", 1, short)),
+        ("req/s c=1", everyone, args.slices, lambda t: request_phase(session, t, 1, short)),
+        ("req/s c=32", everyone, args.slices, lambda t: request_phase(session, t, 32, short)),
+        ("stream c=64", everyone, max(1, args.slices // 3),
+         lambda t: stream_phase(session, t, "steady", 64, args.seconds / max(1, args.slices // 3))),
+        *((f"streams {n}", proxies, 1, lambda t, n=n: stream_phase(session, t, "wide", n, args.seconds))
           for n in args.streams),
     ]
     rounds = []
@@ -206,9 +221,13 @@ async def run(args, world):
             per_round = len(world["cold_keys"]) // args.rounds
             for r in range(args.rounds):
                 result = {}
-                for name, names, how in phases:
-                    order = names[r % len(names):] + names[:r % len(names)]
-                    result[name] = {n: await how(targets[n]) for n in order}
+                for name, names, slices, how in phases:
+                    parts = {n: [] for n in names}
+                    for i in range(slices):
+                        shift = (r + i) % len(names)
+                        for n in names[shift:] + names[:shift]:
+                            parts[n].append(await how(targets[n]))
+                    result[name] = {n: merge(p) for n, p in parts.items()}
                 keys = world["cold_keys"][r * per_round:(r + 1) * per_round]
                 if keys:
                     result["cold c=32"] = {"gateway": await cold_phase(session, targets["gateway"], keys, 32)}
@@ -320,6 +339,7 @@ def main():
     parser = argparse.ArgumentParser(prog="python -m bench.gateway_bench")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=3.0, help="length of each phase, per target and round")
+    parser.add_argument("--slices", type=int, default=6, help="alternating slices each phase is cut into")
     parser.add_argument("--streams", type=int, nargs="+", default=[500, 1000], help="concurrent-stream rungs")
     parser.add_argument("--cold-keys", type=int, default=3000, help="never-seen keys, shared out over the rounds")
     parser.add_argument("--mock-port", type=int, default=9410)
