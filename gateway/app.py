@@ -59,12 +59,14 @@ class Gateway:
         except OSError as e:
             raise RuntimeError(f"cannot serve metrics on {self.config.metrics_host}:{self.config.metrics_port} ({e}); "
                                "set TANDEM_GATEWAY_METRICS_HOST/_PORT") from None
-        metrics.watch_sizes(keys=self.keys.cache, routes=self.router.cache, auth_failures=self.failures)
         await self.store.open()
         # The process's one Redis client: rate limits, the request recorder and the key channel share its pool.
         self.redis = aioredis.Redis.from_url(self.config.redis_url)
-        self.limiter = RateLimiter(self.redis)
-        self.recorder = Recorder(self.redis, interval=self.config.flush_interval_s, access_log=self.config.access_log)
+        self.limiter = RateLimiter(self.redis, max_keys=self.config.cache_max_entries)
+        self.recorder = Recorder(self.redis, interval=self.config.flush_interval_s, access_log=self.config.access_log,
+                                 limiter=self.limiter)
+        metrics.watch_sizes(keys=self.keys.cache, routes=self.router.cache, auth_failures=self.failures,
+                            rate_limits=self.limiter)
         # One pooled client for every deployment; no connection limit (streams are long-lived and many).
         self.session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30),

@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable, Hashable
 log = logging.getLogger(__name__)
 
 MISSING = object()  # what `peek` answers when only a load can tell
+RETRY_S = 1.0  # after a failed refresh, the cached value is served this long before the next try
 
 
 class AsyncCache:
@@ -77,9 +78,12 @@ class AsyncCache:
         except Exception:
             if self._inflight.get(key) is me:
                 del self._inflight[key]
-            entry = self._data.get(key)
-            if entry is not None and time.monotonic() < entry[2]:  # within the limit: keep serving what we had
-                log.warning("cache refresh failed; serving the previous value", exc_info=True)
+            entry, now = self._data.get(key), time.monotonic()
+            if entry is not None and now < entry[2]:  # within the limit: keep serving what we had
+                # and try again in a second, not on every request meanwhile (the loader logs why it failed)
+                self._data[key] = (entry[0], now + min(self._ttl, RETRY_S), entry[2])
+                log.warning("cache refresh failed; serving the previous value for at most %.0f s more",
+                            entry[2] - now)
                 return entry[0]
             raise
         if self._inflight.get(key) is me:  # else the key was invalidated meanwhile: do not keep this value

@@ -9,7 +9,6 @@ from redis.exceptions import RedisError
 
 from gateway import metrics
 from gateway.config import RECORD_STREAM, RECORD_STREAM_MAXLEN
-from gateway.ratelimit import RateLimiter
 
 log = logging.getLogger("gateway.access")
 
@@ -79,10 +78,12 @@ class Record:
 
 
 class Recorder:
-    """Collects finished records and, every `interval`, writes them to Redis, Prometheus and the access log."""
+    """Collects finished records and, every `interval`, writes them to Redis, Prometheus and the access log, in
+    one pipeline with the rate limiter's counts."""
 
-    def __init__(self, redis, *, interval: float, access_log: bool):
+    def __init__(self, redis, *, interval: float, access_log: bool, limiter):
         self._redis = redis
+        self._limiter = limiter
         self._interval = interval
         self._access_log = access_log and log.isEnabledFor(logging.INFO)
         self._out = sys.stderr.buffer
@@ -95,7 +96,7 @@ class Recorder:
     async def run(self) -> None:
         while True:
             await asyncio.sleep(self._interval)
-            if self._buffer or self._unsent:
+            if self._buffer or self._unsent or self._limiter.has_news:
                 await self.flush()
 
     async def flush(self) -> None:
@@ -109,14 +110,16 @@ class Recorder:
         for rec in batch:
             if rec.key_pk is not None:  # requests without a valid key are not anyone's usage
                 pipe.xadd(RECORD_STREAM, {"r": rec.to_json()}, maxlen=RECORD_STREAM_MAXLEN, approximate=True)
-        RateLimiter.add_tokens(pipe, batch)
+        queued = self._limiter.flush_into(pipe, batch)
         try:
-            await pipe.execute()
+            results = await pipe.execute()
         except RedisError:
             log.warning("could not write %d request records to Redis; will retry", len(batch), exc_info=True)
             self._unsent = batch[-MAX_BUFFERED:]
             if len(batch) > MAX_BUFFERED:
                 metrics.RECORDS_DROPPED.inc(len(batch) - MAX_BUFFERED)
+        else:
+            self._limiter.absorb(queued, results)
 
     @property
     def pending(self) -> int:
