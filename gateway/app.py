@@ -47,6 +47,7 @@ class Gateway:
         self.router = Router(self.store, ttl=config.route_ttl_s, max_stale=config.max_stale_s,
                              max_entries=config.cache_max_entries)
         self.metrics_server = None
+        self.in_flight = 0
         self.redis = None
         self.session = None
         self.limiter = None
@@ -67,6 +68,7 @@ class Gateway:
                                  limiter=self.limiter)
         metrics.watch_sizes(keys=self.keys.cache, routes=self.router.cache, auth_failures=self.failures,
                             rate_limits=self.limiter)
+        metrics.IN_FLIGHT.set_function(lambda: self.in_flight)
         # One pooled client for every deployment; no connection limit (streams are long-lived and many).
         self.session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30),
@@ -129,12 +131,12 @@ class Gateway:
         path, method = scope["raw_path"].partition(b"?")[0], scope["method"]
         endpoint = OPENAI_POSTS.get(path)
         if endpoint is not None and method == "POST":
-            metrics.IN_FLIGHT.inc()
+            self.in_flight += 1
             try:
                 await handle_openai(self, scope, receive, send, endpoint, request_id, client_id, authorization,
                                     content_length)
             finally:
-                metrics.IN_FLIGHT.dec()
+                self.in_flight -= 1
         elif path == b"/v1/models" and method == "GET":
             await self.list_models(scope, send, client_id or request_id, authorization)
         elif path in (b"/healthz", b"/readyz") and method == "GET":

@@ -5,8 +5,11 @@ from django.conf import settings
 from psycopg.conninfo import make_conninfo
 
 RECORD_STREAM = "tandem:gateway:requests"
-# Redis keeps at most about this many undrained records; past it the oldest are trimmed (bounded memory).
-RECORD_STREAM_MAXLEN = 1_000_000
+# Each stream entry carries up to this many records (a JSON list in field `b`): one Redis command per flush, not
+# one per request. Redis keeps at most about RECORD_STREAM_MAXLEN undrained entries (about 1,000,000 records);
+# past it the oldest are trimmed (bounded memory).
+RECORDS_PER_ENTRY = 100
+RECORD_STREAM_MAXLEN = 10_000
 
 
 @dataclass(frozen=True)

@@ -32,9 +32,9 @@ def _ensure_group(r) -> None:
 
 def _rows(entries) -> list[RequestRecord]:
     parsed = []
-    for _, fields in entries:
+    for _, fields in entries:  # `b`: a list of records (one entry per gateway flush); `r`: one record
         try:
-            parsed.append(orjson.loads(fields[b"r"]))
+            parsed.extend(orjson.loads(fields[b"b"]) if b"b" in fields else [orjson.loads(fields[b"r"])])
         except (KeyError, orjson.JSONDecodeError):
             log.warning("skipping a malformed request record")
     # Keys and deployments can be deleted between the request and the drain: keep the record, drop the link.
@@ -64,8 +64,9 @@ def _store(rows: list[RequestRecord]) -> None:
                 .update(last_used_at=when)
 
 
-def drain_batch(r, consumer: str, *, count: int = 1000) -> int:
-    """Move one batch (reclaimed from a dead drainer first, else new entries) into PostgreSQL; returns its size."""
+def drain_batch(r, consumer: str, *, count: int = 50) -> int:
+    """Move one batch of `count` entries, each up to RECORDS_PER_ENTRY records (reclaimed from a dead drainer
+    first, else new entries) into PostgreSQL; returns how many entries it moved."""
     _, claimed, *_ = r.xautoclaim(RECORD_STREAM, GROUP, consumer, min_idle_time=CLAIM_IDLE_MS, count=count)
     entries = claimed
     if not entries:

@@ -8,7 +8,7 @@ import orjson
 from redis.exceptions import RedisError
 
 from gateway import metrics
-from gateway.config import RECORD_STREAM, RECORD_STREAM_MAXLEN
+from gateway.config import RECORD_STREAM, RECORD_STREAM_MAXLEN, RECORDS_PER_ENTRY
 
 log = logging.getLogger("gateway.access")
 
@@ -65,8 +65,8 @@ class Record:
             self.mean_itl_ms = self._gap_sum / (self.chunks - 1) * 1000
             self.max_itl_ms = self._gap_max * 1000
 
-    def to_json(self) -> bytes:
-        return orjson.dumps({
+    def as_dict(self) -> dict:
+        return {
             "request_id": self.request_id, "client_request_id": self.client_request_id,
             "created_at": self.created_at, "endpoint": self.endpoint,
             "stream": self.stream, "model": self.model, "api_key_id": self.key_pk, "key_id": self.key_id,
@@ -74,7 +74,7 @@ class Record:
             "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
             "partial": self.partial, "ttft_ms": self.ttft_ms, "e2e_ms": self.e2e_ms,
             "mean_itl_ms": self.mean_itl_ms, "max_itl_ms": self.max_itl_ms, "bytes_out": self.bytes_out,
-        })
+        }
 
 
 class Recorder:
@@ -107,9 +107,10 @@ class Recorder:
             self._write_access_log(batch)
         batch, self._unsent = self._unsent + batch, []
         pipe = self._redis.pipeline(transaction=False)
-        for rec in batch:
-            if rec.key_pk is not None:  # requests without a valid key are not anyone's usage
-                pipe.xadd(RECORD_STREAM, {"r": rec.to_json()}, maxlen=RECORD_STREAM_MAXLEN, approximate=True)
+        usage = [rec.as_dict() for rec in batch if rec.key_pk is not None]  # no valid key: nobody's usage
+        for i in range(0, len(usage), RECORDS_PER_ENTRY):
+            pipe.xadd(RECORD_STREAM, {"b": orjson.dumps(usage[i:i + RECORDS_PER_ENTRY])}, maxlen=RECORD_STREAM_MAXLEN,
+                      approximate=True)
         queued = self._limiter.flush_into(pipe, batch)
         try:
             results = await pipe.execute()
