@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from deployments.services.api_keys import api_key_create, api_key_revoke
 from gateway.models import RequestRecord
 from gateway.tasks import drain_request_records
+from tests.deployments.services.test_credentials import legacy_secret, make_legacy
 from tests.factories import MembershipFactory, TeamFactory
 from tests.gateway.conftest import start_gateway, wait_until
 from tests.gateway.tcp_proxy import TcpProxy
@@ -139,6 +140,22 @@ def test_a_flood_of_made_up_keys_never_reaches_the_database(world, tmp_path):
     finally:
         gw.stop()
         pg.close()
+
+
+def test_keys_minted_before_check_segments_keep_working(world, tmp_path):
+    """A three-part key from before the upgrade authenticates (its id is a live key's); a made-up secret for the
+    same id does not, and revoking it works as for any key."""
+    world.deployment("m")
+    key, _ = world.key()
+    raw = make_legacy(key, "tdm")
+    gw = start_gateway(tmp_path)
+    try:
+        assert post(gw, raw, {"model": "m", **CHAT}).status_code == 200
+        assert_openai_error(post(gw, legacy_secret("tdm", key.key_id), {"model": "m", **CHAT}), 401)
+        api_key_revoke(actor=world.member, key=key)
+        assert wait_until(lambda: post(gw, raw, {"model": "m", **CHAT}).status_code == 401, timeout=2)
+    finally:
+        gw.stop()
 
 
 def test_failed_authentications_are_limited_per_client_address(world, tmp_path):

@@ -6,6 +6,7 @@ import pytest
 
 from gateway.cache import MISSING, AsyncCache
 from gateway.errors import GatewayError, from_upstream
+from gateway.keys import AuthFailures, client_address
 from gateway.requests import parse_request, upstream_body
 from gateway.streaming import _split_complete, take_usage
 from gateway.timing import Record
@@ -191,3 +192,26 @@ def test_usage_from_a_strange_upstream_never_makes_a_record_the_database_refuses
     rec = Record("r", "chat.completions")
     take_usage(b'data: {"choices":[],"usage":' + usage + b"}\n\n", rec, True)
     assert (rec.prompt_tokens, rec.completion_tokens) == (counts or (0, 0))
+
+
+def test_failure_counts_are_kept_for_a_bounded_number_of_addresses():
+    failures = AuthFailures(limit=3, max_addresses=100)
+    for _ in range(3):
+        failures.failed("10.0.0.0")
+    with pytest.raises(GatewayError):
+        failures.check("10.0.0.0")
+    for i in range(1, 10_000):
+        failures.failed(f"10.0.{i // 256}.{i % 256}")
+    assert len(failures) == 100
+    for _ in range(3):
+        failures.failed("192.0.2.1")
+    with pytest.raises(GatewayError) as info:
+        failures.check("192.0.2.1")
+    assert info.value.status == 429 and info.value.code == "too_many_auth_failures"
+    failures.check("10.0.0.0")  # forgotten: the oldest went first
+
+
+def test_an_ipv6_client_is_counted_by_its_slash_64():
+    assert client_address(("2001:db8:1:2:aaaa::1", 5000)) == client_address(("2001:db8:1:2:bbbb::9", 1)) \
+        == "2001:db8:1:2::/64"
+    assert client_address(("192.0.2.7", 1)) == "192.0.2.7" and client_address(None) is None
