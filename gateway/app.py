@@ -126,8 +126,9 @@ class Gateway:
                 given_id = value
             elif name == b"content-length":
                 content_length = int(value) if value.isdigit() and len(value) < 19 else None
-        request_id = new_request_id()
-        client_id = given_id.decode("latin-1") if given_id and request_id_valid(given_id.decode("latin-1")) else ""
+        request_id, client_id = new_request_id(), given_id.decode("latin-1") if given_id else ""
+        if client_id and not request_id_valid(client_id):
+            client_id = ""  # never echo (or log) arbitrary text
         path, method = scope["raw_path"].partition(b"?")[0], scope["method"]
         endpoint = OPENAI_POSTS.get(path)
         if endpoint is not None and method == "POST":

@@ -1,6 +1,7 @@
 """One OpenAI request through the gateway: authenticate, check, route, limit, forward, relay, record."""
 import asyncio
 import logging
+from functools import partial
 
 import aiohttp
 import orjson
@@ -27,15 +28,20 @@ class Exchange:
         self.client_gone = False
 
 
+def _client_left(ex: Exchange) -> None:
+    # Cancel the handler, which closes the upstream connection and so cancels the generation there too.
+    if not ex.finished:
+        ex.client_gone = True
+        ex.task.cancel()
+
+
 async def _watch_disconnect(receive, ex: Exchange) -> None:
-    # uvicorn's send() silently drops data for a gone client, so only receive() tells us: cancel the handler,
-    # which closes the upstream connection and so cancels the generation there too.
+    # uvicorn's send() silently drops data for a gone client, so only receive() tells us (when the server does not
+    # offer gateway.server's connection hook).
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            if not ex.finished:
-                ex.client_gone = True
-                ex.task.cancel()
+            _client_left(ex)
             return
 
 
@@ -54,6 +60,8 @@ async def handle_openai(gw, scope, receive, send, endpoint: str, request_id: str
     rec = Record(request_id, endpoint, client_id)
     rid = (client_id or request_id).encode()
     ex = Exchange()
+    extensions = scope.get("extensions")
+    connection = extensions.get("tandem.connection") if extensions else None
     watcher = None
     resp = None
     status = 200
@@ -69,7 +77,12 @@ async def handle_openai(gw, scope, receive, send, endpoint: str, request_id: str
         check_against_deployment(data, route)
         await gw.limiter.check(key)
         body, keep_usage_chunk = upstream_body(raw, data, stream=stream)
-        watcher = asyncio.ensure_future(_watch_disconnect(receive, ex))
+        if connection is None:
+            watcher = asyncio.ensure_future(_watch_disconnect(receive, ex))
+        elif connection.lost:
+            raise ClientGone
+        else:
+            connection.on_lost = partial(_client_left, ex)
         resp = await _post(gw, route, endpoint, body, request_id)
         if resp.status >= 400:
             raise await _upstream_error(resp)
@@ -116,6 +129,8 @@ async def handle_openai(gw, scope, receive, send, endpoint: str, request_id: str
     finally:
         if watcher is not None:
             watcher.cancel()
+        elif connection is not None:
+            connection.on_lost = None
         if resp is not None:
             if status < 400 and not rec.partial:
                 resp.release()
@@ -155,6 +170,16 @@ async def _upstream_error(resp) -> GatewayError:
 
 
 def _read_usage(payload: bytes, rec) -> None:
+    """`usage` of a whole answer: usually the last object in it, so that object alone is read when it can be."""
+    start = payload.rfind(b'"usage":{')
+    if start >= 0:
+        try:
+            usage = orjson.loads(payload[start + 8:payload.index(b"}", start) + 1])
+            if "prompt_tokens" in usage:
+                read_usage(usage, rec)
+                return
+        except (orjson.JSONDecodeError, ValueError):
+            pass
     try:
         usage = orjson.loads(payload).get("usage")
     except (orjson.JSONDecodeError, AttributeError):

@@ -43,6 +43,20 @@ def test_client_disconnect_cancels_upstream_and_is_recorded_partial(world, gatew
     assert record.deployment_id == dep.pk and record.status_code == 499
 
 
+def test_a_client_that_gives_up_on_a_long_answer_cancels_it_upstream(world, gateway, mock_requests):
+    """Not streamed: the client times out while the deployment still generates; the gateway closes upstream."""
+    world.deployment("long", options="ttft=1.5")
+    _, raw = world.key()
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(gateway.base_url + "/v1/chat/completions", headers={"Authorization": f"Bearer {raw}",
+                   "X-Request-ID": "rid-gave-up"}, json={"model": "long", **CHAT}, timeout=0.5)
+    left_at = time.time()
+    assert wait_until(lambda: upstream_by_model(mock_requests, "long").get("cancelled"), timeout=2.0)
+    assert upstream_by_model(mock_requests, "long")["cancelled_at"] - left_at < 0.5
+    record = drained("rid-gave-up")
+    assert record.status_code == 499 and record.error_type == "client_disconnected"
+
+
 def test_upstream_drop_mid_stream_gives_an_error_event_and_done(world, gateway, openai_client):
     world.deployment("flaky", options="drop=3,chunks=8")
     _, raw = world.key()
