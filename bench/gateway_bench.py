@@ -51,6 +51,14 @@ def pct(values, q):
     return values[min(len(values) - 1, int(q / 100 * len(values)))]
 
 
+def cpu_seconds(pid: int | None) -> float:
+    """User plus system CPU time the process has used so far (0 for none)."""
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def spawn(args, core, log, env=None):
     return subprocess.Popen(["taskset", "-c", str(core), sys.executable, *args], cwd=ROOT,
                             env={**os.environ, **(env or {})}, stdout=log, stderr=subprocess.STDOUT)
@@ -153,6 +161,7 @@ def merge(parts: list[dict]) -> dict:
         for name, value in part.items():
             out[name] = out.get(name, [] if isinstance(value, list) else 0) + value
     out["per_s"] = out["complete"] / out["took"]
+    out["cpu_us"] = out.get("cpu", 0) / max(1, out["complete"]) * 1e6
     return out
 
 
@@ -206,6 +215,16 @@ async def run(args, world):
         *((f"streams {n}", proxies, 1, lambda t, n=n: stream_phase(session, t, "wide", n, args.seconds))
           for n in args.streams),
     ]
+    # The proxy process each target goes through, whose CPU time each slice measures (per request: a cost that
+    # the load generator's own limits do not hide).
+    pids = {"direct": None, "bare": procs[1].pid, "gateway": procs[2].pid, "limited": procs[2].pid}
+
+    async def measured(name, how):
+        before = cpu_seconds(pids[name])
+        part = await how(targets[name])
+        part["cpu"] = cpu_seconds(pids[name]) - before
+        return part
+
     rounds = []
     out = {"load_average_at_start": os.getloadavg(), "command": " ".join(sys.argv)}
     try:
@@ -226,7 +245,7 @@ async def run(args, world):
                     for i in range(slices):
                         shift = (r + i) % len(names)
                         for n in names[shift:] + names[:shift]:
-                            parts[n].append(await how(targets[n]))
+                            parts[n].append(await measured(n, how))
                     result[name] = {n: merge(p) for n, p in parts.items()}
                 keys = world["cold_keys"][r * per_round:(r + 1) * per_round]
                 if keys:
@@ -294,6 +313,10 @@ def report(rounds, args, out):
         unit = "" if phase.startswith("req") else " streams/s"
         row(f"{phase}{unit}", {t: series(phase, t, lambda p, t=t: p[t]["per_s"])
                                for t in ("direct", *PROXIES) if any(t in r.get(phase, {}) for r in rounds)})
+    for phase in ("req/s c=1", "req/s c=32", "stream c=64", *(f"streams {n}" for n in args.streams)):
+        row(f"proxy CPU us per answer, {phase.replace('req/s ', '')}",
+            {t: series(phase, t, lambda p, t=t: p[t]["cpu_us"]) for t in PROXIES
+             if any(t in r.get(phase, {}) for r in rounds)})
     for n in args.streams:
         row(f"incomplete streams, {n}", {t: series(f"streams {n}", t, lambda p, t=t: p[t]["incomplete"])
                                          for t in ("direct", "bare", "gateway")})
@@ -305,6 +328,9 @@ def report(rounds, args, out):
     def ratio(phase, num, den="bare"):
         return series(phase, num, lambda p: p[num]["per_s"] / p[den]["per_s"])
 
+    def cpu_ratio(phase, num, den="bare"):
+        return series(phase, num, lambda p: p[num]["cpu_us"] / p[den]["cpu_us"])
+
     checks = [
         ("req/s c=1, gateway / bare", ratio("req/s c=1", "gateway"), ">= 0.9"),
         ("req/s c=1, limited / bare", ratio("req/s c=1", "limited"), ">= 0.9"),
@@ -312,6 +338,9 @@ def report(rounds, args, out):
         ("req/s c=32, limited / bare", ratio("req/s c=32", "limited"), ">= 0.9"),
         *((f"streams/s {n}, gateway / bare", ratio(f"streams {n}", "gateway"), ">= 0.95" if n == 500 else "")
           for n in args.streams),
+        ("CPU per request c=32, gateway / bare", cpu_ratio("req/s c=32", "gateway"), "(lower is leaner)"),
+        ("CPU per request c=32, limited / bare", cpu_ratio("req/s c=32", "limited"), ""),
+        *((f"CPU per stream {n}, gateway / bare", cpu_ratio(f"streams {n}", "gateway"), "") for n in args.streams),
         ("TTFT p99 c=64, gateway - bare ms", series("stream c=64", "gateway", lambda p: (
             pct(p["gateway"]["ttft"], 99) - pct(p["bare"]["ttft"], 99)) * ms), "<= 2"),
         ("TTFT p99 c=64, limited - bare ms", series("stream c=64", "limited", lambda p: (

@@ -41,7 +41,8 @@ def _rows(entries) -> list[RequestRecord]:
     keys = set(ApiKey.objects.filter(pk__in={p["api_key_id"] for p in parsed}).values_list("pk", flat=True))
     deps = set(Deployment.objects.filter(pk__in={p["deployment_id"] for p in parsed}).values_list("pk", flat=True))
     return [RequestRecord(
-        request_id=p["request_id"], client_request_id=p.get("client_request_id", ""), created_at=dt.datetime.fromtimestamp(p["created_at"], dt.UTC),
+        request_id=p["request_id"], client_request_id=p.get("client_request_id", ""),
+        created_at=dt.datetime.fromtimestamp(p["created_at"], dt.UTC),
         api_key_id=p["api_key_id"] if p["api_key_id"] in keys else None,
         deployment_id=p["deployment_id"] if p["deployment_id"] in deps else None,
         endpoint=p["endpoint"], stream=p["stream"], status_code=p["status_code"], error_type=p["error_type"][:60],

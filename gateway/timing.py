@@ -18,8 +18,8 @@ MAX_BUFFERED = 200_000  # records kept in memory while Redis is away, then the o
 class Record:
     """One request; timestamps come from perf_counter, `created_at` from the wall clock."""
 
-    __slots__ = ("request_id", "client_request_id", "created_at", "t0", "endpoint", "stream", "model", "key_pk", "key_id", "tpm",
-                 "deployment_id", "status_code", "error_type", "prompt_tokens", "completion_tokens", "partial",
+    __slots__ = ("request_id", "client_request_id", "created_at", "t0", "endpoint", "stream", "model", "key_pk",
+                 "key_id", "tpm", "deployment_id", "status_code", "error_type", "prompt_tokens", "completion_tokens", "partial",
                  "ttft_ms", "e2e_ms", "mean_itl_ms", "max_itl_ms", "bytes_out", "_last", "chunks", "_gap_sum",
                  "_gap_max")
 

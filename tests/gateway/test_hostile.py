@@ -111,7 +111,8 @@ def test_a_flood_of_made_up_keys_never_reaches_the_database(world, tmp_path):
     the flood gets in."""
     world.deployment("m")
     pg = _proxied(processes.test_database_url())
-    gw = start_gateway(tmp_path, DATABASE_URL=_through(processes.test_database_url(), pg), TANDEM_GATEWAY_KEY_MAX_STALE_S="600")
+    gw = start_gateway(tmp_path, DATABASE_URL=_through(processes.test_database_url(), pg),
+                       TANDEM_GATEWAY_KEY_MAX_STALE_S="600")
     try:
         wait_until(lambda: pg.queries >= 1, timeout=2)  # the startup read of live key ids
         time.sleep(0.3)

@@ -43,7 +43,8 @@ def test_a_new_secret_has_four_parts_and_a_check_only_the_server_can_make():
     typo = body[:-1] + ("a" if body[-1] != "a" else "b")
     assert not credential_check_ok(f"{typo}_{check}", check_key=check_key)
     assert credential_split(legacy_secret("tdm", key_id), "tdm") == (key_id, False)
-    for junk in ("tdm_x", f"tdm_{key_id}_short_abcdef", f"tdp_{key_id}_{'a' * 43}_abcdef", f"{raw}x", "tdm_é_" + "a" * 40):
+    for junk in ("tdm_x", f"tdm_{key_id}_short_abcdef", f"tdp_{key_id}_{'a' * 43}_abcdef", f"{raw}x",
+                 "tdm_é_" + "a" * 40):
         assert credential_split(junk, "tdm") is None or not credential_check_ok(junk, check_key=check_key)
 
 
