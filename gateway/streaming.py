@@ -11,6 +11,7 @@ from gateway.errors import upstream_error_event
 
 UPSTREAM_FAILURES = (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError)
 _EVENT_END = re.compile(rb"\r\n\r\n|\n\n")
+DONE_ENDINGS = (b"[DONE]\n\n", b"[DONE]\r\n\r\n")
 _MAX_COUNT = 2 ** 31 - 1  # what a record's token columns hold
 
 
@@ -80,8 +81,8 @@ async def relay_events(resp, send, rec, *, keep_usage_chunk: bool) -> None:
                     continue
             if b'"usage"' in data:
                 data = take_usage(data, rec, keep_usage_chunk)
-            saw_done = _ends_with_done(data)
-            events += data.count(b"\n\n") + data.count(b"\r\n\r\n")
+            saw_done = data.endswith(DONE_ENDINGS) and _ends_with_done(data)
+            events += data.count(b"\n\n") or data.count(b"\r\n\r\n")
             await send({"type": "http.response.body", "body": data, "more_body": True})
             rec.chunk_sent(len(data))
     except UPSTREAM_FAILURES as e:
