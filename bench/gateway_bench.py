@@ -190,7 +190,8 @@ async def run(args, world):
         spawn(["-m", "bench.bare_proxy", "--port", str(args.bare_port), "--upstream",
                f"http://127.0.0.1:{args.mock_port}"], 0, open(logs / "bare.log", "wb")),
         spawn(["-m", "gateway", "--port", str(args.gateway_port)], 0, open(logs / "gateway.log", "wb"),
-              env={"TANDEM_GATEWAY_ACCESS_LOG": "1" if args.access_log else "0"}),
+              env={"TANDEM_GATEWAY_ACCESS_LOG": "1" if args.access_log else "0",
+                   "TANDEM_GATEWAY_METRICS_PORT": str(args.gateway_port + 1)}),
     ]
     mock, bare, gw = (f"http://127.0.0.1:{p}" for p in (args.mock_port, args.bare_port, args.gateway_port))
     prefix = {s: (f"/o/{o}" if o else "") for s, o in SCENARIOS.items()}
@@ -373,7 +374,7 @@ def main():
     parser.add_argument("--cold-keys", type=int, default=3000, help="never-seen keys, shared out over the rounds")
     parser.add_argument("--mock-port", type=int, default=9410)
     parser.add_argument("--bare-port", type=int, default=9411)
-    parser.add_argument("--gateway-port", type=int, default=9412)
+    parser.add_argument("--gateway-port", type=int, default=9412, help="its metrics go on the next port")
     parser.add_argument("--no-access-log", dest="access_log", action="store_false")
     parser.add_argument("--logs", default=f"/tmp/tandem-bench-{uuid.uuid4().hex[:6]}")
     parser.add_argument("--json")
