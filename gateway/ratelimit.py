@@ -77,12 +77,12 @@ class RateLimiter:
         try:
             requests, tokens = await self._redis.mget(*_keys(key_id, counts.window))
             counts.requests, counts.tokens = int(requests or 0), int(tokens or 0)
-            counts.synced_at = time.monotonic()
         except RedisError:
             # Limits are a fairness tool, not auth: Redis away must not take traffic down.
             log.warning("rate limit counters unavailable; counting this replica's requests only", exc_info=True)
         finally:
             counts.ready = None
+            counts.synced_at = time.monotonic()  # after a failure too: try again in SYNC_S, not per request
 
     @property
     def has_news(self) -> bool:
