@@ -1,15 +1,18 @@
-"""Rows the benchmark needs (team, member, key, one running deployment per mock scenario) in its own database."""
+"""Rows the benchmark needs (team, member, keys, one running deployment per mock scenario) in its own database."""
 import uuid
 
 
-def bench_world(scenarios: dict[str, str], mock_port: int) -> dict:
+def bench_world(scenarios: dict[str, str], mock_port: int, *, cold_keys: int = 0) -> dict:
+    """A team with one deployment per scenario and three kinds of key: a warm one without limits, one with
+    (generous) rate limits, so each request pays the limiter's Redis round trip, and `cold_keys` keys that the
+    gateway has never seen (each first use is a cache miss that reaches PostgreSQL)."""
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
-    from deployments.models import Cluster, Deployment, Membership, Team
-    from deployments.services.api_keys import api_key_create
     from django.contrib.auth import get_user_model
 
+    from deployments.models import Cluster, Deployment, Membership, Team
+    from deployments.services.api_keys import api_key_create
     from deployments.spec import spec_parse
 
     tag = uuid.uuid4().hex[:6]
@@ -30,4 +33,7 @@ def bench_world(scenarios: dict[str, str], mock_port: int) -> dict:
                                   (f"/o/{options}" if options else ""))
         models[name] = model
     _, raw = api_key_create(actor=user, team=team, name="bench")
-    return {"raw_key": raw, "models": models}
+    _, limited = api_key_create(actor=user, team=team, name="bench-limited", requests_per_minute=10_000_000,
+                                tokens_per_minute=2_000_000_000)
+    cold = [api_key_create(actor=user, team=team, name=f"bench-cold-{i}")[1] for i in range(cold_keys)]
+    return {"raw_key": raw, "limited_key": limited, "cold_keys": cold, "models": models}

@@ -50,6 +50,10 @@ class Mock:
     def _log(self, request, body, **fields):
         if self.record:
             rid = request.headers.get("X-Request-ID", f"none-{self.served}")
+            try:
+                orjson.dumps(body)
+            except orjson.JSONEncodeError:  # nested deeper than orjson writes: keep that it came, not what
+                body = {"unrecordable": True}
             entry = self.requests.setdefault(rid, {"auth": request.headers.get("Authorization"), "body": body})
             entry.update(fields)
             return entry
@@ -58,8 +62,16 @@ class Mock:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         self.served += 1
         options = parse_options(request.match_info.get("opts", ""), self.defaults)
-        body = orjson.loads(await request.read())
         kind = request.match_info["kind"]
+        try:  # what vLLM would refuse with a 400 (a list of numbers as messages, a stop that is not text...)
+            body = orjson.loads(await request.read())
+            prompt_tokens(body)
+            if kind != "embeddings":
+                self._tokens(body, options)
+        except (orjson.JSONDecodeError, TypeError, AttributeError, KeyError, ValueError):
+            return web.Response(status=400, content_type="application/json", body=orjson.dumps({"error": {
+                "message": "mock upstream: unreadable request", "type": "BadRequestError", "param": None,
+                "code": 400}}))
         entry = self._log(request, body, started=time.time(), cancelled=False, finished=False)
         if options["fail"]:
             return web.Response(status=options["fail"], content_type="application/json",

@@ -9,11 +9,14 @@ request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id
 _VALID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
+def request_id_valid(value: str | None) -> bool:
+    """Whether a caller's id is sane enough to keep and echo (never echo arbitrary text into logs)."""
+    return bool(value) and _VALID.match(value) is not None
+
+
 def new_or_given(value: str | None) -> str:
-    """Keep a caller's id when it is sane, else make one (never echo arbitrary text into logs)."""
-    if value and _VALID.match(value):
-        return value
-    return uuid.uuid4().hex
+    """Keep a caller's id when it is sane, else make one."""
+    return value if request_id_valid(value) else uuid.uuid4().hex
 
 
 class RequestIdMiddleware:

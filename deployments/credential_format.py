@@ -1,8 +1,16 @@
 """What Tandem's secrets look like, in one pure module: the services mint and check them with it, the gateway
-authenticates with it, and nothing else re-declares a prefix, a length, the digest or the revocation channel.
+authenticates with it, and nothing else re-declares a prefix, a length, the check, the digest or the revocation
+channel.
 
-A secret is `<prefix>_<key_id>_<random>`: `tdm_` for a team's gateway API key, `tdp_` for a personal access
-token. Only HMAC-SHA256(server secret, whole string) is stored, with the key id and the last four characters.
+A secret is `<prefix>_<key_id>_<random>_<check>`: `tdm_` for a team's gateway API key, `tdp_` for a personal
+access token. `<random>` is 43 base62 characters (256 bits); `<check>` is 6 base62 characters holding the first
+32 bits of HMAC-SHA256(check key, everything before the last `_`), the check key being derived from the server's
+secret. Like the CRC32 at the end of GitHub's tokens it catches typos and junk without a database lookup, and,
+being keyed, a key made up by someone without the server's secret too: only about one guess in 4 billion passes.
+Only HMAC-SHA256(server secret, whole string) is stored, with the key id and the last four characters.
+
+Secrets minted before the check was added have three segments, `<prefix>_<key_id>_<random>` (their random part
+never contains `_`), and keep working: the segment count alone tells the two kinds apart.
 """
 import hmac
 import secrets
@@ -10,18 +18,40 @@ import secrets
 API_KEY_PREFIX = "tdm"
 ACCESS_TOKEN_PREFIX = "tdp"
 SECRET_MIN_LENGTH = 32
+RANDOM_LENGTH = 43  # base62 characters: 256 bits
+CHECK_LENGTH = 6  # base62 characters: holds 32 bits (62**6 > 2**32)
+BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+BASE62_BYTES = BASE62.encode()
 # Redis pub/sub channel on which a revoked (or otherwise changed) API key's id is announced to every gateway.
 KEY_EVENTS_CHANNEL = "tandem:keys:changed"
 
 
-def credential_new(prefix: str) -> tuple[str, str]:
-    """A fresh (key_id, plaintext) pair. The random part has no '_', so the secret always splits in three."""
+def credential_check_key(hmac_secret: str | bytes) -> bytes:
+    """The key of the check segment, derived from the server's secret (compute it once and keep it)."""
+    hmac_secret = hmac_secret.encode() if isinstance(hmac_secret, str) else hmac_secret
+    return hmac.digest(hmac_secret, b"tandem credential check v1", "sha256")
+
+
+def _check(body: bytes, check_key: bytes) -> bytes:
+    n = int.from_bytes(hmac.digest(check_key, body, "sha256")[:4], "big")
+    out = bytearray(CHECK_LENGTH)
+    for i in range(CHECK_LENGTH - 1, -1, -1):
+        n, digit = divmod(n, 62)
+        out[i] = BASE62_BYTES[digit]
+    return bytes(out)
+
+
+def credential_new(prefix: str, *, hmac_secret: str | bytes) -> tuple[str, str]:
+    """A fresh (key_id, plaintext) pair, with its check segment."""
     key_id = secrets.token_hex(6)
-    return key_id, f"{prefix}_{key_id}_{secrets.token_urlsafe(32).replace('_', 'x')}"
+    body = f"{prefix}_{key_id}_{''.join(secrets.choice(BASE62) for _ in range(RANDOM_LENGTH))}"
+    return key_id, f"{body}_{_check(body.encode(), credential_check_key(hmac_secret)).decode()}"
 
 
-def credential_split(raw: str | bytes, prefix: str) -> str | None:
-    """The key id of a well-formed secret with this prefix (str or bytes), else None."""
+def credential_split(raw: str | bytes, prefix: str) -> tuple[str, bool] | None:
+    """(key_id, checked) of a secret with this prefix that has the right shape, else None. `checked` is False for
+    a secret minted before check segments: those can only be told from a made-up one by a lookup. Only the shape
+    is looked at here; `credential_check_ok` verifies the check segment."""
     if isinstance(raw, str):
         try:
             raw = raw.encode("ascii")
@@ -30,12 +60,21 @@ def credential_split(raw: str | bytes, prefix: str) -> str | None:
     if not isinstance(raw, bytes):
         return None
     parts = raw.split(b"_")
-    if len(parts) != 3 or parts[0] != prefix.encode() or not parts[1] or len(parts[2]) < SECRET_MIN_LENGTH:
+    if parts[0] != prefix.encode() or len(parts) not in (3, 4) or not parts[1] or len(parts[2]) < SECRET_MIN_LENGTH:
+        return None
+    if len(parts) == 4 and len(parts[3]) != CHECK_LENGTH:
         return None
     try:
-        return parts[1].decode("ascii")
+        return parts[1].decode("ascii"), len(parts) == 4
     except UnicodeDecodeError:
         return None
+
+
+def credential_check_ok(raw: str | bytes, *, check_key: bytes) -> bool:
+    """Whether a checked secret's last segment is the check of the rest (constant time)."""
+    raw = raw.encode("ascii", "replace") if isinstance(raw, str) else raw
+    body, _, given = raw.rpartition(b"_")
+    return hmac.compare_digest(given, _check(body, check_key))
 
 
 def credential_digest(raw: str | bytes, *, hmac_secret: str | bytes) -> str:

@@ -34,14 +34,17 @@ def main() -> None:
     from controlplane.bind_check import debug_bind_exit
     from gateway.app import Gateway
     from gateway.config import config_from_settings
+    from gateway.server import protocol_with_limit
 
     _raise_fd_limit()
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
     config = config_from_settings(**overrides)
     debug_bind_exit(binds=[config.host], process="the gateway")  # never DEBUG at a public address
-    uvicorn.run(Gateway(config), host=config.host, port=config.port, loop="uvloop", http="httptools",
-                lifespan="on", access_log=False, server_header=False, log_config=None, backlog=4096,
-                timeout_keep_alive=75,
+    # X-Forwarded-For names the client (whose failed authentications are counted) only from trusted proxies.
+    uvicorn.run(Gateway(config), host=config.host, port=config.port, loop="uvloop",
+                http=protocol_with_limit(config.max_header_bytes), lifespan="on", access_log=False,
+                server_header=False, log_config=None, backlog=4096, timeout_keep_alive=75,
+                proxy_headers=bool(config.forwarded_allow_ips), forwarded_allow_ips=config.forwarded_allow_ips or None,
                 # SIGTERM: stop accepting, let in-flight requests and streams finish for up to this long, then
                 # cut what is left; the pod's terminationGracePeriodSeconds is longer (deploy/base/gateway.yaml).
                 timeout_graceful_shutdown=config.drain_timeout_s)

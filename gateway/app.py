@@ -1,16 +1,18 @@
 """The gateway's ASGI application: lifespan (pools, listeners) and a tiny router over a handful of paths."""
 import asyncio
+import itertools
 import logging
+import secrets
 
 import aiohttp
 import orjson
 import redis.asyncio as aioredis
 
-from controlplane.request_id import new_or_given
+from controlplane.request_id import request_id_valid
 from gateway import metrics
 from gateway.config import GatewayConfig
 from gateway.errors import GatewayError
-from gateway.keys import KeyRing
+from gateway.keys import AuthFailures, KeyRing
 from gateway.proxy import handle_openai, send_error
 from gateway.ratelimit import RateLimiter
 from gateway.routing import Router
@@ -22,6 +24,15 @@ log = logging.getLogger(__name__)
 OPENAI_POSTS = {b"/v1/chat/completions": "chat.completions", b"/v1/completions": "completions",
                 b"/v1/embeddings": "embeddings"}
 
+# The gateway's own request ids, the key of every record: 32 hex digits, a random per-process prefix and a count
+# (unique across replicas without a uuid4 per request). A client's X-Request-ID is kept beside it, never as it.
+_ID_PREFIX = secrets.token_hex(10)
+_ID_COUNT = itertools.count()
+
+
+def new_request_id() -> str:
+    return f"{_ID_PREFIX}{next(_ID_COUNT):012x}"
+
 
 class Gateway:
     """One gateway process: caches, one pooled upstream client, a recorder; no state replicas must share."""
@@ -29,9 +40,14 @@ class Gateway:
     def __init__(self, config: GatewayConfig):
         self.config = config
         self.store = Store(config.database_conninfo)
+        self.failures = AuthFailures(limit=config.auth_failures_per_minute, max_addresses=config.cache_max_entries)
         self.keys = KeyRing(self.store, hmac_secret=config.hmac_secret, ttl=config.key_ttl_s,
-                            negative_ttl=config.negative_ttl_s)
-        self.router = Router(self.store, ttl=config.route_ttl_s)
+                            max_stale=config.max_stale_s, negative_ttl=config.negative_ttl_s,
+                            max_entries=config.cache_max_entries, failures=self.failures)
+        self.router = Router(self.store, ttl=config.route_ttl_s, max_stale=config.max_stale_s,
+                             max_entries=config.cache_max_entries)
+        self.metrics_server = None
+        self.in_flight = 0
         self.redis = None
         self.session = None
         self.limiter = None
@@ -39,11 +55,20 @@ class Gateway:
         self._tasks: list[asyncio.Task] = []
 
     async def startup(self) -> None:
+        try:
+            self.metrics_server = await metrics.serve(self.config.metrics_host, self.config.metrics_port)
+        except OSError as e:
+            raise RuntimeError(f"cannot serve metrics on {self.config.metrics_host}:{self.config.metrics_port} ({e}); "
+                               "set TANDEM_GATEWAY_METRICS_HOST/_PORT") from None
         await self.store.open()
         # The process's one Redis client: rate limits, the request recorder and the key channel share its pool.
         self.redis = aioredis.Redis.from_url(self.config.redis_url)
-        self.limiter = RateLimiter(self.redis)
-        self.recorder = Recorder(self.redis, interval=self.config.flush_interval_s, access_log=self.config.access_log)
+        self.limiter = RateLimiter(self.redis, max_keys=self.config.cache_max_entries)
+        self.recorder = Recorder(self.redis, interval=self.config.flush_interval_s, access_log=self.config.access_log,
+                                 limiter=self.limiter)
+        metrics.watch_sizes(keys=self.keys.cache, routes=self.router.cache, auth_failures=self.failures,
+                            rate_limits=self.limiter)
+        metrics.IN_FLIGHT.set_function(lambda: self.in_flight)
         # One pooled client for every deployment; no connection limit (streams are long-lived and many).
         self.session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30),
@@ -51,7 +76,8 @@ class Gateway:
                                           sock_read=self.config.upstream_timeout_s),
             skip_auto_headers=("Accept-Encoding", "User-Agent"), auto_decompress=False)
         self._tasks = [asyncio.ensure_future(self.keys.listen(self.redis)),
-                       asyncio.ensure_future(self.recorder.run())]
+                       asyncio.ensure_future(self.recorder.run()),
+                       asyncio.ensure_future(self.keys.keep_known_ids(every=self.config.max_stale_s))]
         try:  # refuse traffic until revocations can reach us
             await asyncio.wait_for(self.keys.listening.wait(), timeout=10)
         except asyncio.TimeoutError:
@@ -67,6 +93,7 @@ class Gateway:
         await self.session.close()
         await self.redis.aclose()
         await self.store.close()
+        await self.metrics_server.cleanup()
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http":
@@ -98,37 +125,37 @@ class Gateway:
             elif name == b"x-request-id":
                 given_id = value
             elif name == b"content-length":
-                content_length = int(value) if value.isdigit() else None
-        request_id = new_or_given(given_id.decode("latin-1") if given_id else None)
+                content_length = int(value) if value.isdigit() and len(value) < 19 else None
+        request_id, client_id = new_request_id(), given_id.decode("latin-1") if given_id else ""
+        if client_id and not request_id_valid(client_id):
+            client_id = ""  # never echo (or log) arbitrary text
         path, method = scope["raw_path"].partition(b"?")[0], scope["method"]
         endpoint = OPENAI_POSTS.get(path)
         if endpoint is not None and method == "POST":
-            metrics.IN_FLIGHT.inc()
+            self.in_flight += 1
             try:
-                await handle_openai(self, scope, receive, send, endpoint, request_id, authorization, content_length)
+                await handle_openai(self, scope, receive, send, endpoint, request_id, client_id, authorization,
+                                    content_length)
             finally:
-                metrics.IN_FLIGHT.dec()
+                self.in_flight -= 1
         elif path == b"/v1/models" and method == "GET":
-            await self.list_models(send, request_id, authorization)
-        elif path == b"/metrics" and method == "GET":
-            body, content_type = metrics.render()
-            await _plain(send, 200, body, content_type)
+            await self.list_models(scope, send, client_id or request_id, authorization)
         elif path in (b"/healthz", b"/readyz") and method == "GET":
             ready = path == b"/healthz" or self.keys.listening.is_set()
             await _plain(send, 200 if ready else 503, b'{"status":"%s"}' % (b"ok" if ready else b"not ready"),
                          b"application/json")
         elif endpoint is not None or path == b"/v1/models":
             await send_error(send, GatewayError(405, f"{method} is not allowed here.", code="method_not_allowed"),
-                             request_id.encode())
+                             (client_id or request_id).encode())
         else:
-            await send_error(send, GatewayError(404, f"There is no {path.decode(errors='replace')} here; the "
+            await send_error(send, GatewayError(404, f"There is no {path[:200].decode(errors='replace')} here; the "
                                                      "gateway serves /v1/models, /v1/chat/completions, "
                                                      "/v1/completions and /v1/embeddings.", code="not_found"),
-                             request_id.encode())
+                             (client_id or request_id).encode())
 
-    async def list_models(self, send, request_id: str, authorization) -> None:
+    async def list_models(self, scope, send, request_id: str, authorization) -> None:
         try:
-            key = await self.keys.authenticate(authorization)
+            key = await self.keys.authenticate(authorization, scope.get("client"))
             routes = await self.router.models(key)
         except GatewayError as err:
             await send_error(send, err, request_id.encode())

@@ -8,8 +8,11 @@ RECORD_STREAM = "tandem:gateway:requests"
 # libpq parameters DATABASE_URL may carry in its query (TLS above all) that the gateway's own pool must keep too.
 LIBPQ_OPTIONS = {"sslmode", "sslrootcert", "sslcert", "sslkey", "sslcrl", "sslnegotiation", "connect_timeout",
                  "application_name", "target_session_attrs", "options"}
-# Redis keeps at most about this many undrained records; past it the oldest are trimmed (bounded memory).
-RECORD_STREAM_MAXLEN = 1_000_000
+# Each stream entry carries up to this many records (a JSON list in field `b`): one Redis command per flush, not
+# one per request. Redis keeps at most about RECORD_STREAM_MAXLEN undrained entries (about 1,000,000 records);
+# past it the oldest are trimmed (bounded memory).
+RECORDS_PER_ENTRY = 100
+RECORD_STREAM_MAXLEN = 10_000
 
 
 @dataclass(frozen=True)
@@ -24,10 +27,22 @@ class GatewayConfig:
     upstream_timeout_s: float
     access_log: bool
     drain_timeout_s: float = 30.0  # on SIGTERM: how long in-flight streams may run before they are cut
-    key_ttl_s: float = 60.0  # safety net only: revocation arrives by pub/sub
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = 9801
+    # A cached key or route is refreshed in the background after half of this, and refused (503) past it
+    # while PostgreSQL cannot confirm it: revocation fails closed even when pub/sub or the database is away.
+    max_stale_s: float = 30.0
     route_ttl_s: float = 2.0  # deployments change status without an announcement
     negative_ttl_s: float = 5.0
+    cache_max_entries: int = 100_000
+    auth_failures_per_minute: int = 60  # per client address; 0 turns the limit off
+    forwarded_allow_ips: str = ""  # proxies whose X-Forwarded-For names the client (uvicorn's syntax)
+    max_header_bytes: int = 64 * 1024
     flush_interval_s: float = 0.05
+
+    @property
+    def key_ttl_s(self) -> float:
+        return self.max_stale_s / 2
 
 
 def database_conninfo() -> str:
@@ -50,6 +65,13 @@ def config_from_settings(**overrides) -> GatewayConfig:
         upstream_timeout_s=getattr(settings, "TANDEM_GATEWAY_UPSTREAM_TIMEOUT_S", 600.0),
         access_log=getattr(settings, "TANDEM_GATEWAY_ACCESS_LOG", True),
         drain_timeout_s=getattr(settings, "TANDEM_GATEWAY_DRAIN_SECONDS", 30.0),
+        metrics_host=getattr(settings, "TANDEM_GATEWAY_METRICS_HOST", "127.0.0.1"),
+        metrics_port=getattr(settings, "TANDEM_GATEWAY_METRICS_PORT", 9801),
+        max_stale_s=getattr(settings, "TANDEM_GATEWAY_KEY_MAX_STALE_S", 30.0),
+        cache_max_entries=getattr(settings, "TANDEM_GATEWAY_CACHE_MAX_ENTRIES", 100_000),
+        auth_failures_per_minute=getattr(settings, "TANDEM_GATEWAY_AUTH_FAILURES_PER_MINUTE", 60),
+        forwarded_allow_ips=getattr(settings, "TANDEM_GATEWAY_FORWARDED_ALLOW_IPS", ""),
+        max_header_bytes=getattr(settings, "TANDEM_GATEWAY_MAX_HEADER_BYTES", 64 * 1024),
     )
     values.update(overrides)
     return GatewayConfig(**values)

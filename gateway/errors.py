@@ -46,6 +46,19 @@ def rate_limited(what: str, retry_after: int) -> GatewayError:
                         headers=[(b"retry-after", str(retry_after).encode())])
 
 
+def too_many_failures(retry_after: int) -> GatewayError:
+    return GatewayError(429, "Too many failed authentications from your address. Check your API key, then retry "
+                             f"after {retry_after}s.", type="rate_limit_error", code="too_many_auth_failures",
+                        headers=[(b"retry-after", str(retry_after).encode())])
+
+
+def store_unavailable() -> GatewayError:
+    """The control plane's database cannot confirm the key or route (fail closed), or it is away for a miss."""
+    return GatewayError(503, "The gateway cannot reach its key store to confirm this request right now; try again "
+                             "shortly.", type="service_unavailable", code="store_unavailable",
+                        headers=[(b"retry-after", b"2")])
+
+
 def too_large(limit: int) -> GatewayError:
     return GatewayError(413, f"The request body is larger than {limit} bytes.", code="request_too_large")
 

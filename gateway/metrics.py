@@ -1,4 +1,11 @@
-"""Prometheus metrics of the gateway process, labelled by deployment; observed off the hot path by the recorder."""
+"""Prometheus metrics of the gateway process, labelled by deployment; observed off the hot path by the recorder.
+
+They name every tenant's deployments and traffic, so they are served on an internal port of their own
+(`TANDEM_GATEWAY_METRICS_HOST`/`_PORT`, 127.0.0.1:9801 by default), never on the public one.
+"""
+import asyncio
+
+from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, generate_latest
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
@@ -17,27 +24,62 @@ GAP_MAX = Histogram("tandem_gateway_inter_chunk_gap_max_seconds", "Largest gap b
                     ["deployment"], buckets=GAP_BUCKETS)
 BYTES = Counter("tandem_gateway_response_bytes", "Bytes sent to clients", ["deployment"])
 RECORDS_DROPPED = Counter("tandem_gateway_records_dropped", "Request records dropped because Redis was away too long")
-IN_FLIGHT = Gauge("tandem_gateway_in_flight_requests", "Requests being proxied now")
+IN_FLIGHT = Gauge("tandem_gateway_in_flight_requests", "Requests being proxied now (read from the gateway)")
+STORE_QUERIES = Counter("tandem_gateway_store_queries", "Lookups sent to PostgreSQL, by query", ["query"])
+AUTH_FAILURES = Counter("tandem_gateway_auth_failures", "Requests refused for their key (401) or their address "
+                        "(429, `refused`), by reason", ["reason"])
+CACHE_ENTRIES = Gauge("tandem_gateway_cache_entries", "Entries held in memory, by cache", ["cache"])
+
+
+_by_deployment: dict[str, tuple] = {}  # label children, looked up once per deployment (labels() takes a lock)
+_requests: dict[tuple, object] = {}
 
 
 def observe(rec) -> None:
     dep = str(rec.deployment_id) if rec.deployment_id else "none"
-    REQUESTS.labels(dep, rec.endpoint, str(rec.status_code)).inc()
-    E2E.labels(dep).observe(rec.e2e_ms / 1000)
+    children = _by_deployment.get(dep)
+    if children is None:
+        children = _by_deployment[dep] = (E2E.labels(dep), BYTES.labels(dep), TOKENS.labels(dep, "prompt"),
+                                          TOKENS.labels(dep, "completion"), TTFT.labels(dep), GAP_MEAN.labels(dep),
+                                          GAP_MAX.labels(dep))
+    e2e, nbytes, prompt, completion, ttft, gap_mean, gap_max = children
+    labels = (dep, rec.endpoint, rec.status_code)
+    requests = _requests.get(labels)
+    if requests is None:
+        requests = _requests[labels] = REQUESTS.labels(dep, rec.endpoint, str(rec.status_code))
+    requests.inc()
+    e2e.observe(rec.e2e_ms / 1000)
     if rec.bytes_out:
-        BYTES.labels(dep).inc(rec.bytes_out)
+        nbytes.inc(rec.bytes_out)
     if rec.prompt_tokens:
-        TOKENS.labels(dep, "prompt").inc(rec.prompt_tokens)
+        prompt.inc(rec.prompt_tokens)
     if rec.completion_tokens:
-        TOKENS.labels(dep, "completion").inc(rec.completion_tokens)
+        completion.inc(rec.completion_tokens)
     if rec.ttft_ms is not None:
-        TTFT.labels(dep).observe(rec.ttft_ms / 1000)
+        ttft.observe(rec.ttft_ms / 1000)
     if rec.mean_itl_ms is not None:
-        GAP_MEAN.labels(dep).observe(rec.mean_itl_ms / 1000)
-        GAP_MAX.labels(dep).observe(rec.max_itl_ms / 1000)
+        gap_mean.observe(rec.mean_itl_ms / 1000)
+        gap_max.observe(rec.max_itl_ms / 1000)
     if rec.partial:
         PARTIAL.labels(dep, rec.error_type or "unknown").inc()
 
 
-def render() -> tuple[bytes, bytes]:
-    return generate_latest(), CONTENT_TYPE_LATEST.encode()
+def watch_sizes(**sized) -> None:
+    """Report each object's len() as `tandem_gateway_cache_entries{cache=name}`, read when scraped."""
+    for name, obj in sized.items():
+        CACHE_ENTRIES.labels(name).set_function(obj.__len__)
+
+
+async def serve(host: str, port: int) -> web.AppRunner:
+    """The internal metrics server (`GET /metrics`), on the gateway's event loop; rendering runs in a thread."""
+
+    async def scrape(request: web.Request) -> web.Response:
+        body = await asyncio.get_running_loop().run_in_executor(None, generate_latest)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    app = web.Application()
+    app.router.add_get("/metrics", scrape)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    return runner

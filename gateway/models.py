@@ -7,7 +7,10 @@ class RequestRecord(models.Model):
     Written off the hot path (the gateway appends to a Redis stream; a worker drains it here).
     """
 
+    # The gateway's own id for the request (also sent upstream); never the client's, which anyone can repeat.
     request_id = models.CharField(max_length=128, unique=True)
+    client_request_id = models.CharField(max_length=128, blank=True,
+                                         help_text="The client's X-Request-ID, as given (not unique).")
     deployment = models.ForeignKey("deployments.Deployment", on_delete=models.CASCADE, related_name="requests",
                                    null=True)
     api_key = models.ForeignKey("deployments.ApiKey", on_delete=models.SET_NULL, related_name="requests", null=True)

@@ -1,13 +1,14 @@
 """One OpenAI request through the gateway: authenticate, check, route, limit, forward, relay, record."""
 import asyncio
 import logging
+from functools import partial
 
 import aiohttp
 import orjson
 
 from gateway.errors import GatewayError, bad_gateway, from_upstream, gateway_timeout
 from gateway.requests import ClientGone, check_against_deployment, parse_request, read_body, upstream_body
-from gateway.streaming import relay_events
+from gateway.streaming import read_usage, relay_events
 from gateway.timing import Record
 
 log = logging.getLogger(__name__)
@@ -27,15 +28,20 @@ class Exchange:
         self.client_gone = False
 
 
+def _client_left(ex: Exchange) -> None:
+    # Cancel the handler, which closes the upstream connection and so cancels the generation there too.
+    if not ex.finished:
+        ex.client_gone = True
+        ex.task.cancel()
+
+
 async def _watch_disconnect(receive, ex: Exchange) -> None:
-    # uvicorn's send() silently drops data for a gone client, so only receive() tells us: cancel the handler,
-    # which closes the upstream connection and so cancels the generation there too.
+    # uvicorn's send() silently drops data for a gone client, so only receive() tells us (when the server does not
+    # offer gateway.server's connection hook).
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            if not ex.finished:
-                ex.client_gone = True
-                ex.task.cancel()
+            _client_left(ex)
             return
 
 
@@ -47,15 +53,20 @@ async def send_error(send, err: GatewayError, request_id: bytes) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-async def handle_openai(gw, scope, receive, send, endpoint: str, request_id: str, authorization, content_length):
-    rec = Record(request_id, endpoint)
-    rid = request_id.encode()
+async def handle_openai(gw, scope, receive, send, endpoint: str, request_id: str, client_id: str, authorization,
+                        content_length):
+    """`request_id` is the gateway's own (the record's key, sent upstream); the client's `X-Request-ID`, when
+    sane, is kept beside it and echoed back."""
+    rec = Record(request_id, endpoint, client_id)
+    rid = (client_id or request_id).encode()
     ex = Exchange()
+    extensions = scope.get("extensions")
+    connection = extensions.get("tandem.connection") if extensions else None
     watcher = None
     resp = None
     status = 200
     try:
-        key = await gw.keys.authenticate(authorization)
+        key = await gw.keys.authenticate(authorization, scope.get("client"))
         rec.key_pk, rec.key_id, rec.tpm = key.pk, key.key_id, key.tokens_per_minute
         raw = await read_body(receive, content_length, gw.config.max_body_bytes)
         data = parse_request(raw, endpoint)
@@ -66,8 +77,13 @@ async def handle_openai(gw, scope, receive, send, endpoint: str, request_id: str
         check_against_deployment(data, route)
         await gw.limiter.check(key)
         body, keep_usage_chunk = upstream_body(raw, data, stream=stream)
-        watcher = asyncio.ensure_future(_watch_disconnect(receive, ex))
-        resp = await _post(gw, route, endpoint, body, rid)
+        if connection is None:
+            watcher = asyncio.ensure_future(_watch_disconnect(receive, ex))
+        elif connection.lost:
+            raise ClientGone
+        else:
+            connection.on_lost = partial(_client_left, ex)
+        resp = await _post(gw, route, endpoint, body, request_id)
         if resp.status >= 400:
             raise await _upstream_error(resp)
         if stream and resp.content_type == "text/event-stream":
@@ -113,6 +129,8 @@ async def handle_openai(gw, scope, receive, send, endpoint: str, request_id: str
     finally:
         if watcher is not None:
             watcher.cancel()
+        elif connection is not None:
+            connection.on_lost = None
         if resp is not None:
             if status < 400 and not rec.partial:
                 resp.release()
@@ -122,8 +140,8 @@ async def handle_openai(gw, scope, receive, send, endpoint: str, request_id: str
         gw.recorder.add(rec)
 
 
-async def _post(gw, route, endpoint: str, body: bytes, rid: bytes):
-    headers = {"Content-Type": "application/json", "X-Request-ID": rid.decode(), **dict(route.headers)}
+async def _post(gw, route, endpoint: str, body: bytes, request_id: str):
+    headers = {"Content-Type": "application/json", "X-Request-ID": request_id, **dict(route.headers)}
     try:
         return await gw.session.post(route.urls[endpoint], data=body, headers=headers)
     except asyncio.TimeoutError:
@@ -152,10 +170,19 @@ async def _upstream_error(resp) -> GatewayError:
 
 
 def _read_usage(payload: bytes, rec) -> None:
+    """`usage` of a whole answer: usually the last object in it, so that object alone is read when it can be."""
+    start = payload.rfind(b'"usage":{')
+    if start >= 0:
+        try:
+            usage = orjson.loads(payload[start + 8:payload.index(b"}", start) + 1])
+            if "prompt_tokens" in usage:
+                read_usage(usage, rec)
+                return
+        except (orjson.JSONDecodeError, ValueError):
+            pass
     try:
         usage = orjson.loads(payload).get("usage")
     except (orjson.JSONDecodeError, AttributeError):
         return
     if isinstance(usage, dict):
-        rec.prompt_tokens = int(usage.get("prompt_tokens") or 0)
-        rec.completion_tokens = int(usage.get("completion_tokens") or 0)
+        read_usage(usage, rec)

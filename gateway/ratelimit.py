@@ -1,4 +1,5 @@
 """Per-key requests/min and tokens/min from the ApiKey row, counted in Redis in fixed one-minute windows."""
+import asyncio
 import logging
 import math
 import time
@@ -9,20 +10,47 @@ from gateway.errors import rate_limited
 
 log = logging.getLogger(__name__)
 
+SYNC_S = 0.5  # counts older than this are read again before a request is checked against them
+
 
 def _keys(key_id: str, window: int) -> tuple[str, str]:
     return f"tandem:rl:{key_id}:{window}:r", f"tandem:rl:{key_id}:{window}:t"
 
 
-class RateLimiter:
-    """Fixed windows shared by every replica: one Redis round trip per request, and only for keys with limits.
+class _Window:
+    """One key's counts in one minute: the totals every replica had reached at the last sync, and this
+    replica's requests since."""
 
-    Tokens are added after a request finishes (by the recorder, off the hot path), so a burst can overshoot the
-    token limit by the requests already in flight; the next request in that minute is refused.
+    __slots__ = ("window", "requests", "tokens", "pending", "dirty", "ready", "synced_at")
+
+    def __init__(self, window: int):
+        self.window = window
+        self.requests = self.tokens = self.pending = 0
+        self.dirty = False
+        self.ready: asyncio.Future | None = None
+        self.synced_at = 0.0
+
+
+class RateLimiter:
+    """Fixed windows shared by every replica through Redis, without a Redis round trip on the request path.
+
+    Each replica counts its own requests and, with every flush of the recorder (50 ms), adds them to Redis and
+    reads back everyone's totals. A request finding its key's totals older than `SYNC_S` (the key's first in a
+    window, or after a quiet spell) reads them first, so only keys in steady use skip the round trip. A replica
+    thus sees the others' traffic within about 50 ms when busy and `SYNC_S` at most: requests spread over
+    several replicas can overshoot a limit by what the others admitted in that time. Refused
+    requests count too. Tokens are added after a request finishes, so a burst can overshoot the token limit by
+    the requests already in flight; the next request in that minute is refused. Redis away: each replica still
+    enforces the limits on what it has seen itself.
     """
 
-    def __init__(self, redis):
+    def __init__(self, redis, *, max_keys: int = 100_000):
         self._redis = redis
+        self._max_keys = max_keys
+        self._live: dict[str, _Window] = {}
+
+    def __len__(self):
+        return len(self._live)
 
     async def check(self, key) -> None:
         rpm, tpm = key.requests_per_minute, key.tokens_per_minute
@@ -30,28 +58,65 @@ class RateLimiter:
             return
         now = time.time()
         window = int(now // 60)
-        req_key, tok_key = _keys(key.key_id, window)
-        try:
-            pipe = self._redis.pipeline(transaction=False)
-            pipe.incr(req_key)
-            pipe.expire(req_key, 120)
-            pipe.get(tok_key)
-            count, _, tokens = await pipe.execute()
-        except RedisError:
-            # Limits are a fairness tool, not auth: an unavailable Redis must not take traffic down.
-            log.warning("rate limit counters unavailable; letting the request through", exc_info=True)
-            return
+        counts = self._live.get(key.key_id)
+        if counts is None or counts.window != window:
+            counts = self._live[key.key_id] = _Window(window)
+        if counts.ready is None and time.monotonic() - counts.synced_at > SYNC_S:
+            counts.ready = asyncio.ensure_future(self._read(key.key_id, counts))
+        if counts.ready is not None:
+            await asyncio.shield(counts.ready)
+        counts.pending += 1
+        counts.dirty = True
         retry_after = max(1, math.ceil(60 - (now % 60)))
-        if rpm and count > rpm:
+        if rpm and counts.requests + counts.pending > rpm:
             raise rate_limited("requests", retry_after)
-        if tpm and tokens is not None and int(tokens) >= tpm:
+        if tpm and counts.tokens >= tpm:
             raise rate_limited("tokens", retry_after)
 
-    @staticmethod
-    def add_tokens(pipe, records) -> None:
-        """Queue INCRBYs on `pipe` for the tokens these finished requests used (keys with a token limit only)."""
+    async def _read(self, key_id: str, counts: _Window) -> None:
+        try:
+            requests, tokens = await self._redis.mget(*_keys(key_id, counts.window))
+            counts.requests, counts.tokens = int(requests or 0), int(tokens or 0)
+        except RedisError:
+            # Limits are a fairness tool, not auth: Redis away must not take traffic down.
+            log.warning("rate limit counters unavailable; counting this replica's requests only", exc_info=True)
+        finally:
+            counts.ready = None
+            counts.synced_at = time.monotonic()  # after a failure too: try again in SYNC_S, not per request
+
+    @property
+    def has_news(self) -> bool:
+        return any(counts.dirty for counts in self._live.values())
+
+    def flush_into(self, pipe, records) -> list:
+        """Queue on the recorder's pipeline the tokens of these finished requests, then, for every key used since
+        the last flush, its new requests and a read of the window's totals. `absorb` takes the results."""
         for rec in records:
             if rec.tpm and (rec.prompt_tokens or rec.completion_tokens):
                 _, tok_key = _keys(rec.key_id, int(rec.created_at // 60))
                 pipe.incrby(tok_key, rec.prompt_tokens + rec.completion_tokens)
                 pipe.expire(tok_key, 120)
+                counts = self._live.get(rec.key_id)
+                if counts is not None:
+                    counts.dirty = True
+        current = int(time.time() // 60)
+        queued = []
+        for key_id, counts in list(self._live.items()):
+            if counts.window < current - 1 or (len(self._live) > self._max_keys and not counts.dirty):
+                del self._live[key_id]
+            elif counts.dirty and counts.ready is None:
+                req_key, tok_key = _keys(key_id, counts.window)
+                queued.append((counts, counts.pending, len(pipe)))
+                pipe.incrby(req_key, counts.pending)
+                pipe.expire(req_key, 120)
+                pipe.get(tok_key)
+        return queued
+
+    @staticmethod
+    def absorb(queued: list, results: list) -> None:
+        for counts, sent, at in queued:
+            counts.pending -= sent  # what came since stays pending: the check adds it to the new total
+            counts.requests = results[at]
+            counts.tokens = int(results[at + 2] or 0)
+            counts.dirty = counts.pending > 0
+            counts.synced_at = time.monotonic()

@@ -104,4 +104,7 @@ def upstream_body(body: bytes, data: dict, *, stream: bool) -> tuple[bytes, bool
     if options.get("include_usage") is True:
         return body, True
     data["stream_options"] = {**options, "include_usage": True}
-    return orjson.dumps(data), False
+    try:
+        return orjson.dumps(data), False
+    except orjson.JSONEncodeError:  # orjson writes 255 levels of nesting, though it reads 1,024
+        raise bad_request("The request body nests too deeply.", code="invalid_json") from None

@@ -6,7 +6,7 @@ from yarl import URL
 
 from deployments.lifecycle import SERVING
 from deployments.secret_refs import SecretRefError, secret_resolve
-from gateway.cache import AsyncCache
+from gateway.cache import MISSING, AsyncCache
 from gateway.errors import forbidden, model_not_found, unavailable
 
 log = logging.getLogger(__name__)
@@ -80,16 +80,20 @@ class TeamRoutes:
 
 
 class Router:
-    def __init__(self, store, *, ttl: float):
+    """Routes by team, refreshed every `ttl` and refused (503) past `max_stale` without PostgreSQL's word."""
+
+    def __init__(self, store, *, ttl: float, max_stale: float, max_entries: int):
         self._store = store
-        self.cache = AsyncCache(self._load, ttl=ttl, negative_ttl=ttl)
+        self.cache = AsyncCache(self._load, ttl=ttl, max_stale=max_stale, negative_ttl=ttl, max_entries=max_entries)
 
     async def _load(self, team_id: int) -> TeamRoutes:
         return TeamRoutes([Route.from_row(r) for r in await self._store.team_deployments(team_id)])
 
     async def resolve(self, key, model: str) -> Route:
         """The route for this key and model, or the OpenAI-shaped 404 / 403 / 503."""
-        routes = await self.cache.get(key.team_id)
+        routes = self.cache.peek(key.team_id)
+        if routes is MISSING:
+            routes = await self.cache.get(key.team_id)
         route = routes.by_model.get(model)
         if route is None:
             raise model_not_found(model)

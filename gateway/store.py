@@ -1,12 +1,14 @@
-"""Async PostgreSQL reads of keys and deployments (psycopg pool); only cache misses reach it."""
+"""Async PostgreSQL reads of keys and deployments (psycopg pool); only cache misses and refreshes reach it."""
 import logging
+import time
 
 import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from deployments.lifecycle import LIVE
-from gateway.errors import unavailable
+from gateway import metrics
+from gateway.errors import store_unavailable
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +25,10 @@ FROM deployments_apikey k JOIN deployments_team t ON t.id = k.team_id
 WHERE k.key_id = %s
 """
 
+LIVE_KEY_IDS_SQL = """
+SELECT key_id FROM deployments_apikey WHERE revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())
+"""
+
 TEAM_DEPLOYMENTS_SQL = """
 SELECT d.id, d.name, d.spec->>'model_id' AS model_id, d.status, d.endpoint_url,
        (d.spec->'engine'->>'max_model_len')::int AS max_model_len, d.updated_at,
@@ -35,11 +41,18 @@ ORDER BY d.created_at DESC
 """
 
 
+# After a failed lookup, others fail at once for this long instead of each waiting for a connection.
+BACKOFF_S = 1.0
+
+
 class Store:
+    """The gateway's reads. Every lookup is counted (`tandem_gateway_store_queries_total` on the metrics port)."""
+
     def __init__(self, conninfo: str, *, max_size: int = 4):
         # Small: lookups are cached, so the pool only serves misses and background refreshes.
         self.pool = AsyncConnectionPool(conninfo, min_size=1, max_size=max_size, open=False,
                                         kwargs={"autocommit": True, "row_factory": dict_row})
+        self._down_until = 0.0
 
     async def open(self):
         # Do not wait: a replica that starts during a database outage answers 503s and recovers by itself.
@@ -48,19 +61,25 @@ class Store:
     async def close(self):
         await self.pool.close()
 
-    async def _fetch(self, sql: str, args: tuple) -> list[dict]:
+    async def _fetch(self, what: str, sql: str, args: tuple) -> list[dict]:
+        if time.monotonic() < self._down_until:
+            raise store_unavailable()
+        metrics.STORE_QUERIES.labels(what).inc()
         try:
-            async with self.pool.connection(timeout=5) as conn:
+            async with self.pool.connection(timeout=2) as conn:
                 cur = await conn.execute(sql, args, prepare=True)
                 return await cur.fetchall()
         except (psycopg.Error, PoolTimeout, OSError):
+            self._down_until = time.monotonic() + BACKOFF_S
             log.warning("database lookup failed", exc_info=True)
-            raise unavailable("The gateway cannot reach its key store right now; try again shortly.",
-                              code="store_unavailable") from None
+            raise store_unavailable() from None
 
     async def key_row(self, key_id: str) -> dict | None:
-        rows = await self._fetch(KEY_SQL, (key_id,))
+        rows = await self._fetch("key", KEY_SQL, (key_id,))
         return rows[0] if rows else None
 
+    async def live_key_ids(self) -> list[str]:
+        return [r["key_id"] for r in await self._fetch("live_key_ids", LIVE_KEY_IDS_SQL, ())]
+
     async def team_deployments(self, team_id: int) -> list[dict]:
-        return await self._fetch(TEAM_DEPLOYMENTS_SQL, (team_id, LIVE_STATUSES))
+        return await self._fetch("team_deployments", TEAM_DEPLOYMENTS_SQL, (team_id, LIVE_STATUSES))

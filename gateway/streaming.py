@@ -1,19 +1,35 @@
-"""Server-sent events passed through chunk by chunk, reading usage and dropping the usage chunk nobody asked for."""
+"""Server-sent events passed through chunk by chunk, reading usage and dropping the usage chunk nobody asked for.
+
+Events end with a blank line, LF (`\n\n`, as vLLM sends) or CRLF (`\r\n\r\n`); both pass through unchanged."""
 import asyncio
+import re
 
 import aiohttp
 import orjson
 
 from gateway.errors import upstream_error_event
 
-DONE = b"data: [DONE]\n\n"
 UPSTREAM_FAILURES = (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError)
+_EVENT_END = re.compile(rb"\r\n\r\n|\n\n")
+DONE_ENDINGS = (b"[DONE]\n\n", b"[DONE]\r\n\r\n")
+_MAX_COUNT = 2 ** 31 - 1  # what a record's token columns hold
+
+
+def read_usage(usage, rec) -> None:
+    """Token counts from an OpenAI `usage` object into the record; anything but a sane count reads as 0, so a
+    strange upstream cannot make a record the database refuses (and stop the drain behind it)."""
+    def count(value) -> int:
+        return min(int(value), _MAX_COUNT) if type(value) in (int, float) and 0 <= value < float("inf") else 0
+
+    rec.prompt_tokens = count(usage.get("prompt_tokens"))
+    rec.completion_tokens = count(usage.get("completion_tokens"))
 
 
 def take_usage(data: bytes, rec, keep_usage_chunk: bool) -> bytes:
     """Read `usage` from whole events in `data`; drop a usage-only chunk (`choices == []`) unless the client asked."""
-    kept, dropped = [], False
-    for event in data.split(b"\n\n"):
+    kept, dropped, start = [], False, 0
+    for end in _EVENT_END.finditer(data):
+        event, start = data[start:end.end()], end.end()
         if b'"usage"' in event and event.startswith(b"data:"):
             try:
                 obj = orjson.loads(event[5:])
@@ -21,13 +37,18 @@ def take_usage(data: bytes, rec, keep_usage_chunk: bool) -> bytes:
                 obj = None
             usage = obj.get("usage") if isinstance(obj, dict) else None
             if isinstance(usage, dict):
-                rec.prompt_tokens = int(usage.get("prompt_tokens") or 0)
-                rec.completion_tokens = int(usage.get("completion_tokens") or 0)
+                read_usage(usage, rec)
                 if not keep_usage_chunk and not obj.get("choices"):
                     dropped = True
                     continue
         kept.append(event)
-    return b"\n\n".join(kept) if dropped else data
+    return b"".join(kept) + data[start:] if dropped else data
+
+
+def _ends_with_done(data: bytes) -> bool:
+    """Whether the last event in `data` is `data: [DONE]` (either framing)."""
+    last = data.rstrip(b"\r\n")
+    return last.endswith(b"[DONE]") and last[:-6].rstrip(b" ").endswith(b"data:")
 
 
 def _split_complete(data: bytes) -> int:
@@ -53,15 +74,15 @@ async def relay_events(resp, send, rec, *, keep_usage_chunk: bool) -> None:
                 break
             if tail:
                 data, tail = tail + data, b""
-            if not data.endswith(b"\n\n"):
+            if not data.endswith(b"\n\n"):  # (a CRLF-framed event ends in "\r\n", never in "\n\n")
                 cut = _split_complete(data)
                 data, tail = data[:cut], data[cut:]
                 if not data:
                     continue
             if b'"usage"' in data:
                 data = take_usage(data, rec, keep_usage_chunk)
-            saw_done = data.endswith(DONE)
-            events += data.count(b"\n\n")
+            saw_done = data.endswith(DONE_ENDINGS) and _ends_with_done(data)
+            events += data.count(b"\n\n") or data.count(b"\r\n\r\n")
             await send({"type": "http.response.body", "body": data, "more_body": True})
             rec.chunk_sent(len(data))
     except UPSTREAM_FAILURES as e:

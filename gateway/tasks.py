@@ -32,16 +32,17 @@ def _ensure_group(r) -> None:
 
 def _rows(entries) -> list[RequestRecord]:
     parsed = []
-    for _, fields in entries:
+    for _, fields in entries:  # `b`: a list of records (one entry per gateway flush); `r`: one record
         try:
-            parsed.append(orjson.loads(fields[b"r"]))
+            parsed.extend(orjson.loads(fields[b"b"]) if b"b" in fields else [orjson.loads(fields[b"r"])])
         except (KeyError, orjson.JSONDecodeError):
             log.warning("skipping a malformed request record")
     # Keys and deployments can be deleted between the request and the drain: keep the record, drop the link.
     keys = set(ApiKey.objects.filter(pk__in={p["api_key_id"] for p in parsed}).values_list("pk", flat=True))
     deps = set(Deployment.objects.filter(pk__in={p["deployment_id"] for p in parsed}).values_list("pk", flat=True))
     return [RequestRecord(
-        request_id=p["request_id"], created_at=dt.datetime.fromtimestamp(p["created_at"], dt.UTC),
+        request_id=p["request_id"], client_request_id=p.get("client_request_id", ""),
+        created_at=dt.datetime.fromtimestamp(p["created_at"], dt.UTC),
         api_key_id=p["api_key_id"] if p["api_key_id"] in keys else None,
         deployment_id=p["deployment_id"] if p["deployment_id"] in deps else None,
         endpoint=p["endpoint"], stream=p["stream"], status_code=p["status_code"], error_type=p["error_type"][:60],
@@ -56,15 +57,17 @@ def _store(rows: list[RequestRecord]) -> None:
         if row.api_key_id and row.created_at > last_used.get(row.api_key_id, row.created_at - dt.timedelta(1)):
             last_used[row.api_key_id] = row.created_at
     with transaction.atomic():
-        # A redelivered entry (drainer died after insert, before ack) hits the unique request_id and is skipped.
+        # A redelivered entry (drainer died after insert, before ack) hits the unique request_id (the gateway's
+        # own, one per request) and is skipped.
         RequestRecord.objects.bulk_create(rows, batch_size=1000, ignore_conflicts=True)
         for pk, when in last_used.items():
             ApiKey.objects.filter(pk=pk).filter(Q(last_used_at__isnull=True) | Q(last_used_at__lt=when)) \
                 .update(last_used_at=when)
 
 
-def drain_batch(r, consumer: str, *, count: int = 1000) -> int:
-    """Move one batch (reclaimed from a dead drainer first, else new entries) into PostgreSQL; returns its size."""
+def drain_batch(r, consumer: str, *, count: int = 50) -> int:
+    """Move one batch of `count` entries, each up to RECORDS_PER_ENTRY records (reclaimed from a dead drainer
+    first, else new entries) into PostgreSQL; returns how many entries it moved."""
     _, claimed, *_ = r.xautoclaim(RECORD_STREAM, GROUP, consumer, min_idle_time=CLAIM_IDLE_MS, count=count)
     entries = claimed
     if not entries:

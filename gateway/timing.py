@@ -8,8 +8,7 @@ import orjson
 from redis.exceptions import RedisError
 
 from gateway import metrics
-from gateway.config import RECORD_STREAM, RECORD_STREAM_MAXLEN
-from gateway.ratelimit import RateLimiter
+from gateway.config import RECORD_STREAM, RECORD_STREAM_MAXLEN, RECORDS_PER_ENTRY
 
 log = logging.getLogger("gateway.access")
 
@@ -19,13 +18,14 @@ MAX_BUFFERED = 200_000  # records kept in memory while Redis is away, then the o
 class Record:
     """One request; timestamps come from perf_counter, `created_at` from the wall clock."""
 
-    __slots__ = ("request_id", "created_at", "t0", "endpoint", "stream", "model", "key_pk", "key_id", "tpm",
-                 "deployment_id", "status_code", "error_type", "prompt_tokens", "completion_tokens", "partial",
+    __slots__ = ("request_id", "client_request_id", "created_at", "t0", "endpoint", "stream", "model", "key_pk",
+                 "key_id", "tpm", "deployment_id", "status_code", "error_type", "prompt_tokens", "completion_tokens", "partial",
                  "ttft_ms", "e2e_ms", "mean_itl_ms", "max_itl_ms", "bytes_out", "_last", "chunks", "_gap_sum",
                  "_gap_max")
 
-    def __init__(self, request_id: str, endpoint: str):
+    def __init__(self, request_id: str, endpoint: str, client_request_id: str = ""):
         self.request_id = request_id
+        self.client_request_id = client_request_id
         self.created_at = time.time()
         self.t0 = time.perf_counter()
         self.endpoint = endpoint
@@ -65,22 +65,25 @@ class Record:
             self.mean_itl_ms = self._gap_sum / (self.chunks - 1) * 1000
             self.max_itl_ms = self._gap_max * 1000
 
-    def to_json(self) -> bytes:
-        return orjson.dumps({
-            "request_id": self.request_id, "created_at": self.created_at, "endpoint": self.endpoint,
+    def as_dict(self) -> dict:
+        return {
+            "request_id": self.request_id, "client_request_id": self.client_request_id,
+            "created_at": self.created_at, "endpoint": self.endpoint,
             "stream": self.stream, "model": self.model, "api_key_id": self.key_pk, "key_id": self.key_id,
             "deployment_id": self.deployment_id, "status_code": self.status_code, "error_type": self.error_type,
             "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
             "partial": self.partial, "ttft_ms": self.ttft_ms, "e2e_ms": self.e2e_ms,
             "mean_itl_ms": self.mean_itl_ms, "max_itl_ms": self.max_itl_ms, "bytes_out": self.bytes_out,
-        })
+        }
 
 
 class Recorder:
-    """Collects finished records and, every `interval`, writes them to Redis, Prometheus and the access log."""
+    """Collects finished records and, every `interval`, writes them to Redis, Prometheus and the access log, in
+    one pipeline with the rate limiter's counts."""
 
-    def __init__(self, redis, *, interval: float, access_log: bool):
+    def __init__(self, redis, *, interval: float, access_log: bool, limiter):
         self._redis = redis
+        self._limiter = limiter
         self._interval = interval
         self._access_log = access_log and log.isEnabledFor(logging.INFO)
         self._out = sys.stderr.buffer
@@ -93,7 +96,7 @@ class Recorder:
     async def run(self) -> None:
         while True:
             await asyncio.sleep(self._interval)
-            if self._buffer or self._unsent:
+            if self._buffer or self._unsent or self._limiter.has_news:
                 await self.flush()
 
     async def flush(self) -> None:
@@ -104,17 +107,20 @@ class Recorder:
             self._write_access_log(batch)
         batch, self._unsent = self._unsent + batch, []
         pipe = self._redis.pipeline(transaction=False)
-        for rec in batch:
-            if rec.key_pk is not None:  # requests without a valid key are not anyone's usage
-                pipe.xadd(RECORD_STREAM, {"r": rec.to_json()}, maxlen=RECORD_STREAM_MAXLEN, approximate=True)
-        RateLimiter.add_tokens(pipe, batch)
+        usage = [rec.as_dict() for rec in batch if rec.key_pk is not None]  # no valid key: nobody's usage
+        for i in range(0, len(usage), RECORDS_PER_ENTRY):
+            pipe.xadd(RECORD_STREAM, {"b": orjson.dumps(usage[i:i + RECORDS_PER_ENTRY])}, maxlen=RECORD_STREAM_MAXLEN,
+                      approximate=True)
+        queued = self._limiter.flush_into(pipe, batch)
         try:
-            await pipe.execute()
+            results = await pipe.execute()
         except RedisError:
             log.warning("could not write %d request records to Redis; will retry", len(batch), exc_info=True)
             self._unsent = batch[-MAX_BUFFERED:]
             if len(batch) > MAX_BUFFERED:
                 metrics.RECORDS_DROPPED.inc(len(batch) - MAX_BUFFERED)
+        else:
+            self._limiter.absorb(queued, results)
 
     @property
     def pending(self) -> int:
@@ -128,6 +134,7 @@ class Recorder:
         for rec in batch:
             lines.append(orjson.dumps({
                 "time": now, "level": "INFO", "logger": "gateway.access", "request_id": rec.request_id,
+                "client_request_id": rec.client_request_id or None,
                 "message": f"{rec.endpoint} {rec.status_code}", "status": rec.status_code, "endpoint": rec.endpoint,
                 "stream": rec.stream, "model": rec.model, "deployment": rec.deployment_id, "key_id": rec.key_id,
                 "ttft_ms": rec.ttft_ms, "e2e_ms": round(rec.e2e_ms, 3), "prompt_tokens": rec.prompt_tokens,

@@ -213,6 +213,17 @@ TANDEM_GATEWAY_CONNECT_TIMEOUT_S = env_float("TANDEM_GATEWAY_CONNECT_TIMEOUT_S",
 # Longest wait for upstream's response headers and, when streaming, between two chunks.
 TANDEM_GATEWAY_UPSTREAM_TIMEOUT_S = env_float("TANDEM_GATEWAY_UPSTREAM_TIMEOUT_S", 600.0)
 TANDEM_GATEWAY_ACCESS_LOG = env_bool("TANDEM_GATEWAY_ACCESS_LOG", True)
+# Prometheus metrics name every team's deployments: an internal address of their own, not the public port.
+TANDEM_GATEWAY_METRICS_HOST = env("TANDEM_GATEWAY_METRICS_HOST", "127.0.0.1")
+TANDEM_GATEWAY_METRICS_PORT = env_int("TANDEM_GATEWAY_METRICS_PORT", 9801)
+# Longest a cached key (or route) is honoured without PostgreSQL confirming it; past it, 503 until it can.
+TANDEM_GATEWAY_KEY_MAX_STALE_S = env_float("TANDEM_GATEWAY_KEY_MAX_STALE_S", 30.0)
+TANDEM_GATEWAY_CACHE_MAX_ENTRIES = env_int("TANDEM_GATEWAY_CACHE_MAX_ENTRIES", 100_000)
+# Failed authentications per client address and minute before it gets 429s (0: no limit).
+TANDEM_GATEWAY_AUTH_FAILURES_PER_MINUTE = env_int("TANDEM_GATEWAY_AUTH_FAILURES_PER_MINUTE", 60)
+# Proxies (comma-separated addresses/CIDRs, uvicorn's syntax) trusted to name the client in X-Forwarded-For.
+TANDEM_GATEWAY_FORWARDED_ALLOW_IPS = env("TANDEM_GATEWAY_FORWARDED_ALLOW_IPS", "")
+TANDEM_GATEWAY_MAX_HEADER_BYTES = env_int("TANDEM_GATEWAY_MAX_HEADER_BYTES", 64 * 1024)
 
 # --- Company sign-in (OpenID Connect, mozilla-django-oidc) -------------------------------------------------
 # On when a client id is set. The provider's endpoints are named one by one (its discovery document lists them);

@@ -6,7 +6,14 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.utils import timezone
 
-from deployments.credential_format import credential_digest, credential_matches, credential_new, credential_split
+from deployments.credential_format import (
+    credential_check_key,
+    credential_check_ok,
+    credential_digest,
+    credential_matches,
+    credential_new,
+    credential_split,
+)
 from deployments.errors import ActionError
 from deployments.models import Team
 
@@ -53,16 +60,20 @@ def credential_expiry(expires_at: dt.datetime | None, rule: Lifetimes) -> dt.dat
 
 def credential_mint(*, model, **fields):
     """Create a credential row; returns (row, plaintext). The plaintext exists only in this return value."""
-    key_id, raw = credential_new(model.PREFIX)
+    key_id, raw = credential_new(model.PREFIX, hmac_secret=settings.TANDEM_KEY_HMAC_SECRET)
     digest = credential_digest(raw, hmac_secret=settings.TANDEM_KEY_HMAC_SECRET)
     row = model.objects.create(key_id=key_id, digest=digest, last4=raw[-4:], **fields)
     return row, raw
 
 
 def credential_check(*, model, raw: str):
-    """The live credential this secret belongs to, or None (unknown, wrong, revoked or expired)."""
-    key_id = credential_split(raw, model.PREFIX)
-    if key_id is None:
+    """The live credential this secret belongs to, or None (unknown, wrong, revoked or expired). A secret whose
+    check segment is wrong is refused without a query."""
+    parsed = credential_split(raw, model.PREFIX)
+    if parsed is None:
+        return None
+    key_id, checked = parsed
+    if checked and not credential_check_ok(raw, check_key=credential_check_key(settings.TANDEM_KEY_HMAC_SECRET)):
         return None
     row = model.objects.filter(key_id=key_id).first()
     if row is None or not credential_matches(raw, row.digest, hmac_secret=settings.TANDEM_KEY_HMAC_SECRET):

@@ -8,6 +8,8 @@ import pytest
 from deployments.lifecycle import Status
 from deployments.models import Cluster, Membership
 from deployments.services.api_keys import api_key_create
+from gateway.models import RequestRecord
+from gateway.tasks import drain_request_records
 from tests.factories import ClusterFactory, DeploymentFactory, MembershipFactory, TeamFactory
 from tests.support.processes import Proc, start_mock_upstream
 from tests.support.processes import start_gateway as support_start_gateway
@@ -16,10 +18,13 @@ RAY_TOKEN = "ray-token-for-tests"
 
 
 def start_gateway(tmp: Path, **env) -> Proc:
-    """A gateway with a short upstream timeout, a 1 MiB body limit and a Ray token in its environment."""
+    """A gateway with a short upstream timeout, a 1 MiB body limit and a Ray token in its environment. Every test
+    calls from 127.0.0.1, so the limit on failed authentications per address is out of the way unless a test
+    sets it."""
     return support_start_gateway(tmp, **{"TANDEM_TEST_RAY_TOKEN": RAY_TOKEN,
                                          "TANDEM_GATEWAY_MAX_BODY_BYTES": str(1024 * 1024),
-                                         "TANDEM_GATEWAY_UPSTREAM_TIMEOUT_S": "2", **env})
+                                         "TANDEM_GATEWAY_UPSTREAM_TIMEOUT_S": "2",
+                                         "TANDEM_GATEWAY_AUTH_FAILURES_PER_MINUTE": "0", **env})
 
 
 @pytest.fixture(scope="session")
@@ -38,11 +43,37 @@ def gateway(django_db_setup, django_db_blocker, mock_upstream, tmp_path_factory)
 
 @pytest.fixture
 def mock_requests(mock_upstream):
+    """What upstream saw, by the X-Request-ID the gateway sent (its own id, the record's `request_id`)."""
+
     def fetch(request_id: str | None = None):
         data = httpx.get(mock_upstream.base_url + "/_mock/requests", timeout=30).json()
         return data if request_id is None else data.get(request_id)
 
     return fetch
+
+
+def drained(client_request_id: str, timeout: float = 5.0) -> RequestRecord:
+    """The record of the one request sent with this X-Request-ID, once the drain has moved it to PostgreSQL."""
+
+    def find():
+        drain_request_records()
+        return RequestRecord.objects.filter(client_request_id=client_request_id).first()
+
+    record = wait_until(find, timeout=timeout, interval=0.1)
+    assert record is not None, f"no record for {client_request_id}"
+    return record
+
+
+def upstream_of(mock_requests, client_request_id: str) -> dict:
+    """What upstream saw of the request a client sent with this X-Request-ID."""
+    return mock_requests(drained(client_request_id).request_id)
+
+
+def upstream_by_model(mock_requests, model: str) -> dict:
+    """What upstream saw of the one request for `model` (for a request whose record is not written yet)."""
+    seen = [v for v in mock_requests().values() if isinstance(v.get("body"), dict) and v["body"].get("model") == model]
+    assert len(seen) == 1, f"{len(seen)} upstream requests for {model}"
+    return seen[0]
 
 
 @pytest.fixture

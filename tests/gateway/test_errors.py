@@ -76,6 +76,24 @@ def test_429_requests_per_minute_with_retry_after(world, gateway, openai_client)
         openai_client(raw).chat.completions.create(model="m", **CHAT)
 
 
+def test_request_limits_are_shared_by_replicas(world, gateway, tmp_path):
+    """Each replica counts its own requests and syncs with Redis every 50 ms, or before answering when its counts
+    are older than half a second: what one admitted, the other knows."""
+    world.deployment("m")
+    _, raw = world.key(requests_per_minute=10)
+    second = start_gateway(tmp_path)
+    try:
+        if time.time() % 60 > 55:  # the counts must not start again at a new minute halfway through
+            time.sleep(61 - time.time() % 60)
+        assert [post(gateway, raw, {"model": "m", **CHAT}).status_code for _ in range(6)] == [200] * 6
+        time.sleep(0.3)
+        assert [post(second, raw, {"model": "m", **CHAT}).status_code for _ in range(6)] == [200] * 4 + [429] * 2
+        time.sleep(0.6)  # the first replica has been quiet since: it reads the totals before answering
+        assert post(gateway, raw, {"model": "m", **CHAT}).status_code == 429
+    finally:
+        second.stop()
+
+
 def test_429_tokens_per_minute(world, gateway):
     world.deployment("m")
     _, raw = world.key(tokens_per_minute=5)  # one answer is 8 completion tokens

@@ -4,7 +4,7 @@ import re
 import httpx
 import pytest
 
-from tests.gateway.conftest import RAY_TOKEN
+from tests.gateway.conftest import RAY_TOKEN, upstream_of
 
 
 def test_chat_non_streaming_is_answered_and_routed_with_request_id(world, openai_client, mock_requests):
@@ -16,7 +16,7 @@ def test_chat_non_streaming_is_answered_and_routed_with_request_id(world, openai
     assert raw_response.headers["x-request-id"] == "rid-1"
     assert completion.choices[0].message.content == "tok0 tok1 tok2 tok3 tok4 tok5 tok6 tok7 "
     assert (completion.usage.prompt_tokens, completion.usage.completion_tokens) == (3, 8)
-    seen = mock_requests("rid-1")
+    seen = upstream_of(mock_requests, "rid-1")
     assert seen["body"]["model"] == "chat-a"
     assert seen["auth"] is None  # the client's Tandem key never goes upstream
 
@@ -42,7 +42,7 @@ def test_streaming_without_usage_hides_the_usage_chunk_but_bills_it(world, opena
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == "".join(f"tok{i} " for i in range(8))
     assert chunks[-1].choices[0].finish_reason == "stop"
     # The gateway asked upstream for usage itself (that is how it bills the stream).
-    assert mock_requests("rid-nousage")["body"]["stream_options"] == {"include_usage": True}
+    assert upstream_of(mock_requests, "rid-nousage")["body"]["stream_options"] == {"include_usage": True}
 
 
 def test_streaming_with_usage_passes_the_usage_chunk(world, openai_client, mock_requests):
@@ -53,7 +53,7 @@ def test_streaming_with_usage_passes_the_usage_chunk(world, openai_client, mock_
         stream_options={"include_usage": True}, extra_headers={"X-Request-ID": "rid-usage"}))
     assert chunks[-1].choices == []
     assert (chunks[-1].usage.prompt_tokens, chunks[-1].usage.completion_tokens) == (4, 8)
-    assert mock_requests("rid-usage")["usage"]["completion_tokens"] == 8
+    assert upstream_of(mock_requests, "rid-usage")["usage"]["completion_tokens"] == 8
 
 
 def test_stream_bytes_are_the_upstream_bytes(world, gateway, mock_upstream):
@@ -81,7 +81,7 @@ def test_stop_sequences_are_passed_through(world, openai_client, mock_requests):
         extra_headers={"X-Request-ID": "rid-stop"})
     assert completion.choices[0].message.content == "tok0 tok1 tok2 "
     assert completion.choices[0].finish_reason == "stop"
-    assert mock_requests("rid-stop")["body"]["stop"] == ["tok3"]
+    assert upstream_of(mock_requests, "rid-stop")["body"]["stop"] == ["tok3"]
 
 
 def test_completions_streamed_and_not_and_embeddings(world, openai_client):
@@ -111,7 +111,7 @@ def test_ray_cluster_token_is_sent_upstream(world, openai_client, mock_requests)
     _, raw = world.key()
     openai_client(raw).chat.completions.create(model="on-ray", messages=[{"role": "user", "content": "x"}],
                                                extra_headers={"X-Request-ID": "rid-ray"})
-    assert mock_requests("rid-ray")["auth"] == f"Bearer {RAY_TOKEN}"
+    assert upstream_of(mock_requests, "rid-ray")["auth"] == f"Bearer {RAY_TOKEN}"
 
 
 @pytest.mark.parametrize("path", ["/v1/nothing", "/"])

@@ -7,22 +7,10 @@ import openai
 import pytest
 
 from deployments.services.api_keys import api_key_revoke
-from gateway.models import RequestRecord
-from gateway.tasks import drain_request_records
-from tests.gateway.conftest import start_gateway, wait_until
+from tests.gateway.conftest import drained, start_gateway, upstream_by_model, wait_until
 from tests.support.revocation import assert_key_refused_within
 
 CHAT = {"messages": [{"role": "user", "content": "hi"}]}
-
-
-def drained(request_id: str, timeout: float = 5.0) -> RequestRecord:
-    def find():
-        drain_request_records()
-        return RequestRecord.objects.filter(request_id=request_id).first()
-
-    record = wait_until(find, timeout=timeout, interval=0.1)
-    assert record is not None, f"no record for {request_id}"
-    return record
 
 
 def test_revocation_reaches_every_replica_within_a_second(world, gateway, tmp_path):
@@ -47,12 +35,26 @@ def test_client_disconnect_cancels_upstream_and_is_recorded_partial(world, gatew
             assert next(lines).startswith("data: ")
             left_at = time.time()
     # The stream is closed here; upstream must see its request cancelled well before it would have finished.
-    seen = wait_until(lambda: (mock_requests("rid-leave") or {}).get("cancelled"), timeout=2.0)
-    assert seen, mock_requests("rid-leave")
-    assert mock_requests("rid-leave")["cancelled_at"] - left_at < 1.0
+    seen = wait_until(lambda: upstream_by_model(mock_requests, "slow").get("cancelled"), timeout=2.0)
+    assert seen, upstream_by_model(mock_requests, "slow")
+    assert upstream_by_model(mock_requests, "slow")["cancelled_at"] - left_at < 1.0
     record = drained("rid-leave")
     assert record.partial and record.error_type == "client_disconnected"
     assert record.deployment_id == dep.pk and record.status_code == 499
+
+
+def test_a_client_that_gives_up_on_a_long_answer_cancels_it_upstream(world, gateway, mock_requests):
+    """Not streamed: the client times out while the deployment still generates; the gateway closes upstream."""
+    world.deployment("long", options="ttft=1.5")
+    _, raw = world.key()
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(gateway.base_url + "/v1/chat/completions", headers={"Authorization": f"Bearer {raw}",
+                   "X-Request-ID": "rid-gave-up"}, json={"model": "long", **CHAT}, timeout=0.5)
+    left_at = time.time()
+    assert wait_until(lambda: upstream_by_model(mock_requests, "long").get("cancelled"), timeout=2.0)
+    assert upstream_by_model(mock_requests, "long")["cancelled_at"] - left_at < 0.5
+    record = drained("rid-gave-up")
+    assert record.status_code == 499 and record.error_type == "client_disconnected"
 
 
 def test_upstream_drop_mid_stream_gives_an_error_event_and_done(world, gateway, openai_client):
@@ -84,11 +86,11 @@ def test_slow_reader_keeps_gateway_memory_bounded(world, gateway, mock_requests)
                  b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
     try:
         time.sleep(3)  # read nothing
-        sent = mock_requests("rid-slow").get("sent", 0)
+        sent = upstream_by_model(mock_requests, "big").get("sent", 0)
         growth_mib = (gateway.rss_kib() - before) / 1024
         assert sent < 300, f"upstream sent {sent} chunks of 64 KiB to a client that reads nothing"
         assert growth_mib < 40, f"gateway grew by {growth_mib:.0f} MiB"
         sock.recv(65536)  # reading a little lets it move on a little
     finally:
         sock.close()
-    assert wait_until(lambda: mock_requests("rid-slow").get("cancelled"), timeout=3)
+    assert wait_until(lambda: upstream_by_model(mock_requests, "big").get("cancelled"), timeout=3)

@@ -4,8 +4,9 @@ import asyncio
 import orjson
 import pytest
 
-from gateway.cache import AsyncCache
+from gateway.cache import MISSING, AsyncCache
 from gateway.errors import GatewayError, from_upstream
+from gateway.keys import AuthFailures, client_address
 from gateway.requests import parse_request, upstream_body
 from gateway.streaming import _split_complete, take_usage
 from gateway.timing import Record
@@ -82,7 +83,7 @@ def test_cache_does_not_keep_a_value_loaded_across_an_invalidation():
             await release.wait()
             return f"row-{len(calls)}"
 
-        cache = AsyncCache(loader, ttl=60, negative_ttl=5)
+        cache = AsyncCache(loader, ttl=60, max_stale=60, negative_ttl=5, max_entries=100)
         first = asyncio.ensure_future(cache.get("k"))
         await asyncio.sleep(0)
         cache.invalidate("k")  # the key was revoked while its row was being read
@@ -103,8 +104,114 @@ def test_cache_loads_once_for_concurrent_misses():
             await asyncio.sleep(0.01)
             return key
 
-        cache = AsyncCache(loader, ttl=60, negative_ttl=5)
+        cache = AsyncCache(loader, ttl=60, max_stale=60, negative_ttl=5, max_entries=100)
         assert await asyncio.gather(*(cache.get("k") for _ in range(50))) == ["k"] * 50
         assert calls == ["k"]
 
     asyncio.run(scenario())
+
+
+def test_cache_keeps_at_most_max_entries_dropping_the_least_recently_used():
+    async def scenario():
+        async def loader(key):
+            return None if key.startswith("junk") else key
+
+        cache = AsyncCache(loader, ttl=60, max_stale=60, negative_ttl=60, max_entries=100)
+        assert await cache.get("hot") == "hot"
+        for i in range(10_000):  # a flood of misses, each cached as "no such key"
+            await cache.get(f"junk-{i}")
+            if i % 50 == 0:
+                assert await cache.get("hot") == "hot"  # in use: kept
+        assert len(cache) == 100
+        assert cache.peek("hot") == "hot" and cache.peek("junk-0") is MISSING
+
+    asyncio.run(scenario())
+
+
+def test_cache_refuses_a_value_past_max_stale_when_the_loader_fails():
+    """Served while a refresh fails within the limit; past it, the loader's error reaches the caller."""
+
+    async def scenario():
+        down = False
+
+        async def loader(key):
+            if down:
+                raise RuntimeError("database away")
+            return "row"
+
+        cache = AsyncCache(loader, ttl=0.05, max_stale=0.3, negative_ttl=5, max_entries=10)
+        assert await cache.get("k") == "row"
+        down = True
+        await asyncio.sleep(0.1)
+        assert await cache.get("k") == "row"  # stale: served, a refresh starts behind it and fails
+        await asyncio.sleep(0.01)
+        assert await cache.get("k") == "row"
+        await asyncio.sleep(0.3)
+        with pytest.raises(RuntimeError):
+            await cache.get("k")
+        down = False
+        assert await cache.get("k") == "row"
+
+    asyncio.run(scenario())
+
+
+def test_invalidating_one_key_does_not_pin_another_keys_load():
+    """A revocation announced while another key is loading (and failing) must not leave that key's failed load
+    in place for ever: the next request loads it again."""
+
+    async def scenario():
+        release = asyncio.Event()
+        fail = True
+
+        async def loader(key):
+            await release.wait()
+            if fail:
+                raise RuntimeError("database away")
+            return key
+
+        cache = AsyncCache(loader, ttl=60, max_stale=60, negative_ttl=5, max_entries=10)
+        first = asyncio.ensure_future(cache.get("b"))
+        await asyncio.sleep(0)
+        cache.invalidate("a")
+        release.set()
+        with pytest.raises(RuntimeError):
+            await first
+        fail = False
+        assert await cache.get("b") == "b"
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("usage, counts", [
+    (b'{"prompt_tokens":-5,"completion_tokens":"7"}', (0, 0)),
+    (b'{"prompt_tokens":1e400,"completion_tokens":[1]}', None),  # not JSON orjson reads: left alone
+    (b'{"prompt_tokens":99999999999,"completion_tokens":true}', (2 ** 31 - 1, 0)),
+    (b'{"prompt_tokens":3.0,"completion_tokens":4}', (3, 4)),
+])
+def test_usage_from_a_strange_upstream_never_makes_a_record_the_database_refuses(usage, counts):
+    rec = Record("r", "chat.completions")
+    take_usage(b'data: {"choices":[],"usage":' + usage + b"}\n\n", rec, True)
+    assert (rec.prompt_tokens, rec.completion_tokens) == (counts or (0, 0))
+
+
+def test_failure_counts_are_kept_for_a_bounded_number_of_addresses():
+    failures = AuthFailures(limit=3, max_addresses=100)
+    for _ in range(3):
+        failures.failed("10.0.0.0")
+    with pytest.raises(GatewayError):
+        failures.check("10.0.0.0")
+    for i in range(1, 10_000):
+        failures.failed(f"10.0.{i // 256}.{i % 256}")
+    assert len(failures) == 100
+    for _ in range(3):
+        failures.failed("192.0.2.1")
+    with pytest.raises(GatewayError) as info:
+        failures.check("192.0.2.1")
+    assert info.value.status == 429 and info.value.code == "too_many_auth_failures"
+    failures.check("10.0.0.0")  # forgotten: the oldest went first
+
+
+def test_an_ipv6_client_is_counted_by_its_slash_64():
+    assert client_address(("2001:db8:1:2:aaaa::1", 5000)) == client_address(("2001:db8:1:2:bbbb::9", 1)) \
+        == "2001:db8:1:2::/64"
+    assert client_address(("192.0.2.7", 1)) == "192.0.2.7" and client_address(None) is None

@@ -51,18 +51,20 @@ def test_ten_thousand_requests_each_have_exactly_one_matching_record(world, gate
     started = time.monotonic()
     completed = asyncio.run(_run_many(gateway.base_url, raw))
     assert len(completed) == TOTAL
-    upstream = {rid: v for rid, v in mock_requests().items() if rid.startswith("bulk-")}
+    upstream = mock_requests()
 
     def all_drained():
         drain_request_records()
-        return RequestRecord.objects.filter(request_id__startswith="bulk-").count() >= TOTAL
+        return RequestRecord.objects.filter(client_request_id__startswith="bulk-").count() >= TOTAL
 
     assert wait_until(all_drained, timeout=60, interval=0.2)
-    records = {r.request_id: r for r in RequestRecord.objects.filter(request_id__startswith="bulk-")}
-    assert set(records) == completed == set(upstream)
+    records = {r.client_request_id: r for r in RequestRecord.objects.filter(client_request_id__startswith="bulk-")}
+    assert set(records) == completed
+    assert len({r.request_id for r in records.values()}) == TOTAL and all(r.request_id in upstream
+                                                                          for r in records.values())
     mismatched = [rid for rid, r in records.items()
-                  if (r.prompt_tokens, r.completion_tokens) != (upstream[rid]["usage"]["prompt_tokens"],
-                                                                upstream[rid]["usage"]["completion_tokens"])
+                  if (r.prompt_tokens, r.completion_tokens) != (upstream[r.request_id]["usage"]["prompt_tokens"],
+                                                                upstream[r.request_id]["usage"]["completion_tokens"])
                   or r.partial or r.status_code != 200 or r.api_key_id != key.pk]
     assert not mismatched, mismatched[:5]
     streamed = [r for r in records.values() if r.stream]
@@ -128,7 +130,7 @@ def test_metrics_by_deployment(world, gateway):
                json={"model": "m", "stream": True, "messages": [{"role": "user", "content": "a"}]}).raise_for_status()
 
     def scraped():
-        text = httpx.get(gateway.base_url + "/metrics").text
+        text = httpx.get(gateway.metrics_url).text
         return text if f'tandem_gateway_ttft_seconds_count{{deployment="{dep.pk}"}}' in text else None
 
     text = wait_until(scraped, timeout=3)

@@ -86,10 +86,10 @@ def free_port() -> int:
 
 
 class Proc:
-    """A server subprocess with its base URL and log file."""
+    """A server subprocess with its base URL and log file (and, for a gateway, its internal metrics URL)."""
 
-    def __init__(self, proc: subprocess.Popen, base_url: str, log: Path):
-        self.proc, self.base_url, self.log = proc, base_url, log
+    def __init__(self, proc: subprocess.Popen, base_url: str, log: Path, metrics_url: str | None = None):
+        self.proc, self.base_url, self.log, self.metrics_url = proc, base_url, log, metrics_url
 
     def stop(self):
         if self.proc.poll() is None:
@@ -107,12 +107,14 @@ class Proc:
 
 
 def start_gateway(tmp: Path, **env) -> Proc:
-    """`python -m gateway` on a free port, on the test database and Redis; returns once /readyz answers."""
+    """`python -m gateway` on a free port (and its metrics on another), on the test database and Redis; returns
+    once /readyz answers."""
     import httpx
 
-    port = free_port()
+    port, metrics_port = free_port(), free_port()
     log = tmp / f"gateway-{port}.log"
-    full_env = {**worker_environment(tmp), "TANDEM_KEY_HMAC_SECRET": settings.TANDEM_KEY_HMAC_SECRET, **env}
+    full_env = {**worker_environment(tmp), "TANDEM_KEY_HMAC_SECRET": settings.TANDEM_KEY_HMAC_SECRET,
+                "TANDEM_GATEWAY_METRICS_PORT": str(metrics_port), **env}
     proc = subprocess.Popen([sys.executable, "-m", "gateway", "--port", str(port)], cwd=ROOT, env=full_env,
                             stdout=log.open("wb"), stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
@@ -122,7 +124,7 @@ def start_gateway(tmp: Path, **env) -> Proc:
             raise RuntimeError(f"gateway exited: {log.read_text()[-3000:]}")
         try:
             if httpx.get(base + "/readyz", timeout=1).status_code == 200:
-                return Proc(proc, base, log)
+                return Proc(proc, base, log, f"http://127.0.0.1:{full_env['TANDEM_GATEWAY_METRICS_PORT']}/metrics")
         except httpx.HTTPError:
             pass
         time.sleep(0.1)
