@@ -84,16 +84,30 @@ def _stage_config(*, stage: str, spec: DeploymentSpec, cpu: bool) -> dict:
     return config
 
 
-def serve_config_build(*, deployment_name: str, spec: DeploymentSpec, target_kind: str,
+def ray_app_name(*, deployment_id: int, name: str) -> str:
+    """The Serve application of a deployment on a shared Ray cluster: unique (the primary key) and readable (the
+    deployment's name, which never changes). A name alone is unique only within a team."""
+    return f"tdm-{deployment_id}-{name}"
+
+
+def ray_route_prefix(*, deployment_id: int) -> str:
+    """Where a deployment answers on a shared Ray cluster: Serve refuses two applications on one prefix."""
+    return f"/d/{deployment_id}"
+
+
+def serve_config_build(*, app_name: str, spec: DeploymentSpec, target_kind: str, route_prefix: str = "/",
                        http_options: dict | None = None) -> dict:
-    """The Ray Serve config (applications + cluster options) that runs `spec` as one PD application."""
+    """The Ray Serve config (applications + cluster options) that runs `spec` as one PD application.
+
+    A RayService holds one application on a Ray cluster of its own, so `/` is fine there; on a shared `ray`
+    cluster each deployment gets its own name and prefix (ray_app_name, ray_route_prefix)."""
     runtime = RUNTIMES[spec.runtime]
     cpu = runtime.accelerator == "cpu"
     args = {stage + "_config": _stage_config(stage=stage, spec=spec, cpu=cpu) for stage in STAGES}
     if cpu:
         # Without this the ingress asks for a CPU the two engines already hold and never schedules.
         args["ingress_deployment_config"] = {"ray_actor_options": {"num_cpus": 0}}
-    app = {"name": deployment_name, "route_prefix": "/", "import_path": IMPORT_PATH, "args": args}
+    app = {"name": app_name, "route_prefix": route_prefix, "import_path": IMPORT_PATH, "args": args}
     config = {"applications": [app]}
     if http_options is None and target_kind in ("kubernetes", "eks"):
         http_options = {"host": "0.0.0.0", "port": 8000}  # the pod's Serve port behind the Service

@@ -22,8 +22,8 @@ def dashboard():
 
 @pytest.fixture
 def deployment(db, dashboard, tmp_path, monkeypatch):
-    monkeypatch.setenv("TEST_RAY_TOKEN", RAY_TOKEN)
-    cluster = ClusterFactory(name="local", kind=Cluster.Kind.RAY, secret_ref="env:TEST_RAY_TOKEN",
+    monkeypatch.setenv("TANDEM_CLUSTER_TEST_RAY_TOKEN", RAY_TOKEN)
+    cluster = ClusterFactory(name="local", kind=Cluster.Kind.RAY, secret_ref="env:TANDEM_CLUSTER_TEST_RAY_TOKEN",
                              config={"dashboard_url": dashboard.url, "serve_url": dashboard.url})
     spec = spec_parse(local_spec_input(), target_kind="ray").to_dict()
     return DeploymentFactory(team=TeamFactory(slug="ml"), cluster=cluster, name="tiny", spec=spec)
@@ -53,11 +53,58 @@ def test_other_applications_on_the_cluster_survive_apply_and_teardown(dashboard,
     target = RayTarget(deployment.cluster)
     step = _apply(target, deployment)
     assert "kept 1 other application" in step.message
-    assert set(dashboard.apps) == {"someone-else", "tiny"}
+    assert set(dashboard.apps) == {"someone-else", f"tdm-{deployment.pk}-tiny"}
     assert not target.teardown(deployment).ready
     time.sleep(0.25)
     assert target.teardown(deployment).ready
     assert set(dashboard.details()["applications"]) == {"someone-else"}
+
+
+def _chat(cluster, team: str, source: str):
+    spec = spec_parse(local_spec_input(model={"id": "tiny-llama", "source": source}), target_kind="ray").to_dict()
+    return DeploymentFactory(team=TeamFactory(slug=team), cluster=cluster, name="chat", spec=spec)
+
+
+def _running(target, d):
+    wait = time.monotonic() + 5
+    while (observed := target.observe(d)).serve_status != "RUNNING" and time.monotonic() < wait:
+        time.sleep(0.05)
+    return observed
+
+
+def _source_of(dashboard, app: str) -> str:
+    return dashboard.apps[app]["config"]["args"]["decode_config"]["model_loading_config"]["model_source"]
+
+
+def test_two_teams_with_the_same_deployment_name_and_model_keep_their_own_applications(dashboard, deployment):
+    """Team B's `chat` must neither replace team A's nor take A's traffic, and B's teardown leaves A's running."""
+    a, b = _chat(deployment.cluster, "ml-a", "/models/ml-a/weights"), _chat(deployment.cluster, "ml-research",
+                                                                          "/models/ml-research/weights")
+    target = RayTarget(deployment.cluster)
+    _apply(target, a)
+    _apply(target, b)
+    assert _source_of(dashboard, target.app_name(a)) == "/models/ml-a/weights"
+    assert _source_of(dashboard, target.app_name(b)) == "/models/ml-research/weights"
+    seen_a, seen_b = _running(target, a), _running(target, b)
+    assert seen_a.endpoint_url != seen_b.endpoint_url  # the gateway sends each team's traffic to its own app
+    assert target.endpoint_answers(a, seen_a).ready and target.endpoint_answers(b, seen_b).ready
+    while not target.teardown(b).ready:
+        time.sleep(0.05)
+    assert set(dashboard.details()["applications"]) == {target.app_name(a)}
+    assert _running(target, a).serve_status == "RUNNING" and _source_of(dashboard, target.app_name(a)) == \
+        "/models/ml-a/weights"
+    assert ("DELETE", "/api/serve/applications/") not in dashboard.requests  # would stop every team's apps
+
+
+def test_several_deployments_share_one_cluster_each_at_its_own_route_prefix(dashboard, deployment):
+    other = DeploymentFactory(team=deployment.team, cluster=deployment.cluster, name="tiny-2", spec=deployment.spec)
+    target = RayTarget(deployment.cluster)
+    _apply(target, deployment)
+    _apply(target, other)  # Serve refuses a second application at a route prefix already taken
+    for d in (deployment, other):
+        observed = _running(target, d)
+        assert observed.endpoint_url == f"{dashboard.url}/d/{d.pk}"
+        assert target.endpoint_answers(d, observed).ready
 
 
 def test_defaults_ray_fills_in_are_not_drift(dashboard, deployment):
@@ -71,7 +118,7 @@ def test_a_wrong_token_is_permanent_and_5xx_is_transient(dashboard, deployment, 
     dashboard.inject("GET", 503)
     with pytest.raises(TransientError, match="503"):
         RayTarget(deployment.cluster).observe(deployment)
-    monkeypatch.setenv("TEST_RAY_TOKEN", "wrong")
+    monkeypatch.setenv("TANDEM_CLUSTER_TEST_RAY_TOKEN", "wrong")
     with pytest.raises(PermanentError, match="refused Tandem's token") as caught:
         RayTarget(deployment.cluster).observe(deployment)
     assert "wrong" not in str(caught.value)

@@ -2,6 +2,9 @@
 
 `PUT /api/serve/applications/` is declarative for the whole cluster: it removes every application it does not
 list. So apply and teardown read what is deployed first and PUT everyone else's applications back unchanged.
+Several teams share one cluster: each deployment is its own application, named by its primary key
+(`tdm-<id>-<name>`; a name alone is unique only within a team) and answering under its own route prefix
+(`/d/<id>`), so Tandem only ever writes or removes the application that is this deployment's.
 """
 import json
 import re
@@ -11,7 +14,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from deployments.hashing import content_hash
-from deployments.serve_config import serve_config_build
+from deployments.serve_config import ray_app_name, ray_route_prefix, serve_config_build
 from workers import clients
 from workers.targets.base import Observed, PermanentError, Step, Target, TransientError
 
@@ -87,26 +90,37 @@ class RayTarget(Target):
         body = self._request("GET", "reading Serve applications").json()
         return body.get("applications") or {}
 
+    @staticmethod
+    def app_name(deployment) -> str:
+        return ray_app_name(deployment_id=deployment.pk, name=deployment.name)
+
+    def endpoint_url(self, deployment) -> str:
+        """Serve's proxy plus the deployment's route prefix: the gateway appends `/v1/...` to it."""
+        return self.serve_url + ray_route_prefix(deployment_id=deployment.pk)
+
     def desired(self, deployment) -> tuple[dict, str]:
         parts = urlsplit(self.serve_url)
         # Bind where the URL points when it is loopback (the local target); otherwise listen on all interfaces.
         host = parts.hostname if parts.hostname in LOOPBACK else "0.0.0.0"
-        config = serve_config_build(deployment_name=deployment.name, spec=deployment.spec_typed, target_kind="ray",
+        config = serve_config_build(app_name=self.app_name(deployment), spec=deployment.spec_typed,
+                                    route_prefix=ray_route_prefix(deployment_id=deployment.pk), target_kind="ray",
                                     http_options={"host": host, "port": parts.port or 8000})
         return config, content_hash(config["applications"][0])
 
     def observe(self, deployment) -> Observed:
         config, _ = self.desired(deployment)
-        app = self._deployed().get(deployment.name)
+        app = self._deployed().get(self.app_name(deployment))
         if app is None:
             return Observed(exists=False)
         wanted = config["applications"][0]
         applied = content_hash(_project(app.get("deployed_app_config") or {}, wanted))
         return Observed(exists=True, applied_hash=applied, serve_status=app.get("status", ""),
-                        message=_clean(app.get("message", "")), endpoint_url=self.serve_url)
+                        message=_clean(app.get("message", "")), endpoint_url=self.endpoint_url(deployment))
 
-    def _others(self, name: str) -> list[dict]:
-        return [a["deployed_app_config"] for n, a in self._deployed().items()
+    @staticmethod
+    def _others(deployed: dict, name: str) -> list[dict]:
+        """Every other application as it was deployed, to PUT back unchanged (one being deleted stays gone)."""
+        return [a["deployed_app_config"] for n, a in deployed.items()
                 if n != name and a.get("deployed_app_config") and a.get("status") != "DELETING"]
 
     def preflight(self, deployment) -> None:
@@ -132,25 +146,29 @@ class RayTarget(Target):
 
     def apply(self, deployment, desired: dict) -> Step:
         """PUT our application together with every other application already on the cluster."""
-        others = self._others(deployment.name)
+        name = self.app_name(deployment)
+        others = self._others(self._deployed(), name)
         body = {**desired, "applications": [*others, *desired["applications"]]}
         self._request("PUT", "deploying the application", json=body)
         kept = f" (kept {len(others)} other application(s))" if others else ""
-        return Step(ready=True, message=f"Deployed Serve application {deployment.name}{kept}.")
+        return Step(ready=True, message=f"Deployed Serve application {name}{kept}.")
 
     def teardown(self, deployment) -> Step:
-        """Remove our application; the others stay. Ready once the dashboard no longer lists it."""
+        """Remove our application; the others stay. Ready once the dashboard no longer lists it.
+
+        Never `DELETE /api/serve/applications/`: it shuts Serve down, every team's applications with it, and an
+        application someone else deploys in between would go too. A PUT of the others (possibly none) removes
+        ours alone."""
+        name = self.app_name(deployment)
         deployed = self._deployed()
-        app = deployed.get(deployment.name)
+        app = deployed.get(name)
         if app is None:
-            return Step(ready=True, message=f"Serve application {deployment.name} is gone.")
+            return Step(ready=True, message=f"Serve application {name} is gone.")
         if app.get("status") != "DELETING":
-            others = self._others(deployment.name)
-            if others:
-                self._request("PUT", "removing the application", json={"applications": others})
-            else:
-                self._request("DELETE", "removing the application")
-        return Step(ready=False, message=f"Serve application {deployment.name} is being deleted.")
+            config, _ = self.desired(deployment)  # the same cluster options as every apply
+            self._request("PUT", "removing the application",
+                          json={**config, "applications": self._others(deployed, name)})
+        return Step(ready=False, message=f"Serve application {name} is being deleted.")
 
     def endpoint_answers(self, deployment, observed: Observed) -> Step:
         """The OpenAI-compatible endpoint lists the deployment's model."""
