@@ -8,6 +8,7 @@ from django.utils import timezone
 
 from deployments.errors import Conflict, NotAllowed
 from deployments.lifecycle import UNSETTLED, UPDATABLE, Status, can_transition
+from deployments.model_sources import source_roots_of
 from deployments.models import Cluster, Deployment, Membership, Team
 from deployments.services.events import event_record
 from deployments.services.quota import quota_check
@@ -24,13 +25,15 @@ def _locked(deployment: Deployment) -> Deployment:
     return Deployment.objects.select_for_update().select_related("team", "cluster").get(pk=deployment.pk)
 
 
-def _validated_spec(data, cluster: Cluster) -> DeploymentSpec:
-    return spec_parse(data, target_kind=cluster.kind)
+def _validated_spec(data, cluster: Cluster, team: Team) -> DeploymentSpec:
+    return spec_parse(data, target_kind=cluster.kind, source_roots=source_roots_of(cluster=cluster, team=team))
 
 
-def _recheck(stored: dict, cluster: Cluster) -> DeploymentSpec:
-    """A stored spec must still pass today's catalog (a runtime found broken since is refused at approval)."""
-    return spec_check(spec_load(stored), target_kind=cluster.kind)
+def _recheck(stored: dict, cluster: Cluster, team: Team) -> DeploymentSpec:
+    """A stored spec must still pass today's catalog (a runtime found broken since is refused at approval) and
+    the model sources the cluster allows the team today."""
+    return spec_check(spec_load(stored), target_kind=cluster.kind,
+                      source_roots=source_roots_of(cluster=cluster, team=team))
 
 
 def _require_editor(*, actor, deployment: Deployment) -> None:
@@ -47,7 +50,7 @@ def deployment_request(*, actor, team: Team, cluster: Cluster, name: str, spec: 
     if problems := name_errors(name):
         errors["name"] = problems
     try:
-        typed = _validated_spec(spec, cluster)
+        typed = _validated_spec(spec, cluster, team)
     except SpecError as e:
         errors.update({f"spec.{k}": v for k, v in e.errors.items()})
     if errors:
@@ -75,7 +78,7 @@ def deployment_edit(*, actor, deployment: Deployment, spec: dict | None = None, 
         raise Conflict(f"Only a pending request can be edited; this one is {d.status}. "
                        "Ask for an update instead.")
     before = {"spec": d.spec, "purpose": d.purpose}
-    typed = d.spec_typed if spec is None else _validated_spec(spec, d.cluster)
+    typed = d.spec_typed if spec is None else _validated_spec(spec, d.cluster, d.team)
     new_spec = d.spec if spec is None else typed.to_dict()
     new_purpose = d.purpose if purpose is None else purpose
     if new_spec == d.spec and new_purpose == d.purpose:
@@ -105,7 +108,7 @@ def deployment_approve(*, actor, deployment: Deployment, comment: str = "") -> D
     d = _locked(deployment)
     _require_approver(actor=actor, deployment=d)
     if d.proposed_spec is not None and d.status in UPDATABLE:
-        proposed = _recheck(d.proposed_spec, d.cluster)
+        proposed = _recheck(d.proposed_spec, d.cluster, d.team)
         quota_check(team=team, gpus=proposed.gpus, exclude_id=d.pk)
         before = d.spec
         d.spec, d.proposed_spec, d.generation = d.proposed_spec, None, d.generation + 1
@@ -116,7 +119,7 @@ def deployment_approve(*, actor, deployment: Deployment, comment: str = "") -> D
                                      actor=actor, reason="Update approved.")
     if d.status != Status.PENDING_APPROVAL:
         raise Conflict(f"Nothing to approve: the deployment is {d.status}.")
-    approved = _recheck(d.spec, d.cluster)
+    approved = _recheck(d.spec, d.cluster, d.team)
     quota_check(team=team, gpus=approved.gpus, exclude_id=d.pk)
     return deployment_transition(deployment=d, to=Status.APPROVED, actor=actor, reason=comment, event_kind="approved")
 
@@ -171,7 +174,7 @@ def deployment_update(*, actor, deployment: Deployment, spec: dict) -> Deploymen
         return deployment_edit(actor=actor, deployment=d, spec=spec)
     if d.status not in UPDATABLE:
         raise Conflict(f"A deployment can be updated when running or failed; this one is {d.status}.")
-    typed = _validated_spec(spec, d.cluster)
+    typed = _validated_spec(spec, d.cluster, d.team)
     new_spec = typed.to_dict()
     if new_spec == d.spec:
         return d

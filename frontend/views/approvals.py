@@ -2,6 +2,7 @@
 from django.contrib.auth.decorators import login_required
 
 from deployments import selectors
+from deployments.model_sources import source_roots_of
 from deployments.spec import spec_load
 from frontend import planning
 from frontend.views.base import render_page
@@ -13,7 +14,7 @@ def approval_queue(request):
     items = []
     for d in selectors.deployments_awaiting_approval_by(request.user).order_by("created_at"):
         spec = spec_load(d.proposed_spec or d.spec)
-        plan, note = planning.plan_for_stored(spec)
+        plan, note = planning.plan_for_stored(spec, source_roots=source_roots_of(cluster=d.cluster, team=d.team))
         note = f"{note} GPUs, quota and cost are below." if plan is None else note
         items.append({
             "d": d, "spec": spec, "is_update": d.proposed_spec is not None, "current_gpus": d.spec_typed.gpus,

@@ -21,7 +21,7 @@ RAY_TOKEN = "ray-token-for-tests"
 
 def start_gateway(tmp: Path, **env) -> Proc:
     """A gateway with a short upstream timeout, a 1 MiB body limit and a Ray token in its environment."""
-    return support_start_gateway(tmp, **{"TANDEM_TEST_RAY_TOKEN": RAY_TOKEN,
+    return support_start_gateway(tmp, **{"TANDEM_CLUSTER_TEST_RAY_TOKEN": RAY_TOKEN,
                                          "TANDEM_GATEWAY_MAX_BODY_BYTES": str(1024 * 1024),
                                          "TANDEM_GATEWAY_UPSTREAM_TIMEOUT_S": "2", **env})
 
@@ -80,7 +80,7 @@ def world(transactional_db, redis_client, mock_upstream):
 
         def ray_cluster(self):
             return ClusterFactory(kind=Cluster.Kind.RAY, config={"dashboard_url": "http://127.0.0.1:8265"},
-                                  secret_ref="env:TANDEM_TEST_RAY_TOKEN")
+                                  secret_ref="env:TANDEM_CLUSTER_TEST_RAY_TOKEN")
 
         def key(self, **fields) -> tuple:
             return api_key_create(actor=self.member, team=fields.pop("team", self.team), name="k", **fields)

@@ -8,12 +8,12 @@ Several teams share one cluster: each deployment is its own application, named b
 """
 import json
 import re
-from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
 
 from deployments.hashing import content_hash
+from deployments.model_sources import not_allowed_message, source_roots_of
 from deployments.serve_config import ray_app_name, ray_route_prefix, serve_config_build
 from workers import clients
 from workers.targets.base import Observed, PermanentError, Step, Target, TransientError
@@ -133,8 +133,12 @@ class RayTarget(Target):
         source = spec.model_source
         if not source.startswith("/") or urlsplit(self.cluster.config["dashboard_url"]).hostname not in LOOPBACK:
             return
-        config = Path(source) / "config.json"
-        if not config.is_file():
+        # Read only inside the model sources the cluster allows the team (by real path, as the spec was checked).
+        roots = source_roots_of(cluster=self.cluster, team=deployment.team)
+        if not roots.allows(source):
+            raise PermanentError(f"model.source: {not_allowed_message(roots)}")
+        config = roots.readable_file(source, "config.json")
+        if config is None or not config.is_file():
             raise PermanentError(f"The model source {source} does not exist on the Ray cluster's machine (there is "
                                  "no config.json in it). Point model.source at a model directory and retry.")
         limit = json.loads(config.read_text()).get("max_position_embeddings")
