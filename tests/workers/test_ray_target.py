@@ -105,6 +105,10 @@ def test_several_deployments_share_one_cluster_each_at_its_own_route_prefix(dash
         observed = _running(target, d)
         assert observed.endpoint_url == f"{dashboard.url}/d/{d.pk}"
         assert target.endpoint_answers(d, observed).ready
+    # Their engines may share a node: each binds NIXL's side channel in ports of its own.
+    ports = [dashboard.apps[target.app_name(d)]["config"]["args"][f"{stage}_config"]["experimental_configs"]
+             ["NIXL_SIDE_CHANNEL_PORT_BASE"] for d in (deployment, other) for stage in ("prefill", "decode")]
+    assert len(set(ports)) == 4
 
 
 def test_defaults_ray_fills_in_are_not_drift(dashboard, deployment):

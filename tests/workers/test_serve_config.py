@@ -4,14 +4,14 @@ import json
 from pathlib import Path
 
 from deployments.hashing import content_hash
-from deployments.serve_config import ray_app_name, ray_route_prefix, serve_config_build
+from deployments.serve_config import ray_app_name, ray_nixl_ports, ray_route_prefix, serve_config_build
 from deployments.spec import spec_load, spec_parse
 from tests.factories import local_spec_input, spec_input
 
 GROUND_TRUTH = Path(__file__).resolve().parents[2] / "local" / "pd_serve_config.json"
 # The verified config is deployment 1, `tiny-llama`, as the `ray` target names and places it on a shared cluster.
 LOCAL_APP = {"app_name": ray_app_name(deployment_id=1, name="tiny-llama"),
-             "route_prefix": ray_route_prefix(deployment_id=1)}
+             "route_prefix": ray_route_prefix(deployment_id=1), "nixl_ports": ray_nixl_ports(deployment_id=1)}
 
 
 def _stored(data, kind):

@@ -3,8 +3,8 @@
 `PUT /api/serve/applications/` is declarative for the whole cluster: it removes every application it does not
 list. So apply and teardown read what is deployed first and PUT everyone else's applications back unchanged.
 Several teams share one cluster: each deployment is its own application, named by its primary key
-(`tdm-<id>-<name>`; a name alone is unique only within a team) and answering under its own route prefix
-(`/d/<id>`), so Tandem only ever writes or removes the application that is this deployment's.
+(`tdm-<id>-<name>`; a name alone is unique only within a team), answering under its own route prefix (`/d/<id>`)
+with its own NIXL ports, so Tandem only ever writes or removes the application that is this deployment's.
 """
 import json
 import re
@@ -14,7 +14,7 @@ import httpx
 
 from deployments.hashing import content_hash
 from deployments.model_sources import not_allowed_message, source_roots_of
-from deployments.serve_config import ray_app_name, ray_route_prefix, serve_config_build
+from deployments.serve_config import ray_app_name, ray_nixl_ports, ray_route_prefix, serve_config_build
 from workers import clients
 from workers.targets.base import Observed, PermanentError, Step, Target, TransientError
 
@@ -103,7 +103,8 @@ class RayTarget(Target):
         # Bind where the URL points when it is loopback (the local target); otherwise listen on all interfaces.
         host = parts.hostname if parts.hostname in LOOPBACK else "0.0.0.0"
         config = serve_config_build(app_name=self.app_name(deployment), spec=deployment.spec_typed,
-                                    route_prefix=ray_route_prefix(deployment_id=deployment.pk), target_kind="ray",
+                                    route_prefix=ray_route_prefix(deployment_id=deployment.pk),
+                                    nixl_ports=ray_nixl_ports(deployment_id=deployment.pk), target_kind="ray",
                                     http_options={"host": host, "port": parts.port or 8000})
         return config, content_hash(config["applications"][0])
 
