@@ -31,6 +31,7 @@ class RayDashboard:
         self.http_options: dict = {}
         self.requests: list[tuple[str, str]] = []
         self.faults: list[list] = []  # [method, status, count]
+        self.get_delay = 0.0  # seconds each GET of the applications takes (to widen a read-then-write race)
         self._lock = threading.Lock()
         self.server: ThreadingHTTPServer | None = None
 
@@ -129,7 +130,9 @@ class RayDashboard:
                 if self.path != "/api/serve/applications/":
                     return self._send(404, {"error": "not found"})
                 if method == "GET":
-                    return self._send(200, dashboard.details())
+                    details = dashboard.details()
+                    time.sleep(dashboard.get_delay)
+                    return self._send(200, details)
                 if method == "PUT":
                     body = json.loads(raw)
                     if refusal := dashboard.refusal(body):

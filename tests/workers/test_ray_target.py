@@ -1,7 +1,9 @@
 """The ray driver over real HTTP against a stand-in Ray dashboard with token authentication."""
+import threading
 import time
 
 import pytest
+from django.db import connection
 
 from deployments.models import Cluster
 from deployments.spec import spec_parse
@@ -137,3 +139,26 @@ def test_failure_messages_lose_ansi_colours_and_keep_the_cause(dashboard, deploy
     assert observed.serve_status == "DEPLOY_FAILED"
     assert observed.message.endswith("ValueError: max_model_len (65536) is greater than the derived max_model_len")
     assert "\x1b" not in observed.message and "Failed to update" not in observed.message
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_workers_deploying_at_once_on_one_cluster_do_not_drop_each_others_application(dashboard, deployment):
+    """PUT replaces every application: two passes that each read, then PUT back what they read, would lose one."""
+    other = DeploymentFactory(team=TeamFactory(slug="vision"), cluster=deployment.cluster, name="tiny",
+                              spec=deployment.spec)
+    dashboard.get_delay = 0.3
+
+    def deploy(d):
+        try:
+            _apply(RayTarget(d.cluster), d)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=deploy, args=(d,)) for d in (deployment, other)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    statuses = {name: app["status"] for name, app in dashboard.details()["applications"].items()}
+    assert set(statuses) == {RayTarget.app_name(deployment), RayTarget.app_name(other)}
+    assert "DELETING" not in statuses.values(), statuses

@@ -8,9 +8,11 @@ with its own NIXL ports, so Tandem only ever writes or removes the application t
 """
 import json
 import re
+from contextlib import contextmanager
 from urllib.parse import urlsplit
 
 import httpx
+from django.db import connection, transaction
 
 from deployments.hashing import content_hash
 from deployments.model_sources import not_allowed_message, source_roots_of
@@ -19,6 +21,8 @@ from workers import clients
 from workers.targets.base import Observed, PermanentError, Step, Target, TransientError
 
 APPS = "/api/serve/applications/"
+# First key of the two-key advisory lock that serialises writes to one Ray cluster's applications (second: its id).
+CLUSTER_LOCK_CLASS = 0x7A4E
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -149,12 +153,21 @@ class RayTarget(Target):
                                  f"max_position_embeddings ({limit}) in {config}; vLLM would refuse to start. "
                                  f"Use at most {limit}.")
 
+    @contextmanager
+    def _writing(self):
+        """One read-then-PUT of this cluster's applications at a time, across workers: two passes that each PUT
+        back what they read would otherwise drop each other's application (another team's, possibly)."""
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [CLUSTER_LOCK_CLASS, self.cluster.pk])
+            yield
+
     def apply(self, deployment, desired: dict) -> Step:
         """PUT our application together with every other application already on the cluster."""
         name = self.app_name(deployment)
-        others = self._others(self._deployed(), name)
-        body = {**desired, "applications": [*others, *desired["applications"]]}
-        self._request("PUT", "deploying the application", json=body)
+        with self._writing():
+            others = self._others(self._deployed(), name)
+            body = {**desired, "applications": [*others, *desired["applications"]]}
+            self._request("PUT", "deploying the application", json=body)
         kept = f" (kept {len(others)} other application(s))" if others else ""
         return Step(ready=True, message=f"Deployed Serve application {name}{kept}.")
 
@@ -165,14 +178,15 @@ class RayTarget(Target):
         application someone else deploys in between would go too. A PUT of the others (possibly none) removes
         ours alone."""
         name = self.app_name(deployment)
-        deployed = self._deployed()
-        app = deployed.get(name)
-        if app is None:
-            return Step(ready=True, message=f"Serve application {name} is gone.")
-        if app.get("status") != "DELETING":
-            config, _ = self.desired(deployment)  # the same cluster options as every apply
-            self._request("PUT", "removing the application",
-                          json={**config, "applications": self._others(deployed, name)})
+        config, _ = self.desired(deployment)  # the same cluster options as every apply
+        with self._writing():
+            deployed = self._deployed()
+            app = deployed.get(name)
+            if app is None:
+                return Step(ready=True, message=f"Serve application {name} is gone.")
+            if app.get("status") != "DELETING":
+                self._request("PUT", "removing the application",
+                              json={**config, "applications": self._others(deployed, name)})
         return Step(ready=False, message=f"Serve application {name} is being deleted.")
 
     def endpoint_answers(self, deployment, observed: Observed) -> Step:
