@@ -3,6 +3,7 @@ import time
 
 import pytest
 
+from tests.factories import DeploymentFactory
 from tests.workers.conftest import TOKEN
 from workers.targets.base import PermanentError, TransientError
 from workers.targets.kubernetes import KubernetesTarget
@@ -163,8 +164,6 @@ def test_a_namespace_made_by_someone_else_between_read_and_create_is_refused(emu
 
 def test_deleting_one_of_a_teams_deployments_finishes_and_leaves_the_other_and_the_namespace(emulator,
                                                                                               k8s_deployment):
-    from tests.factories import DeploymentFactory
-
     other = DeploymentFactory(team=k8s_deployment.team, cluster=k8s_deployment.cluster, name="mistral")
     target = KubernetesTarget(k8s_deployment.cluster)
     apply(target, k8s_deployment)

@@ -74,8 +74,10 @@ def _running(target, d):
     return observed
 
 
-def _source_of(dashboard, app: str) -> str:
-    return dashboard.apps[app]["config"]["args"]["decode_config"]["model_loading_config"]["model_source"]
+def _sources(dashboard) -> dict[str, str]:
+    """Each live application's model source, by application name."""
+    return {name: app["deployed_app_config"]["args"]["decode_config"]["model_loading_config"]["model_source"]
+            for name, app in dashboard.details()["applications"].items() if app["status"] != "DELETING"}
 
 
 def test_two_teams_with_the_same_deployment_name_and_model_keep_their_own_applications(dashboard, deployment):
@@ -85,16 +87,14 @@ def test_two_teams_with_the_same_deployment_name_and_model_keep_their_own_applic
     target = RayTarget(deployment.cluster)
     _apply(target, a)
     _apply(target, b)
-    assert _source_of(dashboard, target.app_name(a)) == "/models/ml-a/weights"
-    assert _source_of(dashboard, target.app_name(b)) == "/models/ml-research/weights"
+    assert sorted(_sources(dashboard).values()) == ["/models/ml-a/weights", "/models/ml-research/weights"]
     seen_a, seen_b = _running(target, a), _running(target, b)
     assert seen_a.endpoint_url != seen_b.endpoint_url  # the gateway sends each team's traffic to its own app
     assert target.endpoint_answers(a, seen_a).ready and target.endpoint_answers(b, seen_b).ready
     while not target.teardown(b).ready:
         time.sleep(0.05)
-    assert set(dashboard.details()["applications"]) == {target.app_name(a)}
-    assert _running(target, a).serve_status == "RUNNING" and _source_of(dashboard, target.app_name(a)) == \
-        "/models/ml-a/weights"
+    assert list(_sources(dashboard).values()) == ["/models/ml-a/weights"]
+    assert _running(target, a).serve_status == "RUNNING"
     assert ("DELETE", "/api/serve/applications/") not in dashboard.requests  # would stop every team's apps
 
 
@@ -108,8 +108,8 @@ def test_several_deployments_share_one_cluster_each_at_its_own_route_prefix(dash
         assert observed.endpoint_url == f"{dashboard.url}/d/{d.pk}"
         assert target.endpoint_answers(d, observed).ready
     # Their engines may share a node: each binds NIXL's side channel in ports of its own.
-    ports = [dashboard.apps[target.app_name(d)]["config"]["args"][f"{stage}_config"]["experimental_configs"]
-             ["NIXL_SIDE_CHANNEL_PORT_BASE"] for d in (deployment, other) for stage in ("prefill", "decode")]
+    ports = [app["config"]["args"][f"{stage}_config"]["experimental_configs"]["NIXL_SIDE_CHANNEL_PORT_BASE"]
+             for app in dashboard.apps.values() for stage in ("prefill", "decode")]
     assert len(set(ports)) == 4
 
 
@@ -145,7 +145,7 @@ def test_failure_messages_lose_ansi_colours_and_keep_the_cause(dashboard, deploy
 def test_two_workers_deploying_at_once_on_one_cluster_do_not_drop_each_others_application(dashboard, deployment):
     """PUT replaces every application: two passes that each read, then PUT back what they read, would lose one."""
     other = DeploymentFactory(team=TeamFactory(slug="vision"), cluster=deployment.cluster, name="tiny",
-                              spec=deployment.spec)
+                              spec=deployment.spec)  # the same name: only the id tells them apart
     dashboard.get_delay = 0.3
 
     def deploy(d):
@@ -159,6 +159,5 @@ def test_two_workers_deploying_at_once_on_one_cluster_do_not_drop_each_others_ap
         t.start()
     for t in threads:
         t.join(10)
-    statuses = {name: app["status"] for name, app in dashboard.details()["applications"].items()}
-    assert set(statuses) == {RayTarget.app_name(deployment), RayTarget.app_name(other)}
-    assert "DELETING" not in statuses.values(), statuses
+    statuses = [app["status"] for app in dashboard.details()["applications"].values()]
+    assert len(statuses) == 2 and "DELETING" not in statuses, statuses
