@@ -15,9 +15,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 RUNTIME = Path(os.environ.get("TANDEM_RUNTIME_DIR") or Path.home() / ".cache/tandem/pd-runtime")
 MODEL = RUNTIME / "models" / "tiny-llama"
-# The same tiny model with other random weights (local/build_tiny_model.py --seed): its greedy answers differ.
-VARIANT_SEED = 4321
-VARIANT = RUNTIME / "models" / f"tiny-llama-seed{VARIANT_SEED}"
+# The same tiny model with other random weights and a head of its own (local/build_tiny_model.py --seed
+# --untied-head): its greedy answers differ from the first's.
+VARIANT = RUNTIME / "models" / "tiny-llama-variant"
 
 
 @pytest.fixture(scope="package")
@@ -48,5 +48,5 @@ def local_cluster_config(state: dict, **extra) -> dict:
 def tiny_variant():
     """The second tiny model (built once, in seconds, like the first)."""
     subprocess.run([str(RUNTIME / "venv" / "bin" / "python"), str(ROOT / "local" / "build_tiny_model.py"),
-                    str(VARIANT), "--seed", str(VARIANT_SEED)], check=True, timeout=300)
+                    str(VARIANT), "--seed", "4321", "--untied-head"], check=True, timeout=300)
     return VARIANT

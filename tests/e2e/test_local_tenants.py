@@ -40,7 +40,7 @@ def ray_memory(head_pid: int) -> dict:
 
 def answered(base_url: str, api_key: str) -> str:
     client = OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=120)
-    chat = client.chat.completions.create(model="tiny-llama", messages=PROMPT, max_tokens=16, temperature=0)
+    chat = client.chat.completions.create(model="tiny-llama", messages=PROMPT, max_tokens=8, temperature=0)
     return chat.choices[0].message.content
 
 
