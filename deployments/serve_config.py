@@ -93,6 +93,12 @@ def ray_app_name(*, deployment_id: int, name: str) -> str:
     return f"tdm-{deployment_id}-{name}"
 
 
+def serve_app_name(*, deployment_id: int, name: str, target_kind: str) -> str:
+    """The Serve application a deployment runs as (its metrics carry it as `application`): its id-based name on a
+    shared `ray` cluster, its own name in a RayService (a Ray cluster of its own)."""
+    return ray_app_name(deployment_id=deployment_id, name=name) if target_kind == "ray" else name
+
+
 def ray_route_prefix(*, deployment_id: int) -> str:
     """Where a deployment answers on a shared Ray cluster: Serve refuses two applications on one prefix."""
     return f"/d/{deployment_id}"

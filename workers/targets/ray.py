@@ -16,7 +16,7 @@ from django.db import connection, transaction
 
 from deployments.hashing import content_hash
 from deployments.model_sources import not_allowed_message, source_roots_of
-from deployments.serve_config import ray_app_name, ray_nixl_ports, ray_route_prefix, serve_config_build
+from deployments.serve_config import ray_nixl_ports, ray_route_prefix, serve_app_name, serve_config_build
 from workers import clients
 from workers.targets.base import Observed, PermanentError, Step, Target, TransientError
 
@@ -96,7 +96,7 @@ class RayTarget(Target):
 
     @staticmethod
     def app_name(deployment) -> str:
-        return ray_app_name(deployment_id=deployment.pk, name=deployment.name)
+        return serve_app_name(deployment_id=deployment.pk, name=deployment.name, target_kind="ray")
 
     def endpoint_url(self, deployment) -> str:
         """Serve's proxy plus the deployment's route prefix: the gateway appends `/v1/...` to it."""
