@@ -151,3 +151,23 @@ def test_a_cluster_config_with_malformed_roots_is_refused(api, platform_admin):
     assert r.status_code == 400
     assert {m.split(":")[0] for m in r.json()["config"]} == {"model_sources.paths", "model_sources.s3",
                                                                "model_sources.teams.t"}
+
+
+def test_the_upgrade_keeps_what_runs_and_grants_nothing_more(team_b_member, disk):
+    """Clusters registered before roots existed get, per team, exactly the sources its live deployments use."""
+    import importlib
+
+    from django.apps import apps
+
+    from deployments.model_sources import source_roots_of
+
+    migration = importlib.import_module("deployments.migrations.0003_model_sources_of_live_deployments")
+    old = ClusterFactory(name="old", kind="ray", config={"dashboard_url": "http://127.0.0.1:9"})
+    team_b = team_b_member.memberships.get().team
+    _stored(team_b, old, f"{disk}/team-b/mine", Status.RUNNING)
+    gone = _stored(TeamFactory(slug="team-c"), old, f"{disk}/team-a/weights", Status.DELETED)
+    migration.grandfather(apps, None)
+    old.refresh_from_db()
+    assert old.config["model_sources"] == {"teams": {"team-b": {"paths": [f"{disk}/team-b/mine"]}}}
+    assert source_roots_of(cluster=old, team=team_b).allows(f"{disk}/team-b/mine")
+    assert not source_roots_of(cluster=old, team=gone.team).allows(f"{disk}/team-a/weights")
