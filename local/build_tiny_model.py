@@ -157,7 +157,8 @@ def build(out: Path, seed: int = SEED, untied: bool = False) -> None:
         {"spec": spec_for(seed, untied), "vocab_size": vocab, "params": n_params, "bytes": size}, indent=2) + "\n")
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
-    print(f"built tiny-llama (seed {seed}{', untied head' if untied else ''}): {n_params} params, vocab {vocab}, {size} bytes on disk -> {out}")
+    head = ", untied head" if untied else ""
+    print(f"built tiny-llama (seed {seed}{head}): {n_params} params, vocab {vocab}, {size} bytes on disk -> {out}")
 
 
 def main(argv: list[str]) -> int:
