@@ -61,7 +61,8 @@ def main() -> None:
         member = MembershipFactory(team=team, role=Membership.Role.MEMBER, user__username=f"bench-m-{stamp}").user
         admin = MembershipFactory(team=team, role=Membership.Role.ADMIN, user__username=f"bench-a-{stamp}").user
         cluster = Cluster.objects.create(name=f"bench-{stamp}", kind="kubernetes",
-                                         secret_ref=f"file:{workdir / 'kubeconfig'}", config={})
+                                         secret_ref=f"file:{workdir / 'kubeconfig'}",
+                                         config={"model_sources": {"s3": ["s3://models"]}})
         db = connection.settings_dict
         env = {**os.environ, "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
                "PYTHONPATH": str(ROOT), "TANDEM_WORKER_LOG": str(workdir / "worker.log"),

@@ -8,12 +8,14 @@ that would skip a service are not offered.
 from django import forms
 from django.contrib import admin, messages
 
+from deployments.cluster_config import cluster_config_errors
 from deployments.errors import ActionError
 from deployments.models import AccessToken, ApiKey, Cluster, Deployment, Event, Membership, Team
 from deployments.services.access_tokens import access_token_revoke
 from deployments.services.actions import deployment_delete
 from deployments.services.api_keys import api_key_revoke
 from deployments.services.clusters import cluster_register
+from deployments.secret_refs import secret_ref_errors
 from deployments.services.teams import membership_remove, membership_set, team_create, team_update
 
 
@@ -93,10 +95,30 @@ class TeamAdmin(admin.ModelAdmin):
         return False  # a team's deployments and history outlive any wish to delete it
 
 
+class ClusterForm(forms.ModelForm):
+    """The API's checks of a registration, as form errors (the service refuses the same)."""
+
+    class Meta:
+        model = Cluster
+        fields = ["name", "kind", "config", "secret_ref"]
+
+    def clean_secret_ref(self):
+        if problems := secret_ref_errors(self.cleaned_data["secret_ref"]):
+            raise forms.ValidationError(problems)
+        return self.cleaned_data["secret_ref"]
+
+    def clean(self):
+        data = super().clean()
+        if errors := cluster_config_errors(data.get("kind"), data.get("config") or {}):
+            self.add_error("config", errors)
+        return data
+
+
 @admin.register(Cluster)
 class ClusterAdmin(admin.ModelAdmin):
     """Registration goes through `cluster_register`; there is no service to change or remove a target."""
 
+    form = ClusterForm
     list_display = ["name", "kind", "created_at"]
     fields = ["name", "kind", "config", "secret_ref"]
 

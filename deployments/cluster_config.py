@@ -1,6 +1,7 @@
 """What each kind of cluster needs in its (non-secret) config."""
 import re
 
+from deployments.model_sources import model_sources_errors
 from deployments.spec import dns_label_errors
 
 AWS_REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
@@ -11,9 +12,10 @@ PREFIX_MAX = 20  # a DNS-1123 label of at most this, then an optional '-' before
 
 KNOWN_KEYS = {
     "eks": {"region", "cluster_name", "role_arn", "nodegroup_prefix", "namespace_prefix", "aws_endpoint_url",
-            "subnet_ids", "node_role_arn", "kubernetes_endpoint_url", "metrics_url", "prometheus_url"},
-    "kubernetes": {"context", "namespace_prefix", "metrics_url", "prometheus_url"},
-    "ray": {"dashboard_url", "serve_url", "metrics_url", "prometheus_url"},
+            "subnet_ids", "node_role_arn", "kubernetes_endpoint_url", "metrics_url", "prometheus_url",
+            "model_sources"},
+    "kubernetes": {"context", "namespace_prefix", "metrics_url", "prometheus_url", "model_sources"},
+    "ray": {"dashboard_url", "serve_url", "metrics_url", "prometheus_url", "model_sources"},
 }
 
 
@@ -52,6 +54,8 @@ def cluster_config_errors(kind: str | None, config: dict) -> list[str]:
         maybe("kubernetes_endpoint_url", URL, "an http(s) URL.")
     if kind in ("eks", "kubernetes"):
         maybe_prefix("namespace_prefix")
+    if "model_sources" in config:  # where each team may load weights from (deployments.model_sources)
+        errors += model_sources_errors(config["model_sources"])
     maybe("prometheus_url", URL, "a Prometheus server's http(s) URL, e.g. http://prometheus:9090.")
     if kind in ("eks", "kubernetes"):
         maybe("metrics_url", URL, "the Ray head's metrics export URL, e.g. http://head:8080/metrics.")

@@ -17,14 +17,16 @@ DEMO_KEY_NAME = "tandem up"
 
 
 def local_cluster_config() -> dict:
-    """Where the local Ray cluster listens, read from the state file `local/ray_cluster.py` writes."""
+    """Where the local Ray cluster listens, read from the state file `local/ray_cluster.py` writes, and the one
+    place every team may load weights from on it (the tiny models local/build_tiny_model.py builds)."""
     state_file = RUNTIME_DIR / "ray-cluster.json"
     state = json.loads(state_file.read_text()) if state_file.exists() else {}
     ports = {"dashboard": state.get("dashboard_port", 8265), "serve": state.get("serve_port", 8000),
              "metrics": state.get("metrics_port", 8080)}
     return {"dashboard_url": f"http://127.0.0.1:{ports['dashboard']}",
             "serve_url": f"http://127.0.0.1:{ports['serve']}",
-            "metrics_url": f"http://127.0.0.1:{ports['metrics']}/metrics"}
+            "metrics_url": f"http://127.0.0.1:{ports['metrics']}/metrics",
+            "model_sources": {"paths": [str(RUNTIME_DIR / "models")]}}
 
 
 @transaction.atomic

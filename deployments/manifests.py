@@ -19,6 +19,7 @@ TEMPLATES = Path(__file__).resolve().parents[1] / "k8s_templates"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "tandem"}
 HASH_ANNOTATION = "tandem.dev/spec-hash"
 DEPLOYMENT_LABEL = "tandem.dev/deployment"
+TEAM_LABEL = "tandem.dev/team"
 POOL_LABEL = "tandem.dev/pool"
 # Where a model-access credential (e.g. HF_TOKEN for gated Hugging Face models) lives: a Secret the cluster's
 # operator creates in the namespace. Manifests only reference it; optional, so public models need none.
@@ -42,7 +43,7 @@ def namespace_name(*, prefix: str, team_slug: str) -> str:
 
 
 def _labels(*, team_slug: str, name: str) -> dict:
-    return {**MANAGED_BY, "tandem.dev/team": team_slug, DEPLOYMENT_LABEL: name}
+    return {**MANAGED_BY, TEAM_LABEL: team_slug, DEPLOYMENT_LABEL: name}
 
 
 def _stamp(obj: dict) -> dict:
@@ -92,7 +93,7 @@ def rayservice_build(*, name: str, namespace: str, team_slug: str, spec: Deploym
     labels = _labels(team_slug=team_slug, name=name)
     rs = template("rayservice.yaml")
     rs["metadata"] = {"name": name, "namespace": namespace, "labels": labels}
-    serve = serve_config_build(deployment_name=name, spec=spec, target_kind=target_kind)
+    serve = serve_config_build(app_name=name, spec=spec, target_kind=target_kind)
     rs["spec"]["serveConfigV2"] = yaml.safe_dump(serve, sort_keys=False)
     cluster = rs["spec"]["rayClusterConfig"]
     cluster["rayVersion"] = runtime.ray  # must equal the image's Ray, which the runtime table couples
@@ -114,7 +115,7 @@ def manifests_build(*, name: str, namespace: str, team_slug: str, spec: Deployme
         node_selectors = {s: {"node.kubernetes.io/instance-type": spec.pool(s).instance_type} for s in STAGES}
     labels = _labels(team_slug=team_slug, name=name)
     ns = template("namespace.yaml")
-    ns["metadata"] = {"name": namespace, "labels": {**MANAGED_BY, "tandem.dev/team": team_slug}}
+    ns["metadata"] = {"name": namespace, "labels": {**MANAGED_BY, TEAM_LABEL: team_slug}}
     svc = template("service.yaml")
     svc["metadata"] = {"name": f"{name}-endpoint", "namespace": namespace, "labels": labels}
     svc["spec"]["selector"][DEPLOYMENT_LABEL] = name

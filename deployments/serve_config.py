@@ -14,6 +14,7 @@ POOL_RESOURCE = {"prefill": "prefill_pool", "decode": "decode_pool"}
 CPU_OMP_CORE = {"prefill": "0", "decode": "1"}
 CPU_MAX_NUM_SEQS = 8
 KV_ROLE = {"prefill": "kv_producer", "decode": "kv_consumer"}
+NIXL_PORT_FIRST, NIXL_PORT_SLOTS, NIXL_PORTS_PER_STAGE = 20000, 200, 100
 # Ray's accelerator_type names where they differ from the catalog's GPU names.
 RAY_ACCELERATOR = {"A100-40GB": "A100-40G", "A100-80GB": "A100-80G"}
 
@@ -44,7 +45,7 @@ def _kv_transfer(*, stage: str, cpu: bool, efa: bool, connector: str) -> dict:
     return kv
 
 
-def _stage_config(*, stage: str, spec: DeploymentSpec, cpu: bool) -> dict:
+def _stage_config(*, stage: str, spec: DeploymentSpec, cpu: bool, nixl_port: int | None) -> dict:
     pool, engine = spec.pool(stage), spec.engine
     instance = INSTANCE_TYPES[pool.instance_type]
     resource = POOL_RESOURCE[stage]
@@ -80,20 +81,55 @@ def _stage_config(*, stage: str, spec: DeploymentSpec, cpu: bool) -> dict:
                 "gpu_memory_utilization": engine.gpu_memory_utilization, "kv_transfer_config": kv,
             },
         })
+    if nixl_port is not None:
+        config["experimental_configs"] = {"NIXL_SIDE_CHANNEL_PORT_BASE": nixl_port}
     config["log_engine_metrics"] = True  # per-stage latency comes from these (observability issue)
     return config
 
 
-def serve_config_build(*, deployment_name: str, spec: DeploymentSpec, target_kind: str,
-                       http_options: dict | None = None) -> dict:
-    """The Ray Serve config (applications + cluster options) that runs `spec` as one PD application."""
+def ray_app_name(*, deployment_id: int, name: str) -> str:
+    """The Serve application of a deployment on a shared Ray cluster: unique (the primary key) and readable (the
+    deployment's name, which never changes). A name alone is unique only within a team."""
+    return f"tdm-{deployment_id}-{name}"
+
+
+def serve_app_name(*, deployment_id: int, name: str, target_kind: str) -> str:
+    """The Serve application a deployment runs as (its metrics carry it as `application`): its id-based name on a
+    shared `ray` cluster, its own name in a RayService (a Ray cluster of its own)."""
+    return ray_app_name(deployment_id=deployment_id, name=name) if target_kind == "ray" else name
+
+
+def ray_route_prefix(*, deployment_id: int) -> str:
+    """Where a deployment answers on a shared Ray cluster: Serve refuses two applications on one prefix."""
+    return f"/d/{deployment_id}"
+
+
+def ray_nixl_ports(*, deployment_id: int) -> dict[str, int]:
+    """Each stage's NIXL side-channel port base on a shared Ray cluster.
+
+    Ray Serve LLM binds every prefill replica to 20000 + its rank (decode: 22000 + rank), so a second deployment's
+    engines on the same node would fail to bind. Each deployment gets its own block of 200 ports (100 per stage,
+    room for replicas × tensor-parallel ranks) in 20000-59999, by id; ids equal modulo 200 share one, and Serve then
+    reports the failed bind only if their replicas meet on a node."""
+    base = NIXL_PORT_FIRST + (deployment_id % NIXL_PORT_SLOTS) * 2 * NIXL_PORTS_PER_STAGE
+    return {"prefill": base, "decode": base + NIXL_PORTS_PER_STAGE}
+
+
+def serve_config_build(*, app_name: str, spec: DeploymentSpec, target_kind: str, route_prefix: str = "/",
+                       nixl_ports: dict[str, int] | None = None, http_options: dict | None = None) -> dict:
+    """The Ray Serve config (applications + cluster options) that runs `spec` as one PD application.
+
+    A RayService holds one application on a Ray cluster of its own, so `/` and Ray's default NIXL ports are fine
+    there; on a shared `ray` cluster each deployment gets its own name, prefix and NIXL ports (ray_app_name,
+    ray_route_prefix, ray_nixl_ports)."""
     runtime = RUNTIMES[spec.runtime]
     cpu = runtime.accelerator == "cpu"
-    args = {stage + "_config": _stage_config(stage=stage, spec=spec, cpu=cpu) for stage in STAGES}
+    args = {stage + "_config": _stage_config(stage=stage, spec=spec, cpu=cpu,
+                                             nixl_port=(nixl_ports or {}).get(stage)) for stage in STAGES}
     if cpu:
         # Without this the ingress asks for a CPU the two engines already hold and never schedules.
         args["ingress_deployment_config"] = {"ray_actor_options": {"num_cpus": 0}}
-    app = {"name": deployment_name, "route_prefix": "/", "import_path": IMPORT_PATH, "args": args}
+    app = {"name": app_name, "route_prefix": route_prefix, "import_path": IMPORT_PATH, "args": args}
     config = {"applications": [app]}
     if http_options is None and target_kind in ("kubernetes", "eks"):
         http_options = {"host": "0.0.0.0", "port": 8000}  # the pod's Serve port behind the Service

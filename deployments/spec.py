@@ -9,6 +9,7 @@ import re
 from dataclasses import asdict, dataclass, field
 
 from deployments.catalog import INSTANCE_TYPES, KNOWN_BROKEN, RUNTIMES, Runtime, runtime_choices_text
+from deployments.model_sources import SourceRoots, not_allowed_message
 
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS1123_LABEL_MAX = 63
@@ -274,7 +275,7 @@ def _runtime_rules(c: _Collector, key: str, target_kind: str | None) -> Runtime 
     return runtime
 
 
-def _model_rules(c: _Collector, model_id, source, target_kind: str | None) -> None:
+def _model_rules(c: _Collector, model_id, source, target_kind: str | None, roots: SourceRoots | None) -> None:
     if not isinstance(model_id, str) or not MODEL_ID.match(model_id):
         c.add("model.id", "The name clients pass as `model`: 1-128 letters, digits, '.', '_', ':', '/' or '-'.")
     if not isinstance(source, str) or not (S3_URI.match(source) or HF_REPO.match(source) or LOCAL_PATH.match(source)):
@@ -283,6 +284,8 @@ def _model_rules(c: _Collector, model_id, source, target_kind: str | None) -> No
     elif LOCAL_PATH.match(source) and target_kind in ("eks", "kubernetes"):
         c.add("model.source", "A local path only works on a `ray` cluster; on Kubernetes use s3:// or a "
                               "Hugging Face repo id.")
+    elif roots is not None and not roots.allows(source):
+        c.add("model.source", not_allowed_message(roots))
 
 
 def _pool_rules(c: _Collector, pool: PoolSpec, prefix: str, accelerator: str) -> None:
@@ -341,11 +344,12 @@ def _engine_and_load_rules(c: _Collector, engine: EngineSpec, load: LoadSpec) ->
 
 
 def _rules(c: _Collector, *, runtime: str | None, model: tuple | None, prefill: PoolSpec | None,
-           decode: PoolSpec | None, engine: EngineSpec, load: LoadSpec, target_kind: str | None) -> None:
+           decode: PoolSpec | None, engine: EngineSpec, load: LoadSpec, target_kind: str | None,
+           source_roots: SourceRoots | None) -> None:
     """Every rule, for the parts that could be read (None: its reading already reported why)."""
     found = _runtime_rules(c, runtime, target_kind) if runtime is not None else None
     if model is not None:
-        _model_rules(c, *model, target_kind)
+        _model_rules(c, *model, target_kind, source_roots)
     accelerator = found.accelerator if found else "gpu"
     for prefix, pool in (("prefill", prefill), ("decode", decode)):
         if pool is not None:
@@ -353,19 +357,23 @@ def _rules(c: _Collector, *, runtime: str | None, model: tuple | None, prefill: 
     _engine_and_load_rules(c, engine, load)
 
 
-def spec_check(spec: DeploymentSpec, *, target_kind: str | None = None) -> DeploymentSpec:
+def spec_check(spec: DeploymentSpec, *, target_kind: str | None = None,
+               source_roots: SourceRoots | None = None) -> DeploymentSpec:
     """Check a typed spec against today's catalog and rules, or raise SpecError (a runtime found broken since it
-    was stored, an instance type dropped, a cluster kind it cannot run on). Returns the spec."""
+    was stored, an instance type dropped, a cluster kind it cannot run on, a model source the cluster no longer
+    allows the team: `source_roots`, deployments.model_sources). Returns the spec."""
     c = _Collector()
     _rules(c, runtime=spec.runtime, model=(spec.model_id, spec.model_source), prefill=spec.prefill,
-           decode=spec.decode, engine=spec.engine, load=spec.expected_load, target_kind=target_kind)
+           decode=spec.decode, engine=spec.engine, load=spec.expected_load, target_kind=target_kind,
+           source_roots=source_roots)
     if c.errors:
         raise SpecError(c.errors)
     return spec
 
 
-def spec_parse(data, *, target_kind: str | None = None) -> DeploymentSpec:
-    """Validate raw input (the API's `spec` object) into a DeploymentSpec, or raise SpecError."""
+def spec_parse(data, *, target_kind: str | None = None, source_roots: SourceRoots | None = None) -> DeploymentSpec:
+    """Validate raw input (the API's `spec` object) into a DeploymentSpec, or raise SpecError. With a cluster, its
+    kind and the model sources it allows the team (None: not checked here, e.g. a plan without a cluster)."""
     if not isinstance(data, dict):
         raise SpecError({"spec": ["Must be an object."]})
     c = _Collector()
@@ -380,7 +388,7 @@ def spec_parse(data, *, target_kind: str | None = None) -> DeploymentSpec:
     engine = _engine_read(c, data.get("engine"))
     load = _load_read(c, data.get("expected_load"))
     _rules(c, runtime=runtime, model=model, prefill=prefill, decode=decode, engine=engine, load=load,
-           target_kind=target_kind)
+           target_kind=target_kind, source_roots=source_roots)
     if c.errors:
         raise SpecError(c.errors)
     return DeploymentSpec(model[0], model[1], runtime, prefill, decode, engine, load)

@@ -7,6 +7,7 @@ import logging
 from collections.abc import Callable
 
 from deployments.catalog import INSTANCE_TYPES, pools_hourly_usd
+from deployments.model_sources import SourceRoots
 from deployments.quota_rules import node_quota_gpus, quota_basis
 from deployments.serve_config import STAGES
 from deployments.services.quota import team_gpus_held
@@ -31,15 +32,19 @@ def _answer(planner: Callable[[], dict]) -> tuple[dict | None, str]:
         return None, f"No plan for this spec yet: {e}"
 
 
-def plan(spec_input: dict, model_facts: dict | None = None) -> tuple[dict | None, str]:
-    """The plan beside the request form, for a request-shaped (maybe half-typed) spec."""
-    return _answer(lambda: plan_for_spec(spec_input, model_facts))
+def plan(spec_input: dict, model_facts: dict | None = None, *,
+         source_roots: SourceRoots | None = None) -> tuple[dict | None, str]:
+    """The plan beside the request form, for a request-shaped (maybe half-typed) spec; facts come from the weights
+    only inside the model sources the chosen cluster allows the team."""
+    return _answer(lambda: plan_for_spec(spec_input, model_facts, source_roots=source_roots))
 
 
-def plan_for_stored(spec: DeploymentSpec) -> tuple[dict | None, str]:
-    """The plan for a stored spec (approvals, the deployment page): checked against today's catalog first (an
-    approver sees a runtime found broken since), facts come from the weights when readable."""
-    plan_, note = _answer(lambda: plan_with_facts(spec_check(spec), None))
+def plan_for_stored(spec: DeploymentSpec, *, source_roots: SourceRoots) -> tuple[dict | None, str]:
+    """The plan for a stored spec (approvals, the deployment page): checked against today's catalog and the model
+    sources its cluster allows its team first (an approver sees a runtime found broken since), facts come from the
+    weights when readable there."""
+    plan_, note = _answer(lambda: plan_with_facts(spec_check(spec, source_roots=source_roots), None,
+                                                  source_roots=source_roots))
     if plan_ is None and note.startswith("Enter the model facts"):
         note = ("No capacity plan: the request does not carry the model's config.json facts and its weights "
                 "cannot be read from here.")

@@ -3,9 +3,12 @@
 
 Run with the RUNTIME venv's python (it needs torch, transformers and tokenizers):
 
-    $TANDEM_RUNTIME_DIR/venv/bin/python local/build_tiny_model.py [OUT_DIR] [--force]
+    $TANDEM_RUNTIME_DIR/venv/bin/python local/build_tiny_model.py [OUT_DIR] [--force] [--seed N]
 
-OUT_DIR defaults to ${TANDEM_RUNTIME_DIR:-~/.cache/tandem/pd-runtime}/models/tiny-llama.
+OUT_DIR defaults to ${TANDEM_RUNTIME_DIR:-~/.cache/tandem/pd-runtime}/models/tiny-llama. A second model whose
+greedy answers differ from the first's (so a test can tell whose weights answered): `--seed N --untied-head` draws
+other random weights with an output head of its own (same tokenizer). The seed alone is not enough: with tied
+embeddings a random tiny model mostly repeats its last input token, whatever the seed.
 Shape: hidden 128, 2 layers, 2 attention heads and 2 KV heads (head_dim 64), intermediate 192,
 vocab from a byte-level BPE tokenizer trained here on generated text, chat template in
 tokenizer_config.json, bf16 safetensors, under 1 MB. Deterministic (fixed seed). Idempotent: a
@@ -61,12 +64,16 @@ def default_out_dir() -> Path:
     return Path(rt) / "models" / "tiny-llama"
 
 
-def is_complete(out: Path) -> bool:
+def spec_for(seed: int, untied: bool) -> dict:
+    return {**SPEC, "seed": seed, **({"tie_word_embeddings": False} if untied else {})}
+
+
+def is_complete(out: Path, seed: int = SEED, untied: bool = False) -> bool:
     stamp = out / STAMP_NAME
     if not stamp.is_file() or not all((out / f).is_file() for f in REQUIRED_FILES):
         return False
     try:
-        return json.loads(stamp.read_text()).get("spec") == SPEC
+        return json.loads(stamp.read_text()).get("spec") == spec_for(seed, untied)
     except ValueError:
         return False
 
@@ -93,13 +100,12 @@ def corpus(n_lines: int = 8000) -> list[str]:
     return lines
 
 
-def build(out: Path) -> None:
+def build(out: Path, seed: int = SEED, untied: bool = False) -> None:
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-    random.seed(SEED)
-    torch.manual_seed(SEED)
+    random.seed(SEED)  # the tokenizer is the same for every seed; only the weights differ
 
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -137,9 +143,10 @@ def build(out: Path) -> None:
         num_hidden_layers=SPEC["num_hidden_layers"], num_attention_heads=SPEC["num_attention_heads"],
         num_key_value_heads=SPEC["num_key_value_heads"], head_dim=SPEC["head_dim"],
         max_position_embeddings=MAX_POSITIONS, rms_norm_eps=1e-5, rope_theta=10000.0,
-        tie_word_embeddings=True, bos_token_id=bos_id, eos_token_id=eos_id, pad_token_id=pad_id,
+        tie_word_embeddings=not untied, bos_token_id=bos_id, eos_token_id=eos_id, pad_token_id=pad_id,
         torch_dtype="bfloat16",
     )
+    torch.manual_seed(seed)
     model = LlamaForCausalLM(cfg).to(torch.bfloat16)
     model.save_pretrained(tmp, safe_serialization=True)
     GenerationConfig(bos_token_id=bos_id, eos_token_id=eos_id, pad_token_id=pad_id).save_pretrained(tmp)
@@ -147,22 +154,29 @@ def build(out: Path) -> None:
     n_params = sum(p.numel() for p in model.parameters())
     size = sum(f.stat().st_size for f in tmp.iterdir() if f.is_file())
     (tmp / STAMP_NAME).write_text(json.dumps(
-        {"spec": SPEC, "vocab_size": vocab, "params": n_params, "bytes": size}, indent=2) + "\n")
+        {"spec": spec_for(seed, untied), "vocab_size": vocab, "params": n_params, "bytes": size}, indent=2) + "\n")
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
-    print(f"built tiny-llama: {n_params} params, vocab {vocab}, {size} bytes on disk -> {out}")
+    head = ", untied head" if untied else ""
+    print(f"built tiny-llama (seed {seed}{head}): {n_params} params, vocab {vocab}, {size} bytes on disk -> {out}")
 
 
 def main(argv: list[str]) -> int:
-    force = "--force" in argv
-    args = [a for a in argv if a != "--force"]
-    out = Path(args[0]).expanduser().resolve() if args else default_out_dir()
-    if not force and is_complete(out):
-        print(f"tiny-llama already complete at {out}")
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("out", nargs="?")
+    ap.add_argument("--force", action="store_true")
+    ap.add_argument("--seed", type=int, default=SEED)
+    ap.add_argument("--untied-head", action="store_true")
+    a = ap.parse_args(argv)
+    out = Path(a.out).expanduser().resolve() if a.out else default_out_dir()
+    if not a.force and is_complete(out, a.seed, a.untied_head):
+        print(f"tiny-llama (seed {a.seed}) already complete at {out}")
         return 0
     t0 = time.monotonic()
     out.parent.mkdir(parents=True, exist_ok=True)
-    build(out)
+    build(out, a.seed, a.untied_head)
     print(f"build time {time.monotonic() - t0:.1f}s")
     return 0
 

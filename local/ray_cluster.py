@@ -20,7 +20,8 @@ State (pids, ports, paths) goes to ${TANDEM_RUNTIME_DIR}/ray-cluster.json.
 Environment knobs: TANDEM_RUNTIME_DIR, TANDEM_RAY_TEMP_DIR (default /tmp/tandem-ray: Unix socket paths
 must stay short), TANDEM_RAY_DASHBOARD_PORT, TANDEM_RAY_METRICS_PORT, TANDEM_RAY_GCS_PORT (default 6380,
 because Redis already owns 6379 on these machines), TANDEM_SERVE_HTTP_PORT (only reported: Serve's HTTP
-proxy port is set by http_options in the serve config PUT to the dashboard), TANDEM_RAY_NUM_CPUS.
+proxy port is set by http_options in the serve config PUT to the dashboard), TANDEM_RAY_NUM_CPUS (logical CPUs,
+default two per core: room for two deployments of the tiny model side by side).
 """
 from __future__ import annotations
 
@@ -274,7 +275,10 @@ def main() -> int:
     ap.add_argument("--metrics-port", type=int, default=int(os.environ.get("TANDEM_RAY_METRICS_PORT", 8080)))
     ap.add_argument("--gcs-port", type=int, default=int(os.environ.get("TANDEM_RAY_GCS_PORT", 6380)))
     ap.add_argument("--serve-port", type=int, default=int(os.environ.get("TANDEM_SERVE_HTTP_PORT", 8000)))
-    ap.add_argument("--num-cpus", type=int, default=int(os.environ.get("TANDEM_RAY_NUM_CPUS", os.cpu_count() or 2)))
+    # Logical CPUs: each engine's placement bundle holds one. Two per core lets two deployments of the tiny model
+    # (four engines) share a 2-core machine; each engine still pins its threads to one real core.
+    ap.add_argument("--num-cpus", type=int,
+                    default=int(os.environ.get("TANDEM_RAY_NUM_CPUS", 2 * (os.cpu_count() or 2))))
     ap.add_argument("--pool-units", type=int, default=100,
                     help="units of prefill_pool / decode_pool custom resource on the head (default 100)")
     ap.add_argument("--timeout", type=float, default=120.0)

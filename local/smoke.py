@@ -193,7 +193,9 @@ def main() -> int:
         cfg["applications"][0]["args"][stage]["model_loading_config"]["model_source"] = a.model_path
     app = cfg["applications"][0]["name"]
     model_id = cfg["applications"][0]["args"]["decode_config"]["model_loading_config"]["model_id"]
-    serve = f"http://{cfg['http_options']['host']}:{cfg['http_options']['port']}"
+    # The application answers under its own route prefix (a shared cluster holds one per deployment).
+    prefix = cfg["applications"][0].get("route_prefix", "/").rstrip("/")
+    serve = f"http://{cfg['http_options']['host']}:{cfg['http_options']['port']}{prefix}"
     mem = MemSampler()
     mem.start()
     results: dict = {"baseline_mem_used_gib": round(mem.baseline / 2**30, 2)}

@@ -2,10 +2,10 @@
 a verdict in the seed's terms and hourly cost, with the arithmetic shown as lines a person can check."""
 import json
 import math
-import os
 from dataclasses import asdict, dataclass
 
 from deployments.catalog import INSTANCE_TYPES, RUNTIMES
+from deployments.model_sources import SourceRoots
 from deployments.spec import LOCAL_PATH, DeploymentSpec, PoolSpec, SpecError, spec_parse
 
 GIB = 1024**3
@@ -68,16 +68,20 @@ def model_facts_parse(data: dict) -> ModelFacts:
     return ModelFacts(layers, hidden, heads, kv, head_dim, params, dtype)
 
 
-def model_facts_from_source(source: str) -> dict | None:
-    """config.json of a model source that is a readable local path (the local target), else None."""
-    if not isinstance(source, str) or not LOCAL_PATH.match(source):
+def model_facts_from_source(source: str, roots: SourceRoots | None) -> dict | None:
+    """config.json of a local model source (the local target) inside the roots the cluster allows the team, else
+    None. Without roots (no cluster named) nothing is read: a plan must not read any file a user names."""
+    if roots is None or not isinstance(source, str) or not LOCAL_PATH.match(source):
         return None
-    path = os.path.join(source, "config.json")
+    path = roots.readable_file(source, "config.json")
+    if path is None:
+        return None
     try:
         with open(path, encoding="utf-8") as f:
-            return json.load(f)
+            facts = json.load(f)
     except (OSError, ValueError):
         return None
+    return facts if isinstance(facts, dict) else None
 
 
 def _gb(n: float) -> str:
@@ -204,17 +208,21 @@ def plan(facts: ModelFacts, spec: DeploymentSpec, *, assumed_itl_ms: float = 30.
     }
 
 
-def plan_for_spec(spec_input: dict, model_facts: dict | None, *, assumed_itl_ms: float = 30.0) -> dict:
+def plan_for_spec(spec_input: dict, model_facts: dict | None, *, assumed_itl_ms: float = 30.0,
+                  source_roots: SourceRoots | None = None) -> dict:
     """For the portal and the API: validate the request-shaped spec, then plan it (plan_with_facts)."""
-    return plan_with_facts(spec_parse(spec_input), model_facts, assumed_itl_ms=assumed_itl_ms)
+    return plan_with_facts(spec_parse(spec_input, source_roots=source_roots), model_facts,
+                           assumed_itl_ms=assumed_itl_ms, source_roots=source_roots)
 
 
-def plan_with_facts(spec: DeploymentSpec, model_facts: dict | None, *, assumed_itl_ms: float = 30.0) -> dict:
-    """Plan a typed spec with the facts given, or the local model's config.json when none are. Raises SpecError
-    with field paths a form can show."""
+def plan_with_facts(spec: DeploymentSpec, model_facts: dict | None, *, assumed_itl_ms: float = 30.0,
+                    source_roots: SourceRoots | None = None) -> dict:
+    """Plan a typed spec with the facts given, or, when none are, the local model's config.json if it lies inside
+    `source_roots` (the model sources the spec's cluster allows its team). Raises SpecError with field paths a form
+    can show."""
     source = "given"
     if not model_facts:
-        model_facts = model_facts_from_source(spec.model_source)
+        model_facts = model_facts_from_source(spec.model_source, source_roots)
         source = f"{spec.model_source}/config.json"
     if not model_facts:
         raise SpecError({"model_facts": ["Give the model's facts (num_layers, hidden_size, num_attention_heads, "

@@ -5,6 +5,7 @@ import httpx
 from django.db import transaction
 
 from deployments.models import Cluster, Deployment
+from deployments.serve_config import serve_app_name
 from observability.models import ScrapeState
 from observability.promtext import Sample, parse_prometheus_api, parse_text
 from observability.rollups import minute_of, rollup_increase
@@ -51,7 +52,8 @@ def scrape_snapshot(deployment: Deployment, *, client: httpx.Client) -> dict | N
     source = metrics_source(deployment.cluster)
     if source is None:
         return None
-    return snapshot_build(scrape_samples(source, client=client), deployment.model_id)
+    app = serve_app_name(deployment_id=deployment.pk, name=deployment.name, target_kind=deployment.cluster.kind)
+    return snapshot_build(scrape_samples(source, client=client), deployment.model_id, application=app)
 
 
 def scrape_deployment(*, deployment_id: int, client: httpx.Client, now: dt.datetime) -> dict:

@@ -58,13 +58,18 @@ def _le(value: str) -> float:
     return math.inf if value in ("+Inf", "Inf") else float(value)
 
 
-def snapshot_build(samples: list[Sample], model_id: str) -> dict:
-    """The JSON-able state of one model's series: {"hist": ..., "counter": ..., "gauge": ...}."""
+def snapshot_build(samples: list[Sample], model_id: str, application: str | None = None) -> dict:
+    """The JSON-able state of one model's series: {"hist": ..., "counter": ..., "gauge": ...}.
+
+    With `application`, only that Serve application's: on a shared Ray cluster two teams may serve the same model
+    id, each in its own application, and neither may read the other's numbers."""
     names = {model_id, serve_name(model_id)}
     replicas: dict[str, str] = {}
     apps: set[str] = set()
     for s in samples:
         dep, rep = s.labels.get("deployment"), s.labels.get("replica")
+        if application is not None and s.labels.get("application") != application:
+            continue
         if s.name.startswith("ray_serve_") and dep and _pool_of(dep, names):
             if rep:
                 replicas[rep] = dep
@@ -72,6 +77,8 @@ def snapshot_build(samples: list[Sample], model_id: str) -> dict:
                 apps.add(s.labels["application"])
 
     def pool_for(s: Sample) -> str | None:
+        if application is not None and s.labels.get("application", application) != application:
+            return None
         dep = s.labels.get("deployment") or replicas.get(s.labels.get("ReplicaId", ""))
         if not dep:
             return None

@@ -8,7 +8,9 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from deployments.selectors import deployments_visible_to
+from deployments.model_sources import SourceRoots, source_roots_of
+from deployments.models import Cluster
+from deployments.selectors import deployments_visible_to, teams_visible_to
 from deployments.spec import SpecError
 from observability.models import ConformanceRun
 from observability.planner import plan_for_spec
@@ -60,8 +62,25 @@ class DeploymentConformanceView(APIView):
         return Response({"deployment": d.pk, "queued": True}, status=status.HTTP_202_ACCEPTED)
 
 
+def _source_roots(request, body: dict) -> SourceRoots | None:
+    """The model sources a plan may read config.json from: those the named cluster allows the named team (one the
+    caller belongs to). Without both, none: the planner then needs the facts in the request."""
+    team_slug, cluster_name = body.get("team"), body.get("cluster")
+    if team_slug is None and cluster_name is None:
+        return None
+    team = teams_visible_to(request.user).filter(slug=str(team_slug)).first()
+    cluster = Cluster.objects.filter(name=str(cluster_name)).first()
+    errors = {**({} if team else {"team": [f"No team {team_slug!r} that you belong to."]}),
+              **({} if cluster else {"cluster": [f"No cluster {cluster_name!r}."]})}
+    if errors:
+        raise SpecError(errors)
+    return source_roots_of(cluster=cluster, team=team)
+
+
 class PlanView(APIView):
-    """The capacity plan for a PD spec: {"spec": <request-shaped spec>, "model_facts": {...} | null}."""
+    """The capacity plan for a PD spec: {"spec": <request-shaped spec>, "model_facts": {...} | null, "team": slug,
+    "cluster": name}. Without model_facts, the facts come from the model's config.json when its source is a local
+    path the cluster allows the team (deployments.model_sources); team and cluster are needed for that."""
 
     @extend_schema(request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
     def post(self, request):
@@ -69,4 +88,5 @@ class PlanView(APIView):
         itl = body.get("assumed_itl_ms", 30.0)
         if isinstance(itl, bool) or not isinstance(itl, (int, float)) or not 0.1 <= itl <= 10_000:
             raise SpecError({"assumed_itl_ms": ["A number of milliseconds between 0.1 and 10000."]})
-        return Response(plan_for_spec(body.get("spec"), body.get("model_facts"), assumed_itl_ms=float(itl)))
+        return Response(plan_for_spec(body.get("spec"), body.get("model_facts"), assumed_itl_ms=float(itl),
+                                      source_roots=_source_roots(request, body)))

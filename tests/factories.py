@@ -34,6 +34,9 @@ def local_spec_input(**overrides) -> dict:
     return data
 
 
+MODEL_SOURCES = {"paths": ["/models"], "s3": ["s3://models"]}
+
+
 class UserFactory(factory.django.DjangoModelFactory):
     class Meta:
         model = get_user_model()
@@ -66,7 +69,8 @@ class ClusterFactory(factory.django.DjangoModelFactory):
 
     name = factory.Sequence(lambda n: f"cluster-{n}")
     kind = Cluster.Kind.KUBERNETES
-    config = factory.LazyFunction(lambda: {"namespace_prefix": "tandem-"})
+    # Where the specs above load weights from: a cluster allows no model source it does not declare.
+    config = factory.LazyFunction(lambda: {"namespace_prefix": "tandem-", "model_sources": MODEL_SOURCES})
 
 
 class DeploymentFactory(factory.django.DjangoModelFactory):

@@ -8,6 +8,7 @@ from django.utils import timezone
 
 from deployments.conditions import condition_set, conformance_passed, endpoint_ready
 from deployments.lifecycle import SETTLED, Status
+from deployments.model_sources import source_roots_of
 from deployments.models import Deployment
 from deployments.redaction import internal_redact
 from deployments.services.events import event_record
@@ -95,7 +96,8 @@ def _run(p: _Pass) -> float | None:
         return None
 
     try:  # 3 validate
-        spec_check(d.spec_typed, target_kind=d.cluster.kind)
+        spec_check(d.spec_typed, target_kind=d.cluster.kind,
+                   source_roots=source_roots_of(cluster=d.cluster, team=d.team))
     except SpecError as e:
         raise PermanentError(f"The spec is no longer valid: {e}") from None
     p.cond("Approved", True, "Approved")

@@ -205,6 +205,12 @@ TANDEM_CONFORMANCE_TEAM_WINDOW_SECONDS = env_int("TANDEM_CONFORMANCE_TEAM_WINDOW
 # The web app's /metrics answers only `Authorization: Bearer <this>`; unset, /metrics is off (404).
 TANDEM_METRICS_TOKEN = env("TANDEM_METRICS_TOKEN", "")
 
+# --- Cluster credentials (deployments.secret_refs) -----------------------------------------------------
+# A cluster's secret_ref is sent as a bearer token to URLs an admin registers, so it may name only an environment
+# variable with this prefix or a file inside this directory (by real path); no directory: no file references.
+TANDEM_CLUSTER_SECRET_ENV_PREFIX = env("TANDEM_CLUSTER_SECRET_ENV_PREFIX", "TANDEM_CLUSTER_")
+TANDEM_CLUSTER_SECRETS_DIR = env("TANDEM_CLUSTER_SECRETS_DIR", "")
+
 # --- Gateway (its own process: `python -m gateway`) ---------------------------------------------------
 TANDEM_GATEWAY_HOST = env("TANDEM_GATEWAY_HOST", "127.0.0.1")
 TANDEM_GATEWAY_PORT = env_int("TANDEM_GATEWAY_PORT", 8001)

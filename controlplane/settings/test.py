@@ -1,7 +1,10 @@
 """Settings for the test suite: real PostgreSQL and Redis, a database of its own."""
 import os
+import tempfile
 
 os.environ.setdefault("DJANGO_SECRET_KEY", "test-only-not-secret")
+# Tests write kubeconfigs and tokens under pytest's temporary directories (and subprocesses inherit this).
+os.environ.setdefault("TANDEM_CLUSTER_SECRETS_DIR", tempfile.gettempdir())
 
 from controlplane.settings.base import *  # noqa: E402,F403
 

@@ -1,6 +1,4 @@
 """Shapes of the REST API. Writes are validated here only for shape; rules live in services and spec."""
-import re
-
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from drf_spectacular.types import OpenApiTypes
@@ -13,10 +11,9 @@ from deployments.lifecycle import SERVING
 from deployments.models import AccessToken, ApiKey, Cluster, Deployment, Event, Membership, Team
 from deployments.quota_rules import quota_gpus
 from deployments.services.quota import team_gpus_held
+from deployments.secret_refs import secret_ref_errors
 from deployments.spec import dns_label_errors, spec_load
 from deployments.spec_diff import proposal_summary
-
-SECRET_REF = re.compile(r"^(env:[A-Z_][A-Z0-9_]{0,127}|file:/[^\x00]{1,1000})$")
 
 
 class _Visible:
@@ -82,7 +79,8 @@ class ClusterSummarySerializer(serializers.ModelSerializer):
 
 
 class ClusterSerializer(serializers.ModelSerializer):
-    """`secret_ref` is write-only: `env:NAME` or `file:/path` naming where the credential lives."""
+    """`secret_ref` is write-only: `env:TANDEM_CLUSTER_...` or `file:<secrets dir>/...` naming where the
+    credential lives."""
 
     secret_ref = serializers.CharField(write_only=True, required=False, allow_blank=True)
     has_secret = serializers.SerializerMethodField()
@@ -101,8 +99,8 @@ class ClusterSerializer(serializers.ModelSerializer):
         return value
 
     def validate_secret_ref(self, value):
-        if value and not SECRET_REF.match(value):
-            raise serializers.ValidationError("Give `env:VARIABLE_NAME` or `file:/absolute/path`, not the secret itself.")
+        if problems := secret_ref_errors(value):
+            raise serializers.ValidationError(problems)
         return value
 
     def validate(self, attrs):

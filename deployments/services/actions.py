@@ -8,6 +8,7 @@ from django.utils import timezone
 
 from deployments.errors import ActionError, Conflict, NotAllowed
 from deployments.lifecycle import UNSETTLED, UPDATABLE, Status, can_transition
+from deployments.model_sources import source_roots_of
 from deployments.models import Cluster, Deployment, Membership, Team
 from deployments.quota_rules import quota_gpus
 from deployments.redaction import internal_redact
@@ -27,13 +28,15 @@ def _locked(deployment: Deployment) -> Deployment:
     return Deployment.objects.select_for_update().select_related("team", "cluster").get(pk=deployment.pk)
 
 
-def _validated_spec(data, cluster: Cluster) -> DeploymentSpec:
-    return spec_parse(data, target_kind=cluster.kind)
+def _validated_spec(data, cluster: Cluster, team: Team) -> DeploymentSpec:
+    return spec_parse(data, target_kind=cluster.kind, source_roots=source_roots_of(cluster=cluster, team=team))
 
 
-def _recheck(stored: dict, cluster: Cluster) -> DeploymentSpec:
-    """A stored spec must still pass today's catalog (a runtime found broken since is refused at approval)."""
-    return spec_check(spec_load(stored), target_kind=cluster.kind)
+def _recheck(stored: dict, cluster: Cluster, team: Team) -> DeploymentSpec:
+    """A stored spec must still pass today's catalog (a runtime found broken since is refused at approval) and
+    the model sources the cluster allows the team today."""
+    return spec_check(spec_load(stored), target_kind=cluster.kind,
+                      source_roots=source_roots_of(cluster=cluster, team=team))
 
 
 def _require_editor(*, actor, deployment: Deployment) -> None:
@@ -50,7 +53,7 @@ def deployment_request(*, actor, team: Team, cluster: Cluster, name: str, spec: 
     if problems := name_errors(name):
         errors["name"] = problems
     try:
-        typed = _validated_spec(spec, cluster)
+        typed = _validated_spec(spec, cluster, team)
     except SpecError as e:
         errors.update({f"spec.{k}": v for k, v in e.errors.items()})
     if errors:
@@ -79,7 +82,7 @@ def deployment_edit(*, actor, deployment: Deployment, spec: dict | None = None, 
         raise Conflict(f"Only a pending request can be edited; this one is {d.status}. "
                        "Ask for an update instead.")
     before = {"spec": d.spec, "purpose": d.purpose}
-    typed = d.spec_typed if spec is None else _validated_spec(spec, d.cluster)
+    typed = d.spec_typed if spec is None else _validated_spec(spec, d.cluster, d.team)
     new_spec = d.spec if spec is None else typed.to_dict()
     new_purpose = d.purpose if purpose is None else purpose
     if new_spec == d.spec and new_purpose == d.purpose:
@@ -138,7 +141,7 @@ def deployment_approve(*, actor, deployment: Deployment, generation: int, propos
     _require_approver(actor=actor, deployment=d)
     _require_reviewed(deployment=d, generation=generation, proposed_hash=proposed_hash)
     if _proposal_waits(d):
-        proposed = _recheck(d.proposed_spec, d.cluster)
+        proposed = _recheck(d.proposed_spec, d.cluster, d.team)
         quota_check(team=team, gpus=quota_gpus(proposed, target_kind=d.cluster.kind), exclude_id=d.pk)
         before, proposer = d.spec, d.proposed_by
         d.spec, d.proposed_spec, d.proposed_by, d.generation = d.proposed_spec, None, None, d.generation + 1
@@ -149,7 +152,7 @@ def deployment_approve(*, actor, deployment: Deployment, generation: int, propos
                                      actor=actor, reason="Update approved.")
     if d.status != Status.PENDING_APPROVAL:
         raise Conflict(f"Nothing to approve: the deployment is {d.status}.")
-    approved = _recheck(d.spec, d.cluster)
+    approved = _recheck(d.spec, d.cluster, d.team)
     quota_check(team=team, gpus=quota_gpus(approved, target_kind=d.cluster.kind), exclude_id=d.pk)
     d.proposed_by = None
     d.save(update_fields=["proposed_by", "updated_at"])
@@ -219,7 +222,7 @@ def deployment_update(*, actor, deployment: Deployment, spec: dict | None = None
                      after={"purpose": purpose})
     if spec is None:
         return d
-    typed = _validated_spec(spec, d.cluster)
+    typed = _validated_spec(spec, d.cluster, d.team)
     new_spec = typed.to_dict()
     if new_spec == d.spec:
         return d

@@ -1,8 +1,9 @@
 """Registering targets (platform admins only)."""
 from django.db import transaction
 
-from deployments.errors import Conflict, NotAllowed
+from deployments.errors import ActionError, Conflict, NotAllowed
 from deployments.models import Cluster
+from deployments.secret_refs import secret_ref_errors
 from deployments.services.events import event_record
 from deployments.services.teams import is_platform_admin
 
@@ -13,6 +14,8 @@ def cluster_register(*, actor, name: str, kind: str, config: dict | None = None,
     config = config or {}
     if not is_platform_admin(actor):
         raise NotAllowed("Only platform admins can register clusters.")
+    if problems := secret_ref_errors(secret_ref):  # the API and the admin check it first; this is the rule
+        raise ActionError(" ".join(problems), field="secret_ref")
     if Cluster.objects.filter(name=name).exists():
         raise Conflict(f"A cluster named {name!r} already exists.", field="name")
     cluster = Cluster.objects.create(name=name, kind=kind, config=config, secret_ref=secret_ref)

@@ -3,6 +3,7 @@ quota impact; each decision is bound to the generation (and proposed spec) shown
 from django.contrib.auth.decorators import login_required
 
 from deployments import selectors
+from deployments.model_sources import source_roots_of
 from deployments.quota_rules import quota_gpus
 from deployments.spec import spec_load
 from deployments.spec_diff import spec_changes, spec_hourly_cost
@@ -18,7 +19,7 @@ def approval_queue(request):
         is_update = d.proposed_spec is not None
         spec = spec_load(d.proposed_spec) if is_update else d.spec_typed
         kind = d.cluster.kind
-        plan, note = planning.plan_for_stored(spec)
+        plan, note = planning.plan_for_stored(spec, source_roots=source_roots_of(cluster=d.cluster, team=d.team))
         note = f"{note} GPUs, quota and cost are below." if plan is None else note
         gpus = quota_gpus(spec, target_kind=kind)
         items.append({

@@ -12,6 +12,7 @@ from deployments import selectors
 from deployments.conditions import CONDITION_TYPES, condition_get
 from deployments.errors import ActionError
 from deployments.lifecycle import Status
+from deployments.model_sources import source_roots_of
 from deployments.models import Cluster
 from deployments.quota_rules import quota_gpus
 from deployments.services import actions
@@ -64,7 +65,8 @@ def _status_context(d) -> dict:
 def deployment_detail(request, pk: int):
     """One deployment: status, live timeline, endpoint and snippets, health, latency, usage, audit trail."""
     d = _visible(request, pk)
-    plan, plan_note = planning.plan_for_stored(d.spec_typed)
+    plan, plan_note = planning.plan_for_stored(d.spec_typed,
+                                               source_roots=source_roots_of(cluster=d.cluster, team=d.team))
     context = _status_context(d) | {
         "team": d.team, "gpus": d.quota_gpus, "gateway_base_url": settings.TANDEM_GATEWAY_BASE_URL,
         "endpoint_ready": condition_get(d.conditions, "EndpointReady") or {},

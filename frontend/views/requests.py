@@ -7,6 +7,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from deployments import selectors
 from deployments.errors import ActionError
 from deployments.lifecycle import EDITABLE, Status
+from deployments.model_sources import source_roots_of
 from deployments.models import Cluster
 from deployments.services import actions
 from deployments.spec import SpecError, name_errors, spec_parse
@@ -19,7 +20,13 @@ def _clusters():
     return Cluster.objects.order_by("name")
 
 
-def _check(data, *, with_name: bool) -> tuple[dict, dict[str, list[str]]]:
+def _roots(team, data):
+    """The model sources the form's cluster allows the team (None until a cluster is picked)."""
+    cluster = _clusters().filter(name=data.get("cluster", "")).first()
+    return source_roots_of(cluster=cluster, team=team) if cluster else None
+
+
+def _check(data, *, with_name: bool, team) -> tuple[dict, dict[str, list[str]]]:
     """The request-shaped spec from the form and every error the validator finds, by dotted path."""
     spec = spec_form.spec_from_form(data)
     errors: dict[str, list[str]] = {}
@@ -29,14 +36,14 @@ def _check(data, *, with_name: bool) -> tuple[dict, dict[str, list[str]]]:
     if with_name and cluster is None:
         errors["cluster"] = ["Pick the cluster to deploy on."]
     try:
-        spec_parse(spec, target_kind=cluster.kind if cluster else None)
+        spec_parse(spec, target_kind=cluster.kind if cluster else None, source_roots=_roots(team, data))
     except SpecError as e:
         errors |= {f"spec.{k}": v for k, v in e.errors.items()}
     return spec, errors
 
 
 def _plan_context(*, team, spec: dict, data, exclude_id=None) -> dict:
-    plan, note = planning.plan(spec, spec_form.facts_from_form(data))
+    plan, note = planning.plan(spec, spec_form.facts_from_form(data), source_roots=_roots(team, data))
     cluster = _clusters().filter(name=data.get("cluster", "")).first()
     kind = cluster.kind if cluster else ""
     return {"plan": plan, "plan_note": note, "cost": planning.hourly_cost(spec),
@@ -66,7 +73,7 @@ def deployment_new(request):
         values["cluster"] = request.GET.get("cluster") or (_clusters().values_list("name", flat=True).first() or "")
         return render_page(request, "deployments/form.html", _form_context(team=team, values=values))
     values = request.POST.dict()
-    spec, errors = _check(request.POST, with_name=True)
+    spec, errors = _check(request.POST, with_name=True, team=team)
     other: list[str] = []
     if not errors:
         try:
@@ -98,7 +105,7 @@ def deployment_edit(request, pk: int):
                                                        "purpose": d.purpose}
         return render_page(request, "deployments/form.html", _form_context(team=d.team, values=values, d=d))
     values = request.POST.dict() | {"name": d.name, "cluster": d.cluster.name}
-    spec, errors = _check(values, with_name=False)
+    spec, errors = _check(values, with_name=False, team=d.team)
     other: list[str] = []
     if not errors:
         try:
@@ -131,7 +138,7 @@ def deployment_validate(request):
     if d is not None:
         values |= {"name": d.name, "cluster": d.cluster.name}
         team = d.team
-    spec, errors = _check(values, with_name=d is None)
+    spec, errors = _check(values, with_name=d is None, team=team)
     context = _form_context(team=team, values=values, errors=errors, d=d)
     # A blank field is one the user has not reached yet: say nothing about it until they submit.
     context["errors"] = {k: v for k, v in context["errors"].items() if values.get(k, "").strip()}

@@ -8,6 +8,7 @@ from deployments.api.serializers import ClusterSerializer, TeamSerializer
 from deployments.catalog import INSTANCE_TYPES, KNOWN_BROKEN
 from deployments.cluster_config import cluster_config_errors
 from deployments.lifecycle import Status
+from deployments.model_sources import source_roots_of
 from deployments.services import actions
 from deployments.services.quota import team_gpus_held
 from deployments.spec import SpecError, name_errors, spec_check, spec_load, spec_parse
@@ -104,7 +105,7 @@ def test_old_rows_count_against_quota_and_get_a_plan(cluster):
     d = DeploymentFactory(cluster=cluster, spec=json.loads(json.dumps(OLD_ROW)), status=Status.RUNNING)
     assert team_gpus_held(team=d.team) == 12
     d.refresh_from_db()
-    plan, note = planning.plan_for_stored(d.spec_typed)
+    plan, note = planning.plan_for_stored(d.spec_typed, source_roots=source_roots_of(cluster=cluster, team=d.team))
     # An s3:// model cannot be read from here: no plan, and the note says why (not a crash on the old row).
     assert plan is None and "config.json facts" in note
     assert spec_hourly_cost(d.spec_typed) == pytest.approx(3 * INSTANCE_TYPES["g6e.12xlarge"].hourly_usd)

@@ -5,6 +5,7 @@ the local Ray cluster once for this package and always stop it.
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,17 +15,38 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 RUNTIME = Path(os.environ.get("TANDEM_RUNTIME_DIR") or Path.home() / ".cache/tandem/pd-runtime")
 MODEL = RUNTIME / "models" / "tiny-llama"
+# The same tiny model with other random weights and a head of its own (local/build_tiny_model.py --seed
+# --untied-head): its greedy answers differ from the first's.
+VARIANT = RUNTIME / "models" / "tiny-llama-variant"
 
 
 @pytest.fixture(scope="package")
-def local_ray():
-    """A running local Ray head shaped like the EKS cluster; its state (URLs, token file)."""
+def local_ray(tmp_path_factory):
+    """A running local Ray head shaped like the EKS cluster; its state (URLs, token file), and `secret_ref`: the
+    token copied into the secrets directory the test settings allow (clusters may name only files inside it)."""
     if not (RUNTIME / "venv" / "bin" / "ray").exists() or not (MODEL / "config.json").exists():
         pytest.fail(f"The local PD runtime is not installed in {RUNTIME}: run `./tandem test`, which installs it "
                     "(local/install_runtime.sh) and builds the tiny model (local/build_tiny_model.py).")
     script = str(ROOT / "local" / "ray_cluster.py")
     subprocess.run([sys.executable, script, "start"], check=True, timeout=300)
     try:
-        yield json.loads((RUNTIME / "ray-cluster.json").read_text())
+        state = json.loads((RUNTIME / "ray-cluster.json").read_text())
+        token = tmp_path_factory.mktemp("cluster-secrets") / "ray-token"
+        shutil.copy(state["token_file"], token)
+        yield {**state, "secret_ref": f"file:{token}"}
     finally:
         subprocess.run([sys.executable, script, "stop"], timeout=300)
+
+
+def local_cluster_config(state: dict, **extra) -> dict:
+    """A `ray` cluster's config for the local head, its models directory the one allowed model source."""
+    return {"dashboard_url": state["dashboard_url"], "serve_url": state["serve_http_url"],
+            "metrics_url": state["metrics_url"], "model_sources": {"paths": [str(RUNTIME / "models")]}, **extra}
+
+
+@pytest.fixture(scope="package")
+def tiny_variant():
+    """The second tiny model (built once, in seconds, like the first)."""
+    subprocess.run([str(RUNTIME / "venv" / "bin" / "python"), str(ROOT / "local" / "build_tiny_model.py"),
+                    str(VARIANT), "--seed", "4321", "--untied-head"], check=True, timeout=300)
+    return VARIANT

@@ -4,7 +4,7 @@ import pytest
 
 from deployments.models import Cluster, Deployment, Membership
 from deployments.services import actions
-from tests.e2e.conftest import MODEL
+from tests.e2e.conftest import MODEL, local_cluster_config
 from tests.e2e.test_local_pd import ray_apps
 from tests.factories import MembershipFactory, TeamFactory, local_spec_input
 from tests.support.processes import Worker, free_port, wait_for, worker_environment
@@ -32,9 +32,8 @@ def worker(transactional_db, redis_client, tmp_path):
 
 @pytest.fixture
 def local_cluster(transactional_db, local_ray):
-    return Cluster.objects.create(name="local", kind=Cluster.Kind.RAY, secret_ref=f"file:{local_ray['token_file']}",
-                                  config={"dashboard_url": local_ray["dashboard_url"],
-                                          "serve_url": local_ray["serve_http_url"]})
+    return Cluster.objects.create(name="local", kind=Cluster.Kind.RAY, secret_ref=local_ray["secret_ref"],
+                                  config=local_cluster_config(local_ray))
 
 
 def test_a_model_source_that_does_not_exist(worker, local_cluster, local_ray):
@@ -42,7 +41,7 @@ def test_a_model_source_that_does_not_exist(worker, local_cluster, local_ray):
     d = approve_and_settle(local_cluster, spec, "ghost")
     assert d.status == "failed"
     assert "does-not-exist does not exist on the Ray cluster's machine" in d.status_reason
-    assert "ghost" not in ray_apps(local_ray)
+    assert f"tdm-{d.pk}-ghost" not in ray_apps(local_ray)
 
 
 def test_an_engine_setting_the_model_cannot_take(worker, local_cluster, local_ray):
@@ -50,13 +49,14 @@ def test_an_engine_setting_the_model_cannot_take(worker, local_cluster, local_ra
     d = approve_and_settle(local_cluster, spec, "too-long")
     assert d.status == "failed"
     assert "max_model_len (65536) is greater than the model's max_position_embeddings (2048)" in d.status_reason
-    assert "too-long" not in ray_apps(local_ray)
+    assert f"tdm-{d.pk}-too-long" not in ray_apps(local_ray)
 
 
 def test_ray_not_running(worker, transactional_db):
     port = free_port()
     cluster = Cluster.objects.create(name="nowhere", kind=Cluster.Kind.RAY,
-                                     config={"dashboard_url": f"http://127.0.0.1:{port}"})
+                                     config={"dashboard_url": f"http://127.0.0.1:{port}",
+                                             "model_sources": {"paths": [str(MODEL)]}})
     d = approve_and_settle(cluster, local_spec_input(model={"id": "m", "source": str(MODEL)}), "nowhere")
     assert d.status == "failed"
     assert "Cannot reach the Ray dashboard of nowhere" in d.status_reason

@@ -12,6 +12,7 @@ from rest_framework.test import APIClient
 
 from bench.local_pd_latency import compare_latency
 from deployments.conditions import condition_get
+from deployments.model_sources import source_roots_of
 from deployments.models import Cluster, Deployment, Membership
 from gateway.models import RequestRecord
 from gateway.tasks import drain_request_records
@@ -19,7 +20,7 @@ from observability.models import ConformanceRun
 from observability.planner import plan_for_spec
 from observability.scraper import scrape_deployment, scrape_snapshot
 from observability.snapshot import snapshot_increase
-from tests.e2e.conftest import MODEL
+from tests.e2e.conftest import MODEL, local_cluster_config
 from tests.factories import MembershipFactory, TeamFactory, local_spec_input
 from tests.support.processes import Worker, start_gateway, wait_for, worker_environment
 
@@ -68,9 +69,8 @@ def test_pd_deployment_end_to_end(transactional_db, redis_client, local_ray, tmp
     team = TeamFactory(slug="ml-research", gpu_quota=0)
     member = MembershipFactory(team=team, role=Membership.Role.MEMBER).user
     admin = MembershipFactory(team=team, role=Membership.Role.ADMIN).user
-    Cluster.objects.create(name="local", kind=Cluster.Kind.RAY, secret_ref=f"file:{local_ray['token_file']}",
-                           config={"dashboard_url": local_ray["dashboard_url"], "serve_url": local_ray["serve_http_url"],
-                                   "metrics_url": local_ray["metrics_url"]})
+    cluster = Cluster.objects.create(name="local", kind=Cluster.Kind.RAY, secret_ref=local_ray["secret_ref"],
+                                     config=local_cluster_config(local_ray))
     gateway = start_gateway(tmp_path)
     worker = Worker(worker_environment(tmp_path, TANDEM_GATEWAY_BASE_URL=f"{gateway.base_url}/v1",
                                        TANDEM_TASK_TIME_LIMIT="300")).start()
@@ -97,7 +97,7 @@ def test_pd_deployment_end_to_end(transactional_db, redis_client, local_ray, tmp
         kinds = list(d.events.order_by("created_at", "id").values_list("kind", flat=True))
         for step in ("approved", "status_provisioning", "applied", "serve_status", "endpoint", "status_running"):
             assert step in kinds, kinds
-        assert d.endpoint_url == local_ray["serve_http_url"]
+        assert d.endpoint_url == f"{local_ray['serve_http_url']}/d/{pk}"  # its own route prefix on the cluster
         assert scrape_deployment(deployment_id=pk, client=httpx.Client(timeout=10), now=timezone.now()) is not None
 
         # The conformance suite runs through the gateway once it is running, and passes on the real stack.
@@ -147,8 +147,8 @@ def test_pd_deployment_end_to_end(transactional_db, redis_client, local_ray, tmp
                                       max_tokens=1)
             moved = wait_for(lambda: kv_moved(d, http, before_kv), timeout=90, every=2, what="the prompt's KV")
             lo, hi = moved.bounds_range()
-            planned = plan_for_spec({**spec, "expected_load": {"mean_prompt_tokens": tokens}},
-                                    None)["kv_bytes_per_request"]
+            planned = plan_for_spec({**spec, "expected_load": {"mean_prompt_tokens": tokens}}, None,
+                                    source_roots=source_roots_of(cluster=cluster, team=team))["kv_bytes_per_request"]
             print(f"{tokens}-token prompt: planner {planned:,} B; NIXL's transfer in ({lo:,.0f}, {hi:,.0f}] B")
             assert moved.count == 1 and lo < planned <= hi, (tokens, planned, moved.buckets)
 
@@ -174,7 +174,7 @@ def test_pd_deployment_end_to_end(transactional_db, redis_client, local_ray, tmp
                     ("e2e", "gateway")]:
             assert any(p["count"] and p["p50"] for p in stages[key]["points"]), (key, stages.get(key))
 
-        print(compare_latency(direct_url=f"{local_ray['serve_http_url']}/v1", gateway_url=f"{gateway.base_url}/v1",
+        print(compare_latency(direct_url=f"{d.endpoint_url}/v1", gateway_url=f"{gateway.base_url}/v1",
                               api_key=secret, model="tiny-llama", runs=5))
 
         # Removing the Serve app out-of-band makes the deployment leave running; the reconciler re-deploys it.

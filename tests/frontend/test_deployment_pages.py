@@ -187,7 +187,8 @@ def test_detail_shows_the_plan_what_nixl_moved_and_that_the_endpoint_is_being_ch
     spec = local_spec_input(model={"id": "tiny-llama", "source": str(tmp_path)},
                             expected_load={"requests_per_second": 1, "mean_prompt_tokens": 260,
                                            "mean_output_tokens": 32})
-    cluster = ClusterFactory(kind="ray", config={"dashboard_url": "http://127.0.0.1:8265"})
+    cluster = ClusterFactory(kind="ray", config={"dashboard_url": "http://127.0.0.1:8265",
+                                                 "model_sources": {"paths": [str(tmp_path)]}})
     d = DeploymentFactory(team=team, cluster=cluster, requested_by=member, name="tiny", status=Status.RUNNING,
                           spec=spec_parse(spec, target_kind="ray").to_dict())
     d.conditions = condition_set([], type="EndpointReady", status=False, reason="ConformancePending",

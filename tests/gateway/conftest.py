@@ -21,7 +21,7 @@ def start_gateway(tmp: Path, **env) -> Proc:
     """A gateway with a short upstream timeout, a 1 MiB body limit and a Ray token in its environment. Every test
     calls from 127.0.0.1, so the limit on failed authentications per address is out of the way unless a test
     sets it."""
-    return support_start_gateway(tmp, **{"TANDEM_TEST_RAY_TOKEN": RAY_TOKEN,
+    return support_start_gateway(tmp, **{"TANDEM_CLUSTER_TEST_RAY_TOKEN": RAY_TOKEN,
                                          "TANDEM_GATEWAY_MAX_BODY_BYTES": str(1024 * 1024),
                                          "TANDEM_GATEWAY_UPSTREAM_TIMEOUT_S": "2",
                                          "TANDEM_GATEWAY_AUTH_FAILURES_PER_MINUTE": "0", **env})
@@ -99,7 +99,7 @@ def world(transactional_db, redis_client, mock_upstream):
 
         def ray_cluster(self):
             return ClusterFactory(kind=Cluster.Kind.RAY, config={"dashboard_url": "http://127.0.0.1:8265"},
-                                  secret_ref="env:TANDEM_TEST_RAY_TOKEN")
+                                  secret_ref="env:TANDEM_CLUSTER_TEST_RAY_TOKEN")
 
         def key(self, **fields) -> tuple:
             return api_key_create(actor=self.member, team=fields.pop("team", self.team), name="k", **fields)

@@ -222,13 +222,14 @@ def test_a_key_named_like_tandems_service_key_gets_nothing_special(world, gatewa
 
 def test_503_when_the_ray_token_cannot_be_resolved(world, gateway):
     cluster = world.ray_cluster()
-    cluster.secret_ref = "env:TANDEM_TEST_UNSET_VARIABLE"
+    cluster.secret_ref = "env:TANDEM_CLUSTER_TEST_UNSET_VARIABLE"
     cluster.save()
     world.deployment("m", cluster=cluster)
     _, raw = world.key()
     error = assert_openai_error(post(gateway, raw, {"model": "m", **CHAT}), 503)
     # Key holders learn which cluster is broken, not where its secret lives.
-    assert f"cluster {cluster.name}" in error["message"] and "TANDEM_TEST_UNSET_VARIABLE" not in error["message"]
+    assert f"cluster {cluster.name}" in error["message"]
+    assert "TANDEM_CLUSTER_TEST_UNSET_VARIABLE" not in error["message"]
 
 
 def test_504_when_upstream_is_too_slow(world, gateway, openai_client):

@@ -15,7 +15,7 @@ from observability.conformance.runner import conformance_run_for_deployment, con
 from observability.models import ConformanceRun
 from observability.conformance.suite import CHECK_NAMES, conformance_run
 from tests.factories import ClusterFactory, DeploymentFactory, local_spec_input
-from tests.observability.helpers import fixture
+from tests.observability.helpers import as_application_of, fixture
 from tests.observability.mock_openai import FAULTS, MODEL, MockUpstream
 from tests.support.broker import queued
 
@@ -52,7 +52,9 @@ def test_an_unreachable_endpoint_fails_every_check_with_the_error():
 
 @pytest.fixture
 def ray_deployment(team):
-    def make(metrics_url: str):
+    def make(upstream: MockUpstream | str):
+        """`upstream` serves the metrics (its fixture scrapes become this deployment's), or is a metrics URL."""
+        metrics_url = upstream if isinstance(upstream, str) else upstream.metrics_url
         cluster = ClusterFactory(kind="ray", config={"dashboard_url": "http://127.0.0.1:8265",
                                                      "metrics_url": metrics_url})
         d = DeploymentFactory(team=team, cluster=cluster, status="running",
@@ -61,6 +63,8 @@ def ray_deployment(team):
         d.conditions = condition_set([], type="EndpointReady", status=False, reason="ConformancePending",
                                      generation=d.generation, now=timezone.now())
         d.save()
+        if not isinstance(upstream, str):
+            upstream.metrics_bodies[:] = [as_application_of(b, d) for b in upstream.metrics_bodies]
         return d
     return make
 
@@ -68,7 +72,7 @@ def ray_deployment(team):
 def test_run_for_deployment_records_checks_and_health_and_asks_for_a_reconcile_pass(
         ray_deployment, redis_client, django_capture_on_commit_callbacks):
     with MockUpstream(metrics_bodies=[fixture("pd-before.prom"), fixture("pd-after.prom")]) as m:
-        d = ray_deployment(m.metrics_url)
+        d = ray_deployment(m)
         with django_capture_on_commit_callbacks(execute=True):
             run_ = conformance_run_for_deployment(deployment_id=d.pk, gateway_base_url=m.base_url)
     assert run_.passed and run_.checks.count() == len(CHECK_NAMES) and run_.generation == d.generation
@@ -91,7 +95,7 @@ def test_run_for_deployment_records_checks_and_health_and_asks_for_a_reconcile_p
 def test_a_failing_check_leaves_the_deployment_running_with_a_warning(ray_deployment, api, member):
     with MockUpstream(["unknown_model_detail"], metrics_bodies=[fixture("pd-before.prom"),
                                                                 fixture("decode-only-after.prom")]) as m:
-        d = ray_deployment(m.metrics_url)
+        d = ray_deployment(m)
         run_ = conformance_run_for_deployment(deployment_id=d.pk, gateway_base_url=m.base_url)
     assert not run_.passed and run_.pd_health["verdict"] == "decode_only"
     d.refresh_from_db()

@@ -11,6 +11,7 @@ import json
 
 import pytest
 
+from deployments.model_sources import SourceRoots
 from deployments.spec import SpecError
 from observability.planner import estimate_params, plan_for_spec
 from tests.factories import local_spec_input, spec_input
@@ -116,7 +117,7 @@ def test_tiny_model_matches_what_nixl_moved_on_the_cpu_engine(tmp_path, prompt_t
                             engine={"max_model_len": 1024, "dtype": "bfloat16"},
                             expected_load={"requests_per_second": 1, "mean_prompt_tokens": prompt_tokens,
                                            "mean_output_tokens": 32})
-    p = plan_for_spec(spec, None)
+    p = plan_for_spec(spec, None, source_roots=SourceRoots(paths=(str(tmp_path),)))
     assert p["model"]["facts_from"] == f"{tmp_path}/config.json"
     assert p["kv_bytes_per_token"] == 1024 and p["kv_block_tokens"] == 128
     assert p["kv_bytes_per_request"] == nixl_bytes

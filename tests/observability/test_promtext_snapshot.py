@@ -66,3 +66,18 @@ def test_prometheus_api_answer_gives_the_same_samples():
 
 def test_serve_names_of_model_ids():
     assert serve_name("meta-llama/Llama-3.1-8B") == "meta-llama--Llama-3_1-8B"
+
+
+def test_two_teams_serving_one_model_id_on_one_cluster_each_read_only_their_own_application():
+    """On a shared Ray cluster team B's application serves the same model id; its series must not count for A."""
+    ours = fixture("pd-after.prom")
+    theirs = ours.replace('application="default"', 'application="tdm-9-chat"')
+    for replica in ("2qdg0lrf", "h6eptvmm", "zi5cs8z8"):  # other replicas, so other ReplicaIds
+        theirs = theirs.replace(replica, replica[::-1])
+    both = parse_text(ours + theirs)
+    alone = snapshot_increase(EMPTY, snapshot_build(parse_text(ours), "tiny-llama", application="default"))
+    inc = snapshot_increase(EMPTY, snapshot_build(both, "tiny-llama", application="default"))
+    assert inc.counter == alone.counter and inc.counter[("prompt_tokens:external_kv_transfer", "decode")] == 395
+    assert inc.hist[("ttft", "decode")].count == 9 and inc.hist[("serve", "ingress")].count == 9
+    mixed = snapshot_increase(EMPTY, snapshot_build(both, "tiny-llama"))
+    assert mixed.counter[("prompt_tokens:external_kv_transfer", "decode")] == 790  # what A saw before

@@ -9,20 +9,24 @@ from observability.models import ScrapeState, StageRollup, ThroughputRollup, Val
 from observability.rollups import gateway_rollup, rollups_prune
 from observability.scraper import scrape_deployment
 from tests.factories import ClusterFactory, DeploymentFactory, UserFactory
-from tests.observability.helpers import fixture
+from tests.observability.helpers import as_application_of, fixture
 from tests.observability.mock_openai import MockUpstream
 from tests.observability.test_planner import LLAMA_8B
 from tests.factories import spec_input
 
 
-def _deployment(team, metrics_url):
-    cluster = ClusterFactory(kind="ray", config={"dashboard_url": "http://127.0.0.1:8265",
-                                                 "metrics_url": metrics_url})
+def _deployment(team, upstream: MockUpstream | str):
+    """A running deployment on a `ray` cluster scraped at `upstream` (whose fixture scrapes become its own)."""
+    metrics_url = upstream if isinstance(upstream, str) else upstream.metrics_url
+    cluster = ClusterFactory(kind="ray", config={"dashboard_url": "http://127.0.0.1:8265", "metrics_url": metrics_url})
     from deployments.spec import spec_parse
     from tests.factories import local_spec_input
 
-    return DeploymentFactory(team=team, cluster=cluster, status="running",
-                             spec=spec_parse(local_spec_input(), target_kind="ray").to_dict())
+    d = DeploymentFactory(team=team, cluster=cluster, status="running",
+                          spec=spec_parse(local_spec_input(), target_kind="ray").to_dict())
+    if not isinstance(upstream, str):
+        upstream.metrics_bodies[:] = [as_application_of(b, d) for b in upstream.metrics_bodies]
+    return d
 
 
 def _scrape_twice(d, now):
@@ -35,7 +39,7 @@ def _scrape_twice(d, now):
 def test_first_scrape_sets_the_baseline_and_the_next_adds_the_increase(team):
     now = timezone.now()
     with MockUpstream(metrics_bodies=[fixture("pd-before.prom"), fixture("pd-after.prom")]) as m:
-        d = _deployment(team, m.metrics_url)
+        d = _deployment(team, m)
         first, second = _scrape_twice(d, now)
     assert first["ok"] and first["rows"] == 0
     assert second["ok"] and second["rows"] > 0
@@ -45,7 +49,7 @@ def test_first_scrape_sets_the_baseline_and_the_next_adds_the_increase(team):
     assert ValueRollup.objects.get(deployment=d, minute=minute, name="prompt_tokens:external_kv_transfer",
                                    pool="decode").value == 395
     # A third scrape in the same minute with nothing new adds nothing.
-    with MockUpstream(metrics_bodies=[fixture("pd-after.prom")]) as m2:
+    with MockUpstream(metrics_bodies=[as_application_of(fixture("pd-after.prom"), d)]) as m2:
         d.cluster.config["metrics_url"] = m2.metrics_url
         d.cluster.save()
         with httpx.Client() as client:
@@ -71,7 +75,7 @@ def _record(d, i, at, **kw):
 def test_latency_api_contract(team, member, api):
     now = timezone.now()
     with MockUpstream(metrics_bodies=[fixture("pd-before.prom"), fixture("pd-after.prom")]) as m:
-        d = _deployment(team, m.metrics_url)
+        d = _deployment(team, m)
         _scrape_twice(d, now)
     for i in range(4):
         _record(d, i, now - dt.timedelta(seconds=5))

@@ -1,7 +1,9 @@
 """A stand-in Ray dashboard over real HTTP: the Serve REST API (`/api/serve/applications/`) with Ray 2.60's
 token authentication, and a Serve proxy answering `/v1/models`, for testing the `ray` driver.
 
-PUT is declarative for the whole cluster, as in Ray: applications not listed are deleted. A new or changed
+PUT is declarative for the whole cluster, as in Ray: applications not listed are deleted, and a body with two
+applications of one name or one route prefix is refused with 400 (Serve's own check). The proxy answers
+`<route_prefix>/v1/models` with the model of the RUNNING application at that prefix, 404 elsewhere. A new or changed
 application is DEPLOYING until `ready_after` seconds pass, then RUNNING (or DEPLOY_FAILED with `fail_apps`);
 a removed one is DELETING for `ready_after` seconds, then gone. GET echoes each `deployed_app_config` with a
 default Ray fills in (so drift detection must not count defaults as drift).
@@ -29,6 +31,7 @@ class RayDashboard:
         self.http_options: dict = {}
         self.requests: list[tuple[str, str]] = []
         self.faults: list[list] = []  # [method, status, count]
+        self.get_delay = 0.0  # seconds each GET of the applications takes (to widen a read-then-write race)
         self._lock = threading.Lock()
         self.server: ThreadingHTTPServer | None = None
 
@@ -55,6 +58,16 @@ class RayDashboard:
                 return "DEPLOYING"
             return "DEPLOY_FAILED" if self.fail_apps else "RUNNING"
 
+    @staticmethod
+    def refusal(body: dict) -> str:
+        """Why Serve refuses this PUT (duplicate names or route prefixes), or ""."""
+        apps = body.get("applications", [])
+        for key, what in (("name", "names"), ("route_prefix", "route prefixes")):
+            values = [a.get(key, "/") for a in apps]
+            if dup := sorted({v for v in values if values.count(v) > 1}):
+                return f"Found duplicate applications for {what} {dup}."
+        return ""
+
     def put(self, body: dict) -> None:
         now = time.monotonic()
         with self._lock:
@@ -79,9 +92,11 @@ class RayDashboard:
                           "route_prefix": config.get("route_prefix"), "deployed_app_config": config}
         return {"http_options": self.http_options, "proxy_location": "HeadOnly", "applications": apps}
 
-    def models(self) -> list[str]:
+    def models(self, prefix: str) -> list[str]:
+        """Model ids the RUNNING application at this route prefix serves."""
         return [self.apps[n]["config"]["args"]["prefill_config"]["model_loading_config"]["model_id"]
-                for n in list(self.apps) if self.status_of(n) == "RUNNING"]
+                for n in list(self.apps) if self.status_of(n) == "RUNNING"
+                and self.apps[n]["config"].get("route_prefix", "/").rstrip("/") == prefix]
 
     def serve(self) -> "RayDashboard":
         dashboard = self
@@ -102,8 +117,10 @@ class RayDashboard:
                 dashboard.requests.append((method, self.path))
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""
-                if self.path.startswith("/v1/models"):  # Serve's proxy: no dashboard token
-                    return self._send(200, {"object": "list", "data": [{"id": m} for m in dashboard.models()]})
+                if self.path.endswith("/v1/models"):  # Serve's proxy: no dashboard token
+                    if models := dashboard.models(self.path.removesuffix("/v1/models")):
+                        return self._send(200, {"object": "list", "data": [{"id": m} for m in models]})
+                    return self._send(404, {"detail": "Not Found"})
                 if self.headers.get("Authorization") != f"Bearer {dashboard.token}":
                     return self._send(401, {"error": "InvalidAuthToken"})
                 for fault in dashboard.faults:
@@ -113,9 +130,14 @@ class RayDashboard:
                 if self.path != "/api/serve/applications/":
                     return self._send(404, {"error": "not found"})
                 if method == "GET":
-                    return self._send(200, dashboard.details())
+                    details = dashboard.details()
+                    time.sleep(dashboard.get_delay)
+                    return self._send(200, details)
                 if method == "PUT":
-                    dashboard.put(json.loads(raw))
+                    body = json.loads(raw)
+                    if refusal := dashboard.refusal(body):
+                        return self._send(400, {"error": refusal})
+                    dashboard.put(body)
                     return self._send(200, {})
                 if method == "DELETE":
                     dashboard.put({"applications": []})

@@ -45,13 +45,13 @@ def test_node_groups_are_created_with_types_sizes_labels_and_gpu_taints(aws, dep
     assert not step.ready and "creating" in step.message  # created this pass; ready on a later one
     assert target.ensure_node_pools(deployment).ready
     prefill = _eks(aws).describe_nodegroup(clusterName="gpu-prod",
-                                           nodegroupName="tandem-ml-research-llama-prefill")["nodegroup"]
+                                           nodegroupName=f"tandem-d{deployment.pk}-prefill")["nodegroup"]
     assert prefill["instanceTypes"] == ["p5.48xlarge"]
     assert prefill["scalingConfig"] == {"minSize": 1, "maxSize": 1, "desiredSize": 1}
     assert prefill["labels"]["tandem.dev/pool"] == "prefill"
     assert {"key": "vpc.amazonaws.com/efa", "value": "true", "effect": "NO_SCHEDULE"} in prefill["taints"]
     decode = _eks(aws).describe_nodegroup(clusterName="gpu-prod",
-                                          nodegroupName="tandem-ml-research-llama-decode")["nodegroup"]
+                                          nodegroupName=f"tandem-d{deployment.pk}-decode")["nodegroup"]
     assert decode["scalingConfig"]["desiredSize"] == 2
     assert decode["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}]
 
@@ -64,8 +64,8 @@ def test_an_update_resizes_only_the_pool_that_changed(aws, deployment):
     step = target.ensure_node_pools(deployment)
     assert "resizing to 3" in step.message and not step.ready
     updates = [p for m, p in aws.hits if m == "POST" and p.endswith("/update-config")]
-    assert updates == ["/clusters/gpu-prod/node-groups/tandem-ml-research-llama-decode/update-config"]
-    assert _eks(aws).describe_nodegroup(clusterName="gpu-prod", nodegroupName="tandem-ml-research-llama-decode")[
+    assert updates == [f"/clusters/gpu-prod/node-groups/tandem-d{deployment.pk}-decode/update-config"]
+    assert _eks(aws).describe_nodegroup(clusterName="gpu-prod", nodegroupName=f"tandem-d{deployment.pk}-decode")[
         "nodegroup"]["scalingConfig"]["desiredSize"] == 3
 
 
@@ -79,7 +79,7 @@ def test_the_kubernetes_side_authenticates_with_an_sts_presigned_token(aws, emul
     assert "Action=GetCallerIdentity" in url and "X-Amz-Signature=" in url and "x-k8s-aws-id" in url
     rs = emulator.rayservices()[0]
     selector = rs["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["template"]["spec"]["nodeSelector"]
-    assert selector == {"eks.amazonaws.com/nodegroup": "tandem-ml-research-llama-prefill"}
+    assert selector == {"eks.amazonaws.com/nodegroup": f"tandem-d{deployment.pk}-prefill"}
 
 
 def test_a_little_throttling_is_absorbed_and_a_lot_is_transient(aws, deployment):
@@ -112,3 +112,77 @@ def test_teardown_deletes_the_kubernetes_objects_and_only_the_node_groups_tandem
     assert step.ready, step.message
     assert emulator.live_objects() == []
     assert eks.list_nodegroups(clusterName="gpu-prod")["nodegroups"] == ["someone-elses"]
+
+
+def _ready(target, d):
+    for _ in range(5):
+        if target.ensure_node_pools(d).ready:
+            return
+    raise AssertionError("node groups never became ready")
+
+
+def _torn_down(target, d):
+    for _ in range(5):
+        if target.teardown(d).ready:
+            return
+    raise AssertionError("teardown never finished")
+
+
+def _scaling(aws, name):
+    return _eks(aws).describe_nodegroup(clusterName="gpu-prod", nodegroupName=name)["nodegroup"]["scalingConfig"]
+
+
+def test_two_teams_whose_names_collide_cannot_resize_or_delete_each_others_node_groups(aws, eks_cluster):
+    """Team `ml` + `research-chat` and team `ml-research` + `chat` once shared `tandem-ml-research-chat-*`."""
+    a = DeploymentFactory(team=TeamFactory(slug="ml"), cluster=eks_cluster, name="research-chat",
+                          spec=gpu_spec(prefill=_pool("g6e.xlarge", 1, 1), decode=_pool("g6e.xlarge", 1, 1, nodes=2)))
+    b = DeploymentFactory(team=TeamFactory(slug="ml-research"), cluster=eks_cluster, name="chat",
+                          spec=gpu_spec(prefill=_pool("g6e.xlarge", 1, 1), decode=_pool("g6e.xlarge", 1, 1, nodes=3)))
+    target = EksTarget(eks_cluster)
+    _ready(target, a)
+    a_groups = {s: target.nodegroup_name(a, s) for s in ("prefill", "decode")}
+    _ready(target, b)
+    assert not set(a_groups.values()) & {target.nodegroup_name(b, s) for s in ("prefill", "decode")}
+    assert _scaling(aws, a_groups["decode"])["desiredSize"] == 2  # B's 3 nodes went to B's own node group
+    _torn_down(EksTarget(eks_cluster), b)
+    assert sorted(_eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"]) == sorted(a_groups.values())
+    assert EksTarget(eks_cluster).ensure_node_pools(a).ready
+
+
+def test_a_node_group_of_another_deployment_under_our_name_is_a_permanent_error_naming_both(aws, deployment):
+    """Whatever the name, Tandem resizes or deletes a node group only when its deployment-id tag is ours."""
+    target = EksTarget(deployment.cluster)
+    name = target.nodegroup_name(deployment, "decode")
+    _eks(aws).create_nodegroup(clusterName="gpu-prod", nodegroupName=name, nodeRole="arn:aws:iam::123456789012:role/n",
+                               subnets=["subnet-1"], instanceTypes=["g6e.xlarge"],
+                               scalingConfig={"minSize": 5, "maxSize": 5, "desiredSize": 5},
+                               tags={"tandem.dev/managed-by": "tandem", "tandem.dev/deployment-id": "999999",
+                                     "tandem.dev/team": "other-team", "tandem.dev/deployment": "llama"})
+    aws.hits.clear()
+    with pytest.raises(PermanentError) as caught:
+        _ready(EksTarget(deployment.cluster), deployment)
+    message = str(caught.value)
+    assert "deployment 999999 (other-team/llama)" in message
+    assert f"deployment {deployment.pk} (ml-research/llama)" in message
+    with pytest.raises(PermanentError, match="will not delete it"):
+        _torn_down(EksTarget(deployment.cluster), deployment)
+    assert not [p for m, p in aws.hits if m in ("POST", "DELETE") and name in p]  # neither resized nor deleted
+    assert _scaling(aws, name)["desiredSize"] == 5
+
+
+def test_a_node_group_named_before_ids_is_kept_by_its_own_deployment(aws, deployment):
+    """A deployment from before node groups were named by id keeps its (id-tagged) node groups: no second set."""
+    legacy = {s: f"tandem-ml-research-llama-{s}" for s in ("prefill", "decode")}
+    for stage, name in legacy.items():
+        pool = deployment.spec_typed.pool(stage)
+        _eks(aws).create_nodegroup(clusterName="gpu-prod", nodegroupName=name, nodeRole="arn:aws:iam::123456789012:role/n",
+                                   subnets=["subnet-1"], instanceTypes=[pool.instance_type],
+                                   scalingConfig={"minSize": pool.nodes, "maxSize": pool.nodes,
+                                                  "desiredSize": pool.nodes},
+                                   tags={"tandem.dev/managed-by": "tandem",
+                                         "tandem.dev/deployment-id": str(deployment.pk)})
+    target = EksTarget(deployment.cluster)
+    assert target.ensure_node_pools(deployment).ready
+    assert target.node_selectors(deployment)["decode"] == {"eks.amazonaws.com/nodegroup": legacy["decode"]}
+    _torn_down(EksTarget(deployment.cluster), deployment)
+    assert _eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"] == []

@@ -3,6 +3,7 @@ import time
 
 import pytest
 
+from tests.factories import DeploymentFactory
 from tests.workers.conftest import TOKEN
 from workers.targets.base import PermanentError, TransientError
 from workers.targets.kubernetes import KubernetesTarget
@@ -130,3 +131,43 @@ def test_teardown_deletes_everything_and_confirms_it_is_gone(emulator, k8s_deplo
     assert step.ready, step.message
     assert emulator.live_objects() == []
     assert target.teardown(k8s_deployment).ready  # again: nothing to do, still done
+
+
+def _foreign_namespace(emulator, labels: dict | None = None):
+    """A namespace with the team's name that someone else made (a platform team's, another product's)."""
+    emulator.namespaces["tandem-ml-research"] = {"apiVersion": "v1", "kind": "Namespace", "metadata": {
+        "name": "tandem-ml-research", "labels": labels or {"owner": "payments"}}}
+
+
+@pytest.mark.parametrize("labels", [None, {"app.kubernetes.io/managed-by": "tandem", "tandem.dev/team": "other"}],
+                         ids=["not-tandems", "another-teams"])
+def test_an_existing_namespace_that_is_not_this_teams_is_refused_never_adopted_or_deleted(emulator, k8s_deployment,
+                                                                                            labels):
+    _foreign_namespace(emulator, labels)
+    with pytest.raises(PermanentError, match="Namespace tandem-ml-research already exists .* will not adopt"):
+        apply(KubernetesTarget(k8s_deployment.cluster), k8s_deployment)
+    assert emulator.namespaces["tandem-ml-research"]["metadata"]["labels"] == (labels or {"owner": "payments"})
+    assert emulator.rayservices() == []
+    assert KubernetesTarget(k8s_deployment.cluster).teardown(k8s_deployment).ready
+    assert "tandem-ml-research" in emulator.namespaces
+
+
+def test_a_namespace_made_by_someone_else_between_read_and_create_is_refused(emulator, k8s_deployment):
+    """The 409 on create is not taken as ours: the namespace is read back and its labels checked."""
+    target = KubernetesTarget(k8s_deployment.cluster)
+    objects, _ = target.desired(k8s_deployment)
+    _foreign_namespace(emulator)
+    with pytest.raises(PermanentError, match="not Tandem's"):
+        target._create(objects[0])
+    assert emulator.namespaces["tandem-ml-research"]["metadata"]["labels"] == {"owner": "payments"}
+
+
+def test_deleting_one_of_a_teams_deployments_finishes_and_leaves_the_other_and_the_namespace(emulator,
+                                                                                              k8s_deployment):
+    other = DeploymentFactory(team=k8s_deployment.team, cluster=k8s_deployment.cluster, name="mistral")
+    target = KubernetesTarget(k8s_deployment.cluster)
+    apply(target, k8s_deployment)
+    apply(target, other)
+    assert target.teardown(k8s_deployment).ready
+    assert [rs["metadata"]["name"] for rs in emulator.rayservices()] == ["mistral"]
+    assert "tandem-ml-research" in emulator.namespaces

@@ -1,8 +1,11 @@
 """The `eks` target: the kubernetes driver, plus boto3 for the cluster's endpoint, auth and GPU node groups.
 
-Node groups are one per deployment and stage (`<prefix><team>-<name>-prefill|decode`), tagged as Tandem's;
-Tandem resizes and deletes only node groups that carry its tag. Each pass does one step and returns, so a
-node group that is still CREATING makes the reconciler come back later instead of blocking a worker.
+Node groups are one per deployment and stage, named by the deployment's primary key
+(`<prefix>d<id>-prefill|decode`: team and deployment names can collide once joined, and get cut at 63
+characters) and tagged with its id. Tandem resizes, replaces and deletes a node group only when its
+`deployment-id` tag is this deployment's; any other owner is a permanent error naming both. Each pass does one
+step and returns, so a node group that is still CREATING makes the reconciler come back later instead of
+blocking a worker.
 """
 from botocore.exceptions import BotoCoreError, ClientError, ConnectionError as BotoConnectionError
 
@@ -14,6 +17,8 @@ from workers.targets.base import PermanentError, Step, TransientError
 from workers.targets.kubernetes import KubernetesTarget
 
 TAG_MANAGED = "tandem.dev/managed-by"
+TAG_DEPLOYMENT_ID = "tandem.dev/deployment-id"
+TAG_TEAM, TAG_NAME = "tandem.dev/team", "tandem.dev/deployment"  # for people reading the console, and errors
 THROTTLING = {"Throttling", "ThrottlingException", "TooManyRequestsException", "RequestLimitExceeded",
               "ServiceUnavailableException", "ServerException", "InternalFailure"}
 DENIED = {"AccessDeniedException", "UnauthorizedOperation", "UnrecognizedClientException",
@@ -51,6 +56,7 @@ class EksTarget(KubernetesTarget):
         super().__init__(cluster, api=api)
         self._session = session
         self._eks = None
+        self._names: dict[tuple[int, str], str] = {}
 
     @property
     def region(self) -> str:
@@ -91,12 +97,38 @@ class EksTarget(KubernetesTarget):
 
     # --- node groups ----------------------------------------------------------------------------------
     def nodegroup_name(self, deployment, stage: str) -> str:
-        """The node group of one stage of one deployment (EKS allows 63 characters)."""
-        prefix = self.cluster.config.get("nodegroup_prefix", "tandem-")
-        return f"{prefix}{deployment.team.slug}-{deployment.name}"[: 63 - len(stage) - 1] + f"-{stage}"
+        """The node group of one stage of one deployment: unique by id, at most 20 + 29 of EKS's 63 characters.
+
+        A deployment from before names were ids keeps its node group under the old name (`<prefix><team>-<name>`)
+        when that group's deployment-id tag is its own, rather than paying for a second set of GPU nodes."""
+        key = (deployment.pk, stage)
+        if key not in self._names:
+            prefix = self.cluster.config.get("nodegroup_prefix", "tandem-")
+            name = f"{prefix}d{deployment.pk}-{stage}"
+            legacy = f"{prefix}{deployment.team.slug}-{deployment.name}"[: 63 - len(stage) - 1] + f"-{stage}"
+            if self._describe(name) is None and (old := self._describe(legacy)) is not None \
+                    and (old.get("tags") or {}).get(TAG_DEPLOYMENT_ID) == str(deployment.pk):
+                name = legacy
+            self._names[key] = name
+        return self._names[key]
 
     def node_selectors(self, deployment) -> dict[str, dict]:
         return {s: {NODEGROUP_LABEL: self.nodegroup_name(deployment, s)} for s in STAGES}
+
+    def _require_owned(self, deployment, ng: dict, *, doing: str) -> None:
+        """Refuse to touch a node group whose deployment-id tag is not this deployment's, naming both owners."""
+        tags = ng.get("tags") or {}
+        if tags.get(TAG_DEPLOYMENT_ID) == str(deployment.pk):
+            return
+        mine = f"deployment {deployment.pk} ({deployment.team.slug}/{deployment.name})"
+        if tags.get(TAG_MANAGED) != "tandem" or not tags.get(TAG_DEPLOYMENT_ID):
+            owner = "no deployment of Tandem's (it has no tandem.dev/deployment-id tag)"
+        else:
+            owner = (f"deployment {tags[TAG_DEPLOYMENT_ID]} "
+                     f"({tags.get(TAG_TEAM, '?')}/{tags.get(TAG_NAME, '?')})")
+        raise PermanentError(f"Node group {ng.get('nodegroupName')} on EKS cluster {self.eks_name} belongs to "
+                             f"{owner}, not to {mine}; Tandem will not {doing} it. Remove or rename that node "
+                             "group, then retry.")
 
     def _describe(self, name: str) -> dict | None:
         try:
@@ -121,7 +153,8 @@ class EksTarget(KubernetesTarget):
             "labels": {"tandem.dev/pool": stage, "tandem.dev/deployment": deployment.name,
                        "tandem.dev/team": deployment.team.slug},
             "taints": taints,
-            "tags": {TAG_MANAGED: "tandem", "tandem.dev/deployment-id": str(deployment.pk)},
+            "tags": {TAG_MANAGED: "tandem", TAG_DEPLOYMENT_ID: str(deployment.pk), TAG_TEAM: deployment.team.slug,
+                     TAG_NAME: deployment.name},
             "subnets": list(self.cluster.config.get("subnet_ids") or []),
             "nodeRole": self.cluster.config.get("node_role_arn", ""),
         }
@@ -141,6 +174,7 @@ class EksTarget(KubernetesTarget):
         if ng is None:
             self._create_nodegroup(deployment, stage, name)
             return False, f"{name}: creating {pool.nodes} × {pool.instance_type}"
+        self._require_owned(deployment, ng, doing="use, resize or replace")
         status = ng.get("status")
         if status == "CREATE_FAILED":
             issues = "; ".join(i.get("message", "") for i in ng.get("health", {}).get("issues", [])) or "no detail"
@@ -148,18 +182,14 @@ class EksTarget(KubernetesTarget):
                                  "availability and quota in the cluster's subnets, then retry.")
         if status in WAITING:
             return False, f"{name}: {status.lower()}"
-        ours = ng.get("tags", {}).get(TAG_MANAGED) == "tandem"
         if pool.instance_type not in (ng.get("instanceTypes") or []):
-            if not ours:
-                raise PermanentError(f"Node group {name} exists with other instance types and is not Tandem's; "
-                                     "rename the deployment or remove that node group.")
             # Instance types of a managed node group are fixed: replace it.
             self._aws(f"replacing node group {name}", self.eks.delete_nodegroup, clusterName=self.eks_name,
                       nodegroupName=name)
             return False, f"{name}: replacing for {pool.instance_type}"
         want = _scaling(pool)
         have = {k: ng.get("scalingConfig", {}).get(k) for k in want}
-        if have != want and ours:
+        if have != want:
             self._aws(f"resizing node group {name}", self.eks.update_nodegroup_config, clusterName=self.eks_name,
                       nodegroupName=name, scalingConfig=want)
             return False, f"{name}: resizing to {pool.nodes} node(s)"
@@ -183,8 +213,7 @@ class EksTarget(KubernetesTarget):
             ng = self._describe(name)
             if ng is None:
                 continue
-            if ng.get("tags", {}).get(TAG_MANAGED) != "tandem":
-                continue  # not ours: leave it
+            self._require_owned(deployment, ng, doing="delete")
             if ng.get("status") != "DELETING":
                 self._aws(f"deleting node group {name}", self.eks.delete_nodegroup, clusterName=self.eks_name,
                           nodegroupName=name)

@@ -3,6 +3,8 @@
 Apply is create-or-replace and safe to repeat: each object is read, created when absent, and replaced (with the
 read resourceVersion, so a concurrent writer gets a 409 and we retry) only when its spec-hash annotation differs.
 Status comes from the RayService's `status.conditions` (Ready) and `activeServiceStatus.applicationStatuses`.
+A namespace that exists without Tandem's labels for this team is someone else's: Tandem refuses to adopt,
+relabel or delete it, and never deletes an object in it.
 """
 import json
 from collections.abc import Callable
@@ -11,7 +13,8 @@ import urllib3
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from deployments.manifests import HASH_ANNOTATION, MANAGED_BY, endpoint_url, manifests_build, manifests_hash, namespace_name
+from deployments.manifests import (HASH_ANNOTATION, MANAGED_BY, TEAM_LABEL, endpoint_url, manifests_build, manifests_hash,
+                                  namespace_name)
 from workers import clients
 from workers.targets.base import Observed, PermanentError, Step, Target, TransientError
 
@@ -39,6 +42,11 @@ def api_error(e: Exception, *, doing: str, cluster: str) -> Exception:
     if status in (400, 422):
         return PermanentError(f"Kubernetes rejected the manifest while {doing} on {cluster}: {reason}")
     return PermanentError(f"Kubernetes answered {status} while {doing} on {cluster}: {reason}")
+
+
+def _labelled(labels: dict | None, wanted: dict) -> bool:
+    """Whether an object carries every one of `wanted` labels (Tandem's ownership marks)."""
+    return all((labels or {}).get(k) == v for k, v in wanted.items())
 
 
 def _status_message(e: ApiException) -> str:
@@ -148,12 +156,26 @@ class KubernetesTarget(Target):
             raise PermanentError(f"KubeRay is not installed on {self.cluster.name}: the RayService CRD "
                                  f"({PLURAL}.{GROUP}/{VERSION}) is missing. Install KubeRay 1.4 or newer.")
 
+    def _require_our_namespace(self, ns: dict, wanted: dict) -> None:
+        """Refuse a namespace Tandem did not make for this team (an existing one of the same name)."""
+        labels, want = ns.get("metadata", {}).get("labels") or {}, wanted["metadata"]["labels"]
+        if _labelled(labels, want):
+            return
+        name = wanted["metadata"]["name"]
+        owner = (f"Tandem's namespace of team {labels[TEAM_LABEL]}" if _labelled(labels, MANAGED_BY) and
+                 labels.get(TEAM_LABEL) else "not Tandem's (it lacks the app.kubernetes.io/managed-by=tandem label)")
+        raise PermanentError(f"Namespace {name} already exists on {self.cluster.name} and is {owner}; Tandem will "
+                             f"not adopt, relabel or delete it for team {want[TEAM_LABEL]}. Remove that namespace "
+                             "or give the cluster another namespace_prefix, then retry.")
+
     def apply(self, deployment, desired: list[dict]) -> Step:
         """Create what is missing and replace what changed; leave the rest alone."""
         self._require_crd()
         done, unchanged = [], []
         for obj in desired:
             current = self._read(obj)
+            if obj["kind"] == "Namespace" and current is not None:
+                self._require_our_namespace(current, obj)
             label = f"{obj['kind']} {obj['metadata'].get('namespace', '')}/{obj['metadata']['name']}".replace(" /", " ")
             if current is None:
                 self._create(obj)
@@ -181,9 +203,9 @@ class KubernetesTarget(Target):
                 k8s.CustomObjectsApi(self.api).create_namespaced_custom_object(
                     GROUP, VERSION, meta["namespace"], PLURAL, obj, _request_timeout=TIMEOUT)
         except ApiException as e:
-            # A namespace someone else just made is what we wanted; anything else: re-read next pass.
-            if e.status == 409 and kind == "Namespace":
-                return
+            # A namespace made since we read it is fine if it is ours (another worker); anyone else's is refused.
+            if e.status == 409 and kind == "Namespace" and (current := self._read(obj)) is not None:
+                return self._require_our_namespace(current, obj)
             raise api_error(e, doing=f"creating the {kind}", cluster=self.cluster.name) from None
         except (urllib3.exceptions.HTTPError, OSError) as e:
             raise api_error(e, doing=f"creating the {kind}", cluster=self.cluster.name) from None
@@ -214,15 +236,15 @@ class KubernetesTarget(Target):
                 GROUP, VERSION, namespace, PLURAL, rs["metadata"]["name"], _request_timeout=TIMEOUT)),
                             (svc, lambda: core.delete_namespaced_service(
                                 svc["metadata"]["name"], namespace, _request_timeout=TIMEOUT))):
-            if self._read(obj) is None:
-                continue
+            current = self._read(obj)
+            if current is None or not _labelled(current.get("metadata", {}).get("labels"), obj["metadata"]["labels"]):
+                continue  # gone, or not this deployment's: never delete what Tandem did not make
             self._delete(f"deleting the {obj['kind']}", delete)
             if self._read(obj) is not None:
                 remaining.append(obj["kind"])
         if remaining:
             return Step(ready=False, message=f"Waiting for {', '.join(remaining)} to go away.")
-        self._namespace_release(namespace)
-        if self._read(ns_obj) is not None:
+        if self._namespace_release(namespace, deployment.team.slug) and self._read(ns_obj) is not None:
             return Step(ready=False, message=f"Waiting for namespace {namespace} to go away.")
         return Step(ready=True, message=f"Deleted the RayService and endpoint Service in {namespace}.")
 
@@ -235,20 +257,22 @@ class KubernetesTarget(Target):
         except (urllib3.exceptions.HTTPError, OSError) as e:
             raise api_error(e, doing=doing, cluster=self.cluster.name) from None
 
-    def _namespace_release(self, namespace: str) -> None:
-        """Delete the team namespace when it is Tandem's and no RayService of Tandem's is left in it."""
+    def _namespace_release(self, namespace: str, team_slug: str) -> bool:
+        """Delete the team namespace when it is this team's and no RayService of Tandem's is left in it; whether
+        it is being deleted (False: gone already, someone else's, or still holding the team's other deployments)."""
         ns = self._get("reading the namespace", k8s.CoreV1Api(self.api).read_namespace, namespace)
         if ns is None:
-            return
-        labels = ns.get("metadata", {}).get("labels") or {}
-        if any(labels.get(k) != v for k, v in MANAGED_BY.items()):
-            return  # someone else's namespace: never delete it
+            return False
+        if not _labelled(ns.get("metadata", {}).get("labels"), {**MANAGED_BY, TEAM_LABEL: team_slug}):
+            return False  # someone else's namespace: never delete it
         selector = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
         left = self._call("listing RayServices", k8s.CustomObjectsApi(self.api).list_namespaced_custom_object,
                           GROUP, VERSION, namespace, PLURAL, label_selector=selector)
-        if not (left or {}).get("items"):
-            self._delete("deleting the namespace",
-                         lambda: k8s.CoreV1Api(self.api).delete_namespace(namespace, _request_timeout=TIMEOUT))
+        if (left or {}).get("items"):
+            return False
+        self._delete("deleting the namespace",
+                     lambda: k8s.CoreV1Api(self.api).delete_namespace(namespace, _request_timeout=TIMEOUT))
+        return True
 
     def endpoint_answers(self, deployment, observed: Observed) -> Step:
         """KubeRay counts the head pods ready to serve; the in-cluster URL answers once there is one."""

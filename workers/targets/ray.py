@@ -2,20 +2,27 @@
 
 `PUT /api/serve/applications/` is declarative for the whole cluster: it removes every application it does not
 list. So apply and teardown read what is deployed first and PUT everyone else's applications back unchanged.
+Several teams share one cluster: each deployment is its own application, named by its primary key
+(`tdm-<id>-<name>`; a name alone is unique only within a team), answering under its own route prefix (`/d/<id>`)
+with its own NIXL ports, so Tandem only ever writes or removes the application that is this deployment's.
 """
 import json
 import re
-from pathlib import Path
+from contextlib import contextmanager
 from urllib.parse import urlsplit
 
 import httpx
+from django.db import connection, transaction
 
 from deployments.hashing import content_hash
-from deployments.serve_config import serve_config_build
+from deployments.model_sources import not_allowed_message, source_roots_of
+from deployments.serve_config import ray_nixl_ports, ray_route_prefix, serve_app_name, serve_config_build
 from workers import clients
 from workers.targets.base import Observed, PermanentError, Step, Target, TransientError
 
 APPS = "/api/serve/applications/"
+# First key of the two-key advisory lock that serialises writes to one Ray cluster's applications (second: its id).
+CLUSTER_LOCK_CLASS = 0x7A4E
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -87,26 +94,38 @@ class RayTarget(Target):
         body = self._request("GET", "reading Serve applications").json()
         return body.get("applications") or {}
 
+    @staticmethod
+    def app_name(deployment) -> str:
+        return serve_app_name(deployment_id=deployment.pk, name=deployment.name, target_kind="ray")
+
+    def endpoint_url(self, deployment) -> str:
+        """Serve's proxy plus the deployment's route prefix: the gateway appends `/v1/...` to it."""
+        return self.serve_url + ray_route_prefix(deployment_id=deployment.pk)
+
     def desired(self, deployment) -> tuple[dict, str]:
         parts = urlsplit(self.serve_url)
         # Bind where the URL points when it is loopback (the local target); otherwise listen on all interfaces.
         host = parts.hostname if parts.hostname in LOOPBACK else "0.0.0.0"
-        config = serve_config_build(deployment_name=deployment.name, spec=deployment.spec_typed, target_kind="ray",
+        config = serve_config_build(app_name=self.app_name(deployment), spec=deployment.spec_typed,
+                                    route_prefix=ray_route_prefix(deployment_id=deployment.pk),
+                                    nixl_ports=ray_nixl_ports(deployment_id=deployment.pk), target_kind="ray",
                                     http_options={"host": host, "port": parts.port or 8000})
         return config, content_hash(config["applications"][0])
 
     def observe(self, deployment) -> Observed:
         config, _ = self.desired(deployment)
-        app = self._deployed().get(deployment.name)
+        app = self._deployed().get(self.app_name(deployment))
         if app is None:
             return Observed(exists=False)
         wanted = config["applications"][0]
         applied = content_hash(_project(app.get("deployed_app_config") or {}, wanted))
         return Observed(exists=True, applied_hash=applied, serve_status=app.get("status", ""),
-                        message=_clean(app.get("message", "")), endpoint_url=self.serve_url)
+                        message=_clean(app.get("message", "")), endpoint_url=self.endpoint_url(deployment))
 
-    def _others(self, name: str) -> list[dict]:
-        return [a["deployed_app_config"] for n, a in self._deployed().items()
+    @staticmethod
+    def _others(deployed: dict, name: str) -> list[dict]:
+        """Every other application as it was deployed, to PUT back unchanged (one being deleted stays gone)."""
+        return [a["deployed_app_config"] for n, a in deployed.items()
                 if n != name and a.get("deployed_app_config") and a.get("status") != "DELETING"]
 
     def preflight(self, deployment) -> None:
@@ -119,8 +138,12 @@ class RayTarget(Target):
         source = spec.model_source
         if not source.startswith("/") or urlsplit(self.cluster.config["dashboard_url"]).hostname not in LOOPBACK:
             return
-        config = Path(source) / "config.json"
-        if not config.is_file():
+        # Read only inside the model sources the cluster allows the team (by real path, as the spec was checked).
+        roots = source_roots_of(cluster=self.cluster, team=deployment.team)
+        if not roots.allows(source):
+            raise PermanentError(f"model.source: {not_allowed_message(roots)}")
+        config = roots.readable_file(source, "config.json")
+        if config is None or not config.is_file():
             raise PermanentError(f"The model source {source} does not exist on the Ray cluster's machine (there is "
                                  "no config.json in it). Point model.source at a model directory and retry.")
         limit = json.loads(config.read_text()).get("max_position_embeddings")
@@ -130,27 +153,41 @@ class RayTarget(Target):
                                  f"max_position_embeddings ({limit}) in {config}; vLLM would refuse to start. "
                                  f"Use at most {limit}.")
 
+    @contextmanager
+    def _writing(self):
+        """One read-then-PUT of this cluster's applications at a time, across workers: two passes that each PUT
+        back what they read would otherwise drop each other's application (another team's, possibly)."""
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [CLUSTER_LOCK_CLASS, self.cluster.pk])
+            yield
+
     def apply(self, deployment, desired: dict) -> Step:
         """PUT our application together with every other application already on the cluster."""
-        others = self._others(deployment.name)
-        body = {**desired, "applications": [*others, *desired["applications"]]}
-        self._request("PUT", "deploying the application", json=body)
+        name = self.app_name(deployment)
+        with self._writing():
+            others = self._others(self._deployed(), name)
+            body = {**desired, "applications": [*others, *desired["applications"]]}
+            self._request("PUT", "deploying the application", json=body)
         kept = f" (kept {len(others)} other application(s))" if others else ""
-        return Step(ready=True, message=f"Deployed Serve application {deployment.name}{kept}.")
+        return Step(ready=True, message=f"Deployed Serve application {name}{kept}.")
 
     def teardown(self, deployment) -> Step:
-        """Remove our application; the others stay. Ready once the dashboard no longer lists it."""
-        deployed = self._deployed()
-        app = deployed.get(deployment.name)
-        if app is None:
-            return Step(ready=True, message=f"Serve application {deployment.name} is gone.")
-        if app.get("status") != "DELETING":
-            others = self._others(deployment.name)
-            if others:
-                self._request("PUT", "removing the application", json={"applications": others})
-            else:
-                self._request("DELETE", "removing the application")
-        return Step(ready=False, message=f"Serve application {deployment.name} is being deleted.")
+        """Remove our application; the others stay. Ready once the dashboard no longer lists it.
+
+        Never `DELETE /api/serve/applications/`: it shuts Serve down, every team's applications with it, and an
+        application someone else deploys in between would go too. A PUT of the others (possibly none) removes
+        ours alone."""
+        name = self.app_name(deployment)
+        config, _ = self.desired(deployment)  # the same cluster options as every apply
+        with self._writing():
+            deployed = self._deployed()
+            app = deployed.get(name)
+            if app is None:
+                return Step(ready=True, message=f"Serve application {name} is gone.")
+            if app.get("status") != "DELETING":
+                self._request("PUT", "removing the application",
+                              json={**config, "applications": self._others(deployed, name)})
+        return Step(ready=False, message=f"Serve application {name} is being deleted.")
 
     def endpoint_answers(self, deployment, observed: Observed) -> Step:
         """The OpenAI-compatible endpoint lists the deployment's model."""

@@ -96,7 +96,7 @@ def test_filters_and_ordering(api, member, team, cluster):
 
 def test_cluster_secret_ref_is_write_only_and_only_platform_admins_register(api, member, platform_admin):
     body = {"name": "local", "kind": "ray", "config": {"dashboard_url": "http://127.0.0.1:8265"},
-            "secret_ref": "file:/var/run/ray-token"}
+            "secret_ref": "env:TANDEM_CLUSTER_LOCAL_RAY_TOKEN"}
     api.force_authenticate(member)
     assert api.post("/api/v1/clusters/", body, format="json").status_code == 403
     api.force_authenticate(platform_admin)
