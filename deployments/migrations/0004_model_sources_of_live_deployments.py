@@ -37,5 +37,5 @@ def grandfather(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("deployments", "0002_service_keys_event_history_reconcile_state")]
+    dependencies = [("deployments", "0003_approval_authors_and_credential_lifetimes")]
     operations = [migrations.RunPython(grandfather, migrations.RunPython.noop)]
