@@ -33,7 +33,7 @@ from deployments.models import AccessToken, ApiKey, Cluster, Deployment, Event, 
 from deployments.services import actions
 from deployments.services.api_keys import api_key_create
 from deployments.services.credentials import credential_mint
-from tests.factories import ClusterFactory, DeploymentFactory, MembershipFactory, TeamFactory, spec_input
+from tests.factories import MODEL_SOURCES, ClusterFactory, DeploymentFactory, MembershipFactory, TeamFactory, spec_input
 
 MARK = "q7z"  # in every name the victim team owns: a response that contains it read the victim's data
 MISSING_ID = 987654321
@@ -44,7 +44,9 @@ def _victim_world():
     """The victim team (admin bob, member carol: a pending request, a running deployment with a proposed update,
     a key, tokens) and the outsider alice, admin of her own team with a deployment, a key and a token."""
     cluster = ClusterFactory(name="shared-k8s", kind=Cluster.Kind.KUBERNETES,
-                             config={"namespace_prefix": "tandem-", "metrics_url": "http://10.0.0.9:8080/metrics"})
+                             config={"namespace_prefix": "tandem-", "metrics_url": "http://10.0.0.9:8080/metrics",
+                                     "model_sources": {**MODEL_SOURCES,
+                                                       "s3": [*MODEL_SOURCES["s3"], f"s3://victim-weights-{MARK}"]}})
     victim = TeamFactory(slug=f"victim-team-{MARK}", name=f"Victim {MARK}", gpu_quota=64)
     bob = MembershipFactory(team=victim, role=Membership.Role.ADMIN, user__username=f"victim-bob-{MARK}").user
     carol_m = MembershipFactory(team=victim, role=Membership.Role.MEMBER, user__username=f"victim-carol-{MARK}")

@@ -161,7 +161,7 @@ def test_the_upgrade_keeps_what_runs_and_grants_nothing_more(team_b_member, disk
 
     from deployments.model_sources import source_roots_of
 
-    migration = importlib.import_module("deployments.migrations.0003_model_sources_of_live_deployments")
+    migration = importlib.import_module("deployments.migrations.0004_model_sources_of_live_deployments")
     old = ClusterFactory(name="old", kind="ray", config={"dashboard_url": "http://127.0.0.1:9"})
     team_b = team_b_member.memberships.get().team
     _stored(team_b, old, f"{disk}/team-b/mine", Status.RUNNING)

@@ -75,7 +75,9 @@ def test_a_reference_stored_before_the_rule_is_never_resolved_nor_sent(secrets_d
     route = Route.from_row({"id": 1, "name": "d", "model_id": "m", "status": "running", "max_model_len": None,
                             "endpoint_url": "https://collector.example.com", "cluster_kind": "ray",
                             "cluster_secret_ref": ref})
-    assert route.headers == () and not route.serving and "not allowed" in route.problem
+    # Key holders read the gateway's message: it says the credential is not available, never where it lives.
+    assert route.headers == () and not route.serving and "credential" in route.problem
+    assert CONTROL_PLANE_SECRET not in route.problem and "DATABASE_URL" not in route.problem
 
 
 def test_the_environment_prefix_is_a_setting(secrets_dir, settings, monkeypatch):

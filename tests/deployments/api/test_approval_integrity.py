@@ -53,7 +53,7 @@ def test_a_bigger_instance_type_waits_for_approval_while_the_old_spec_runs(api, 
 
 
 @pytest.mark.parametrize("change", [
-    {"model": {"id": "llama-3-8b", "source": "s3://another-teams-bucket/llama"}},
+    {"model": {"id": "llama-3-8b", "source": "s3://models/llama-3-8b-instruct"}},
     {"prefill": pool(nodes=2)},
     {"decode": pool(gpus_per_node=2, tensor_parallel_size=2)},
     {"engine": {"max_model_len": 8192, "dtype": "float16"}},
