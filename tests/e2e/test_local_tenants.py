@@ -69,7 +69,8 @@ def test_two_teams_share_one_ray_cluster_each_with_its_own_weights(transactional
             keys[slug] = api.post("/api/v1/api-keys/", {"team": slug, "name": "e2e"}, format="json").json()["secret"]
         api.force_authenticate(approver)
         for pk in pks.values():
-            assert api.post(f"/api/v1/deployments/{pk}/approve/", {}, format="json").status_code == 200
+            approval = {"generation": Deployment.objects.get(pk=pk).generation}  # bound to what was reviewed
+            assert api.post(f"/api/v1/deployments/{pk}/approve/", approval, format="json").status_code == 200
 
         # Both run side by side, each opened for its users by its own conformance run through the gateway.
         for slug, pk in pks.items():

@@ -115,7 +115,7 @@ class RayTarget(Target):
     def observe(self, deployment) -> Observed:
         config, _ = self.desired(deployment)
         app = self._deployed().get(self.app_name(deployment))
-        if app is None:
+        if app is None or app.get("status") == "DELETING":  # being removed (out-of-band too): it is gone
             return Observed(exists=False)
         wanted = config["applications"][0]
         applied = content_hash(_project(app.get("deployed_app_config") or {}, wanted))
