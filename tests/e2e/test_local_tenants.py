@@ -7,7 +7,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from openai import OpenAI
+from openai import InternalServerError, OpenAI
 from rest_framework.test import APIClient
 
 from deployments.conditions import condition_get
@@ -42,6 +42,16 @@ def answered(base_url: str, api_key: str) -> str:
     client = OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=120)
     chat = client.chat.completions.create(model="tiny-llama", messages=PROMPT, max_tokens=8, temperature=0)
     return chat.choices[0].message.content
+
+
+def _answered_or_none(base_url: str, api_key: str) -> str | None:
+    """The answer, or None while the gateway still says the endpoint is being checked."""
+    try:
+        return answered(base_url, api_key)
+    except InternalServerError as e:
+        if "checking its OpenAI behaviour" in str(e):
+            return None
+        raise
 
 
 def test_two_teams_share_one_ray_cluster_each_with_its_own_weights(transactional_db, redis_client, local_ray,
@@ -86,7 +96,10 @@ def test_two_teams_share_one_ray_cluster_each_with_its_own_weights(transactional
         # Each team's key is answered by its own weights (the two models answer differently, deterministically).
         direct = {slug: answered(f"{url}/v1", "unused") for slug, url in endpoints.items()}
         assert direct["team-a"] != direct["team-b"], direct
-        through_gateway = {slug: answered(f"{gateway.base_url}/v1", keys[slug]) for slug in teams}
+        # The gateway sees an endpoint open once its route cache refreshes (gateway.config route_ttl_s, 2 s).
+        through_gateway = {slug: wait_for(lambda: _answered_or_none(f"{gateway.base_url}/v1", keys[slug]),
+                                          timeout=30, every=1, what=f"{slug} answered through the gateway")
+                           for slug in teams}
         assert through_gateway == direct
         print(f"\nanswers: {direct}")
 
