@@ -1,6 +1,7 @@
 """What each kind of cluster needs in its (non-secret) config."""
 import re
 
+from deployments.catalog import INSTANCE_TYPES
 from deployments.model_sources import model_sources_errors
 from deployments.spec import dns_label_errors
 
@@ -13,9 +14,9 @@ PREFIX_MAX = 20  # a DNS-1123 label of at most this, then an optional '-' before
 KNOWN_KEYS = {
     "eks": {"region", "cluster_name", "role_arn", "nodegroup_prefix", "namespace_prefix", "aws_endpoint_url",
             "subnet_ids", "node_role_arn", "kubernetes_endpoint_url", "metrics_url", "prometheus_url",
-            "model_sources"},
-    "kubernetes": {"context", "namespace_prefix", "metrics_url", "prometheus_url", "model_sources"},
-    "ray": {"dashboard_url", "serve_url", "metrics_url", "prometheus_url", "model_sources"},
+            "model_sources", "prices"},
+    "kubernetes": {"context", "namespace_prefix", "metrics_url", "prometheus_url", "model_sources", "prices"},
+    "ray": {"dashboard_url", "serve_url", "metrics_url", "prometheus_url", "model_sources", "prices"},
 }
 
 
@@ -56,6 +57,8 @@ def cluster_config_errors(kind: str | None, config: dict) -> list[str]:
         maybe_prefix("namespace_prefix")
     if "model_sources" in config:  # where each team may load weights from (deployments.model_sources)
         errors += model_sources_errors(config["model_sources"])
+    if "prices" in config:  # this cluster's USD per node-hour (reserved, spot) where it is not the on-demand price
+        errors += prices_errors(config["prices"])
     maybe("prometheus_url", URL, "a Prometheus server's http(s) URL, e.g. http://prometheus:9090.")
     if kind in ("eks", "kubernetes"):
         maybe("metrics_url", URL, "the Ray head's metrics export URL, e.g. http://head:8080/metrics.")
@@ -63,4 +66,17 @@ def cluster_config_errors(kind: str | None, config: dict) -> list[str]:
         need("dashboard_url", URL, "the Ray dashboard's http(s) URL, e.g. http://127.0.0.1:8265.")
         maybe("serve_url", URL, "the Serve HTTP proxy's URL, e.g. http://127.0.0.1:8000.")
         maybe("metrics_url", URL, "the metrics export URL, e.g. http://127.0.0.1:8080/metrics.")
+    return errors
+
+
+def prices_errors(prices) -> list[str]:
+    """Messages for a `prices` setting that is not {instance type: USD per node-hour ≥ 0}."""
+    if not isinstance(prices, dict):
+        return ["prices: an object of instance type → USD per node-hour, e.g. {\"p5.48xlarge\": 31.5}."]
+    errors = []
+    for itype, usd in prices.items():
+        if itype not in INSTANCE_TYPES:
+            errors.append(f"prices: unknown instance type {itype!r}; known: {', '.join(sorted(INSTANCE_TYPES))}.")
+        elif isinstance(usd, bool) or not isinstance(usd, (int, float)) or not 0 <= usd <= 10_000:
+            errors.append(f"prices: {itype} must be USD per node-hour between 0 and 10000, got {usd!r}.")
     return errors

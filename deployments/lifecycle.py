@@ -18,6 +18,8 @@ class Status(models.TextChoices):
     FAILED = "failed"
     DELETING = "deleting"
     DELETED = "deleted"
+    PAUSING = "pausing"
+    PAUSED = "paused"
 
 
 S = Status
@@ -26,10 +28,14 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     S.APPROVED: frozenset({S.PROVISIONING, S.FAILED, S.DELETING}),
     S.PROVISIONING: frozenset({S.RUNNING, S.FAILED, S.DELETING}),
     # running → provisioning: the app vanished out-of-band and the reconciler re-deploys it.
-    S.RUNNING: frozenset({S.UPDATING, S.PROVISIONING, S.FAILED, S.DELETING}),
+    S.RUNNING: frozenset({S.UPDATING, S.PROVISIONING, S.FAILED, S.DELETING, S.PAUSING}),
     S.UPDATING: frozenset({S.RUNNING, S.FAILED, S.DELETING}),
     # failed → approved is a retry: the reconciler starts again from what exists.
-    S.FAILED: frozenset({S.APPROVED, S.DELETING}),
+    S.FAILED: frozenset({S.APPROVED, S.DELETING, S.PAUSING}),
+    # Pausing tears the serving part down (deployments.services.pause); paused → provisioning is a resume, which
+    # reconciles back to running as a new deployment does.
+    S.PAUSING: frozenset({S.PAUSED, S.FAILED, S.DELETING}),
+    S.PAUSED: frozenset({S.PROVISIONING, S.DELETING}),
     S.DELETING: frozenset({S.DELETED, S.FAILED}),
     S.REJECTED: frozenset(),
     S.WITHDRAWN: frozenset(),
@@ -38,20 +44,28 @@ TRANSITIONS: dict[str, frozenset[str]] = {
 ALL = frozenset(S)
 # Gone for good: nothing runs, the name can be reused, the gateway and key scopes ignore it.
 TERMINAL = frozenset(s for s, nxt in TRANSITIONS.items() if not nxt)
-# Not yet gone (the complement of TERMINAL): what the gateway routes by model id and a key may be scoped to.
+# Not yet gone (the complement of TERMINAL): what the gateway routes by model id and a key may be scoped to. A
+# paused deployment is live: its name, keys and endpoint stay, and the gateway answers it with a 503 that says
+# how to resume it.
 LIVE = ALL - TERMINAL
 # The reconciler still has work to do: each status change into one of these enqueues a pass.
-UNSETTLED = frozenset({S.APPROVED, S.PROVISIONING, S.UPDATING, S.DELETING})
+UNSETTLED = frozenset({S.APPROVED, S.PROVISIONING, S.UPDATING, S.DELETING, S.PAUSING})
 # What beat's resync reconciles: the unsettled ones, and running ones (to notice drift such as an app removed
 # out-of-band).
 RECONCILED = UNSETTLED | {S.RUNNING}
-# A reconcile pass has nothing to do for these and stops at once.
+# A reconcile pass has nothing to do for these and stops at once (a paused deployment among them: nothing of it
+# runs, so there is no drift to notice).
 SETTLED = ALL - RECONCILED
 # Serve answers for these: the gateway routes traffic, the API shows the endpoint, metrics are scraped.
 SERVING = frozenset({S.RUNNING, S.UPDATING})
 SCRAPED = SERVING
-# The deployment's GPUs count against the team's quota.
-HOLDS_QUOTA = frozenset({S.APPROVED, S.PROVISIONING, S.RUNNING, S.UPDATING, S.FAILED, S.DELETING})
+# The deployment's GPUs count against the team's quota (while pausing too: its nodes are still there; once paused,
+# it holds none and a resume checks the quota again).
+HOLDS_QUOTA = frozenset({S.APPROVED, S.PROVISIONING, S.RUNNING, S.UPDATING, S.FAILED, S.DELETING, S.PAUSING})
+# Nodes are (or may still be) provisioned for it: the cost report counts these intervals as node-hours.
+BILLED = HOLDS_QUOTA - {S.APPROVED}
+# Whoever may change the deployment may pause these (a failed one too: pausing frees what it holds).
+PAUSABLE = frozenset({S.RUNNING, S.FAILED})
 # A spec change is accepted: a pending request is edited, a running or failed one is updated.
 EDITABLE = frozenset({S.PENDING_APPROVAL, S.RUNNING, S.FAILED})
 UPDATABLE = EDITABLE - {S.PENDING_APPROVAL}

@@ -63,6 +63,17 @@ class LoadSpec:
 
 
 @dataclass(frozen=True)
+class PauseSpec:
+    """When Tandem may pause and wake the deployment by itself; absent from the stored spec means off."""
+
+    idle_minutes: int | None = None  # pause after this long without a request through the gateway
+    wake_on_request: bool = False  # a request to the paused deployment starts a resume
+
+
+IDLE_MINUTES_MIN, IDLE_MINUTES_MAX = 5, 30 * 24 * 60
+
+
+@dataclass(frozen=True)
 class DeploymentSpec:
     model_id: str
     model_source: str
@@ -71,6 +82,7 @@ class DeploymentSpec:
     decode: PoolSpec
     engine: EngineSpec = field(default_factory=EngineSpec)
     expected_load: LoadSpec = field(default_factory=LoadSpec)
+    pause: PauseSpec = field(default_factory=PauseSpec)
 
     @property
     def gpus(self) -> int:
@@ -82,8 +94,12 @@ class DeploymentSpec:
         return {"prefill": self.prefill, "decode": self.decode}[stage]
 
     def to_dict(self) -> dict:
-        """The storage and wire form (version 1, see SPEC_VERSION); spec_load reads it back."""
-        return asdict(self)
+        """The storage and wire form (version 1, see SPEC_VERSION); spec_load reads it back. An optional section
+        left at its defaults is not written, so specs stored before it existed compare equal to new ones."""
+        out = asdict(self)
+        if self.pause == PauseSpec():
+            del out["pause"]
+        return out
 
 
 def spec_load(stored) -> DeploymentSpec:
@@ -101,6 +117,7 @@ def spec_load(stored) -> DeploymentSpec:
             prefill=PoolSpec(**stored["prefill"]), decode=PoolSpec(**stored["decode"]),
             engine=EngineSpec(**stored.get("engine") or {}),
             expected_load=LoadSpec(**stored.get("expected_load") or {}),
+            pause=PauseSpec(**stored.get("pause") or {}),
         )
     except (KeyError, TypeError) as e:
         raise SpecError({"spec": [f"The stored spec is malformed ({type(e).__name__}: {e})."]}) from None
@@ -256,6 +273,19 @@ def _load_read(c: _Collector, data) -> LoadSpec:
     )
 
 
+def _pause_read(c: _Collector, data) -> PauseSpec:
+    data = _section(c, data, "pause")
+    idle = data.get("idle_minutes")
+    if idle is not None and (isinstance(idle, bool) or not isinstance(idle, int)):
+        c.add("pause.idle_minutes", f"Must be a whole number of minutes or null, got {idle!r}.")
+        idle = None
+    wake = data.get("wake_on_request", False)
+    if not isinstance(wake, bool):
+        c.add("pause.wake_on_request", f"Must be true or false, got {wake!r}.")
+        wake = False
+    return PauseSpec(idle_minutes=idle, wake_on_request=wake)
+
+
 # --- the rules, on typed values -----------------------------------------------------------------------------
 def _runtime_rules(c: _Collector, key: str, target_kind: str | None) -> Runtime | None:
     """A supported runtime, not known broken (KNOWN_BROKEN is about vLLM's CUDA builds, so a CPU runtime is never
@@ -343,9 +373,14 @@ def _engine_and_load_rules(c: _Collector, engine: EngineSpec, load: LoadSpec) ->
               f"Longer than engine.max_model_len ({engine.max_model_len}); raise max_model_len or shorten prompts.")
 
 
+def _pause_rules(c: _Collector, pause: PauseSpec) -> None:
+    if pause.idle_minutes is not None:
+        c.within("pause.idle_minutes", pause.idle_minutes, IDLE_MINUTES_MIN, IDLE_MINUTES_MAX)
+
+
 def _rules(c: _Collector, *, runtime: str | None, model: tuple | None, prefill: PoolSpec | None,
            decode: PoolSpec | None, engine: EngineSpec, load: LoadSpec, target_kind: str | None,
-           source_roots: SourceRoots | None) -> None:
+           source_roots: SourceRoots | None, pause: PauseSpec = PauseSpec()) -> None:
     """Every rule, for the parts that could be read (None: its reading already reported why)."""
     found = _runtime_rules(c, runtime, target_kind) if runtime is not None else None
     if model is not None:
@@ -355,6 +390,7 @@ def _rules(c: _Collector, *, runtime: str | None, model: tuple | None, prefill: 
         if pool is not None:
             _pool_rules(c, pool, prefix, accelerator)
     _engine_and_load_rules(c, engine, load)
+    _pause_rules(c, pause)
 
 
 def spec_check(spec: DeploymentSpec, *, target_kind: str | None = None,
@@ -365,7 +401,7 @@ def spec_check(spec: DeploymentSpec, *, target_kind: str | None = None,
     c = _Collector()
     _rules(c, runtime=spec.runtime, model=(spec.model_id, spec.model_source), prefill=spec.prefill,
            decode=spec.decode, engine=spec.engine, load=spec.expected_load, target_kind=target_kind,
-           source_roots=source_roots)
+           source_roots=source_roots, pause=spec.pause)
     if c.errors:
         raise SpecError(c.errors)
     return spec
@@ -387,8 +423,9 @@ def spec_parse(data, *, target_kind: str | None = None, source_roots: SourceRoot
     decode = _pool_read(c, data.get("decode"), "decode")
     engine = _engine_read(c, data.get("engine"))
     load = _load_read(c, data.get("expected_load"))
+    pause = _pause_read(c, data.get("pause"))
     _rules(c, runtime=runtime, model=model, prefill=prefill, decode=decode, engine=engine, load=load,
-           target_kind=target_kind, source_roots=source_roots)
+           target_kind=target_kind, source_roots=source_roots, pause=pause)
     if c.errors:
         raise SpecError(c.errors)
-    return DeploymentSpec(model[0], model[1], runtime, prefill, decode, engine, load)
+    return DeploymentSpec(model[0], model[1], runtime, prefill, decode, engine, load, pause)

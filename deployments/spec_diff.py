@@ -14,7 +14,9 @@ from deployments.spec import DeploymentSpec
 
 # Engine settings that do not change what a GPU holds: vLLM sizes its KV space from gpu_memory_utilization, so
 # a longer or shorter max_model_len changes how many sequences fit, not the memory taken.
-FREE_FIELDS = frozenset({"engine.max_model_len", "engine.kv_connector"})
+FREE_FIELDS = frozenset({"engine.max_model_len", "engine.kv_connector",
+                         # When Tandem may pause and wake it: pausing only ever lowers what it costs.
+                         "pause.idle_minutes", "pause.wake_on_request"})
 
 
 @dataclass(frozen=True)

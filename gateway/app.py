@@ -18,6 +18,7 @@ from gateway.ratelimit import RateLimiter
 from gateway.routing import Router
 from gateway.store import Store
 from gateway.timing import Recorder
+from gateway.wake import Waker
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,7 @@ class Gateway:
         # The process's one Redis client: rate limits, the request recorder and the key channel share its pool.
         self.redis = aioredis.Redis.from_url(self.config.redis_url)
         self.limiter = RateLimiter(self.redis, max_keys=self.config.cache_max_entries)
+        self.router.waker = Waker(self.redis)
         self.recorder = Recorder(self.redis, interval=self.config.flush_interval_s, access_log=self.config.access_log,
                                  limiter=self.limiter)
         metrics.watch_sizes(keys=self.keys.cache, routes=self.router.cache, auth_failures=self.failures,

@@ -71,6 +71,18 @@ def unavailable(message: str, code: str = "deployment_not_running") -> GatewayEr
     return GatewayError(503, message, type="service_unavailable", code=code)
 
 
+def deployment_paused(model: str, deployment_id: int, *, waking_in: int | None) -> GatewayError:
+    """A paused deployment's answer: how to resume it, or (a request that woke it) when to come back."""
+    if waking_in is not None:
+        return GatewayError(503, f"The deployment serving `{model}` was paused; this request is waking it. It is "
+                                 f"expected to serve again in about {waking_in}s: retry after that.",
+                            type="service_unavailable", code="deployment_paused",
+                            headers=[(b"retry-after", str(waking_in).encode())])
+    return GatewayError(503, f"The deployment serving `{model}` is paused. A member of its team can resume it in the "
+                             f"portal or with POST /api/v1/deployments/{deployment_id}/resume/.",
+                        type="service_unavailable", code="deployment_paused")
+
+
 def gateway_timeout(seconds: float) -> GatewayError:
     return GatewayError(504, f"The deployment did not answer within {seconds:g}s.", type="timeout",
                         code="upstream_timeout")

@@ -4,10 +4,10 @@ from dataclasses import dataclass
 
 from yarl import URL
 
-from deployments.lifecycle import SERVING
+from deployments.lifecycle import SERVING, Status
 from deployments.secret_refs import SecretRefError, secret_resolve
 from gateway.cache import MISSING, AsyncCache
-from gateway.errors import forbidden, model_not_found, unavailable
+from gateway.errors import deployment_paused, forbidden, model_not_found, unavailable
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,8 @@ class Route:
     created: int = 0
     problem: str = ""  # set when the deployment cannot take traffic for a reason other than its status
     checking: bool = False  # serving, but its first conformance run has not finished: users wait for it
+    wake_on_request: bool = False  # paused, and a request may wake it
+    ready_estimate: int | None = None  # seconds a resume is expected to take (its own history)
 
     @property
     def serving(self) -> bool:
@@ -60,7 +62,8 @@ class Route:
         return cls(deployment_id=row["id"], name=row["name"], model_id=row["model_id"], status=row["status"],
                    max_model_len=row["max_model_len"], urls=urls, headers=headers,
                    created=int(row["updated_at"].timestamp()) if row.get("updated_at") else 0, problem=problem,
-                   checking=bool(row.get("checking")))
+                   checking=bool(row.get("checking")), wake_on_request=bool(row.get("wake_on_request")),
+                   ready_estimate=row.get("ready_estimate_seconds"))
 
     def open_to(self, key) -> bool:
         return self.serving and (not self.checking or key.service)
@@ -82,8 +85,9 @@ class TeamRoutes:
 class Router:
     """Routes by team, refreshed every `ttl` and refused (503) past `max_stale` without PostgreSQL's word."""
 
-    def __init__(self, store, *, ttl: float, max_stale: float, max_entries: int):
+    def __init__(self, store, *, ttl: float, max_stale: float, max_entries: int, waker=None):
         self._store = store
+        self.waker = waker  # gateway.wake.Waker, set at startup (needs Redis); None: paused deployments stay asleep
         self.cache = AsyncCache(self._load, ttl=ttl, max_stale=max_stale, negative_ttl=ttl, max_entries=max_entries)
 
     async def _load(self, team_id: int) -> TeamRoutes:
@@ -99,6 +103,10 @@ class Router:
             raise model_not_found(model)
         if not key.allows(route.deployment_id):
             raise forbidden(model)
+        if route.status == Status.PAUSED:
+            waking = route.wake_on_request and self.waker is not None
+            raise deployment_paused(model, route.deployment_id, waking_in=await self.waker.wake(
+                route.deployment_id, ready_in=route.ready_estimate) if waking else None)
         if not route.serving:
             raise unavailable(route.problem or f"The deployment serving `{model}` is {route.status.replace('_', ' ')}"
                                                f"{'' if route.urls else ' and has no endpoint yet'}; try again later.")

@@ -1,7 +1,7 @@
 """Reads of gateway usage for the REST API."""
 import datetime as dt
 
-from django.db.models import Count, Q, Sum
+from django.db.models import Count, Max, Q, Sum
 from django.utils import timezone
 
 from gateway.models import RequestRecord
@@ -18,3 +18,16 @@ def usage_by_key(*, deployment, window: dt.timedelta) -> list[dict]:
     return [{"api_key": r["api_key__key_id"], "name": r["api_key__name"], "requests": r["requests"],
              "prompt_tokens": r["prompt_tokens"] or 0, "completion_tokens": r["completion_tokens"] or 0,
              "partial": r["partial"]} for r in rows]
+
+
+def last_request_by_deployment(ids) -> dict[int, dt.datetime]:
+    """When each of these deployments last had a request through the gateway (from the drained records)."""
+    rows = (RequestRecord.objects.filter(deployment_id__in=list(ids)).values("deployment_id")
+            .annotate(last=Max("created_at")))
+    return {r["deployment_id"]: r["last"] for r in rows}
+
+
+def output_tokens(*, deployment, since: dt.datetime, until: dt.datetime) -> int:
+    """Completion tokens the deployment generated through the gateway in [since, until)."""
+    return RequestRecord.objects.filter(deployment=deployment, created_at__gte=since, created_at__lt=until) \
+        .aggregate(n=Sum("completion_tokens"))["n"] or 0

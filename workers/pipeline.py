@@ -14,6 +14,7 @@ from deployments.redaction import internal_redact
 from deployments.services.events import event_record
 from deployments.services.actions import deployment_transition
 from deployments.services.status import deployment_observe
+from deployments.spend import deployment_ready_estimate
 from deployments.spec import SpecError, spec_check
 from observability.models import ConformanceRun
 from observability.tasks import run_conformance
@@ -93,6 +94,18 @@ def _run(p: _Pass) -> float | None:
             return requeue
         _write(p, endpoint_url="", applied_hash="", conditions=[])
         deployment_transition(deployment=d, to=Status.DELETED, reason="Everything the deployment created is gone.")
+        return None
+
+    if d.status == Status.PAUSING:  # 2b pause: the serving part goes; the deployment, its keys and history stay
+        step = p.step("pause", lambda: target.pause(d))
+        if not step.ready:
+            _write(p)
+            return requeue
+        # No condition of the serving part carries over: a resume is checked again before users get it.
+        p.cond("ServeRunning", False, "Paused", step.message)
+        _write(p, applied_hash="", conditions=[], ready_estimate_seconds=deployment_ready_estimate(d))
+        deployment_transition(deployment=d, to=Status.PAUSED,
+                              reason="Paused: nothing of it runs and it holds no quota. Resume it to serve again.")
         return None
 
     try:  # 3 validate

@@ -1,6 +1,10 @@
 """Celery tasks: thin wrappers that take ids and call the reconciler."""
 from celery import shared_task
+from django.utils import timezone
 
+from deployments.services.budgets import budgets_check
+from deployments.services.pause import deployment_wake, deployments_pause_idle
+from gateway.selectors import last_request_by_deployment
 from workers import reconcile
 
 
@@ -19,3 +23,21 @@ def resync_deployments() -> int:
     for deployment_id in ids:
         reconcile_deployment.delay(deployment_id)
     return len(ids)
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def wake_deployment(deployment_id: int) -> None:
+    """Sent by name by the gateway when a request reaches a paused deployment that wakes on request."""
+    deployment_wake(deployment_id=deployment_id)
+
+
+@shared_task(ignore_result=True)
+def pause_idle_deployments() -> list[int]:
+    """Beat: pause the running deployments that set an idle time and had no request through the gateway for it."""
+    return deployments_pause_idle(now=timezone.now(), last_requests=last_request_by_deployment)
+
+
+@shared_task(ignore_result=True)
+def check_budgets() -> list[str]:
+    """Beat: warn the admins of each team whose month so far reached 80% of its budget (once a month)."""
+    return budgets_check(now=timezone.now())

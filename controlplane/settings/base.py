@@ -148,6 +148,8 @@ CELERY_BEAT_SCHEDULE = {
     "scrape-deployment-metrics": {"task": "observability.tasks.scrape_running_deployments", "schedule": 30.0},
     "rollup-gateway-timings": {"task": "observability.tasks.rollup_gateway_timings", "schedule": 60.0},
     "prune-observability-rollups": {"task": "observability.tasks.prune_rollups", "schedule": 3600.0},
+    "pause-idle-deployments": {"task": "workers.tasks.pause_idle_deployments", "schedule": 60.0},
+    "check-team-budgets": {"task": "workers.tasks.check_budgets", "schedule": 600.0},
 }
 
 # --- REST API ---------------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.utils.cache import add_never_cache_headers
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
@@ -11,7 +12,8 @@ from rest_framework.response import Response
 from deployments import selectors
 from deployments.api import serializers as s
 from deployments.models import AccessToken, Cluster, Membership
-from deployments.services import actions, api_keys, clusters, teams
+from deployments.services import actions, api_keys, clusters, pause, teams
+from deployments.api.spend import SpendRendering, team_spend_response
 from deployments.services.access_tokens import access_token_create, access_token_revoke
 
 SecretOnce = inline_serializer("SecretOnce", {"secret": serializers.CharField(help_text="Shown only in this response.")})
@@ -52,6 +54,14 @@ class TeamViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Creat
     def perform_update(self, serializer):
         serializer.instance = teams.team_update(actor=self.request.user, team=serializer.instance,
                                                 **serializer.validated_data)
+
+    @extend_schema(parameters=[OpenApiParameter("month", str, description="YYYY-MM (UTC); this month if absent")],
+                   responses=OpenApiTypes.OBJECT)
+    @action(detail=True, methods=["get"], renderer_classes=SpendRendering)
+    def spend(self, request, slug=None):
+        """Spend per day and per deployment for a month, with the budget; `?format=csv` for chargeback."""
+        return team_spend_response(team=self.get_object(), month=request.query_params.get("month"),
+                                   as_csv=request.accepted_renderer.format == "csv")
 
 
 class MembershipViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
@@ -171,6 +181,20 @@ class DeploymentViewSet(viewsets.ReadOnlyModelViewSet):
     @action(detail=True, methods=["post"])
     def retry(self, request, pk=None):
         return self._respond(actions.deployment_retry(actor=request.user, deployment=self.get_object()))
+
+    @extend_schema(request=None, responses=s.DeploymentSerializer)
+    @action(detail=True, methods=["post"])
+    def pause(self, request, pk=None):
+        """Tear the serving part down and keep the deployment, keys and history; it holds no quota once paused."""
+        return self._respond(pause.deployment_pause(actor=request.user, deployment=self.get_object()),
+                             status.HTTP_202_ACCEPTED)
+
+    @extend_schema(request=None, responses=s.DeploymentSerializer)
+    @action(detail=True, methods=["post"])
+    def resume(self, request, pk=None):
+        """Bring a paused deployment back (quota checked again; no approval: the spec is unchanged)."""
+        return self._respond(pause.deployment_resume(actor=request.user, deployment=self.get_object()),
+                             status.HTTP_202_ACCEPTED)
 
     @extend_schema(responses=s.EventSerializer(many=True))
     @action(detail=True, methods=["get"])

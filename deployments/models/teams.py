@@ -18,6 +18,12 @@ class Team(models.Model):
     credential_max_days = models.PositiveIntegerField(
         default=365, help_text="The longest a key or token may live, in days."
     )
+    monthly_budget_usd = models.PositiveIntegerField(
+        null=True, blank=True,
+        help_text="Whole USD a month; at 80% the team's admins are told, at 100% what raises the hourly cost needs a "
+                  "platform admin's approval. Nothing running is stopped.")
+    # The month ("2026-12") the 80% warning went out for: one warning a month (deployments.services.budgets).
+    budget_warned_month = models.CharField(max_length=7, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -12,6 +12,7 @@ from deployments.model_sources import source_roots_of
 from deployments.models import Cluster, Deployment, Membership, Team
 from deployments.quota_rules import quota_gpus
 from deployments.redaction import internal_redact
+from deployments.services.budgets import budget_require_approver
 from deployments.services.events import event_record
 from deployments.services.quota import quota_check
 from deployments.services.status import deployment_reconcile_request
@@ -140,7 +141,10 @@ def deployment_approve(*, actor, deployment: Deployment, generation: int, propos
     d = _locked(deployment)
     _require_approver(actor=actor, deployment=d)
     _require_reviewed(deployment=d, generation=generation, proposed_hash=proposed_hash)
-    if _proposal_waits(d):
+    waits = _proposal_waits(d)
+    budget_require_approver(actor=actor, deployment=d, new_spec=d.proposed_spec if waits else d.spec,
+                            old_spec=d.spec if waits else None)
+    if waits:
         proposed = _recheck(d.proposed_spec, d.cluster, d.team)
         quota_check(team=team, gpus=quota_gpus(proposed, target_kind=d.cluster.kind), exclude_id=d.pk)
         before, proposer = d.spec, d.proposed_by

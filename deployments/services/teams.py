@@ -37,7 +37,8 @@ def _lifetime_errors(default_days, max_days) -> None:
 
 @transaction.atomic
 def team_create(*, actor, slug: str, name: str, gpu_quota: int = 0, allow_self_approval: bool = False,
-                credential_default_days: int = 90, credential_max_days: int = 365) -> Team:
+                credential_default_days: int = 90, credential_max_days: int = 365,
+                monthly_budget_usd: int | None = None) -> Team:
     """Create a team (platform admins only)."""
     if not is_platform_admin(actor):
         raise NotAllowed("Only platform admins can create teams.")
@@ -45,7 +46,8 @@ def team_create(*, actor, slug: str, name: str, gpu_quota: int = 0, allow_self_a
         raise Conflict(f"A team named {slug!r} already exists.", field="slug")
     _lifetime_errors(credential_default_days, credential_max_days)
     settings_ = {"gpu_quota": gpu_quota, "allow_self_approval": allow_self_approval,
-                 "credential_default_days": credential_default_days, "credential_max_days": credential_max_days}
+                 "credential_default_days": credential_default_days, "credential_max_days": credential_max_days,
+                 "monthly_budget_usd": monthly_budget_usd}
     team = Team.objects.create(slug=slug, name=name, **settings_)
     event_record(kind="team_created", team=team, actor=actor, after={"slug": slug, **settings_})
     return team
@@ -63,8 +65,8 @@ def team_update(*, actor, team: Team, **changes) -> Team:
     if not changes:
         return team
     if not is_platform_admin(actor) and set(changes) - TEAM_ADMIN_SETTINGS:
-        raise NotAllowed("Only platform admins can change a team's quota, name or self-approval; team admins "
-                         "set the lifetimes of keys and tokens.")
+        raise NotAllowed("Only platform admins can change a team's quota, budget, name or self-approval; team "
+                         "admins set the lifetimes of keys and tokens.")
     before = {k: getattr(team, k) for k in changes}
     _lifetime_errors(changes.get("credential_default_days", team.credential_default_days),
                      changes.get("credential_max_days", team.credential_max_days))

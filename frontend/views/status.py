@@ -4,7 +4,8 @@ from deployments.lifecycle import TERMINAL, UNSETTLED, Status
 TONES = {
     Status.PENDING_APPROVAL: "wait", Status.APPROVED: "info", Status.PROVISIONING: "info",
     Status.UPDATING: "info", Status.DELETING: "info", Status.RUNNING: "ok", Status.FAILED: "bad",
-    Status.REJECTED: "bad", Status.WITHDRAWN: "mute", Status.DELETED: "mute",
+    Status.REJECTED: "bad", Status.WITHDRAWN: "mute", Status.DELETED: "mute", Status.PAUSING: "info",
+    Status.PAUSED: "wait",
 }
 # Event kinds written by services; anything else (worker steps) is shown with its kind made readable.
 STEP_LABELS = {
@@ -12,6 +13,8 @@ STEP_LABELS = {
     "withdrawn": "Withdrawn", "retried": "Retry requested", "delete_requested": "Deletion requested",
     "update_requested": "Update requested", "update_approved": "Update approved",
     "update_rejected": "Update rejected", "update_withdrawn": "Update withdrawn", "updated": "Updated",
+    "pause_requested": "Pause requested", "idle_paused": "Paused for idleness", "resumed": "Resume requested",
+    "woken": "Woken by a request", "pause": "Pause",
     # Steps the reconcile worker records.
     "node_pools": "Node pools", "applied": "Applied to the cluster", "serve_status": "Serve status",
     "endpoint": "Endpoint check", "transient_error": "Retrying after an error", "teardown": "Teardown",

@@ -4,7 +4,8 @@ import itertools
 import pytest
 
 from deployments.errors import Conflict
-from deployments.lifecycle import TERMINAL, TRANSITIONS, Status
+from deployments.lifecycle import (BILLED, EDITABLE, HOLDS_QUOTA, LIVE, RECONCILED, SERVING, SETTLED, TERMINAL,
+                                   TRANSITIONS, UNSETTLED, Status)
 from deployments.services.actions import deployment_transition
 from tests.factories import DeploymentFactory
 
@@ -13,8 +14,11 @@ ALLOWED = {
     ("approved", "provisioning"), ("approved", "failed"), ("approved", "deleting"),
     ("provisioning", "running"), ("provisioning", "failed"), ("provisioning", "deleting"),
     ("running", "updating"), ("running", "provisioning"), ("running", "failed"), ("running", "deleting"),
+    ("running", "pausing"),
     ("updating", "running"), ("updating", "failed"), ("updating", "deleting"),
-    ("failed", "approved"), ("failed", "deleting"),
+    ("failed", "approved"), ("failed", "deleting"), ("failed", "pausing"),
+    ("pausing", "paused"), ("pausing", "failed"), ("pausing", "deleting"),
+    ("paused", "provisioning"), ("paused", "deleting"),
     ("deleting", "deleted"), ("deleting", "failed"),
 }
 PAIRS = [(a, b) for a, b in itertools.product(Status.values, Status.values) if a != b]
@@ -24,6 +28,15 @@ def test_table_matches_the_documented_lifecycle():
     actual = {(a, b) for a, nxt in TRANSITIONS.items() for b in nxt}
     assert actual == ALLOWED
     assert TERMINAL == {"rejected", "withdrawn", "deleted"}
+
+
+def test_a_paused_deployment_is_live_but_neither_serving_nor_holding_quota_nor_reconciled():
+    """Its name and keys stay (the gateway answers it with a 503); its GPUs go back to the team; beat leaves it
+    alone. While it is pausing it still holds its nodes."""
+    assert "paused" in LIVE and "paused" not in SERVING and "paused" not in HOLDS_QUOTA
+    assert "paused" in SETTLED and "paused" not in RECONCILED and "paused" not in BILLED
+    assert "pausing" in UNSETTLED and "pausing" in HOLDS_QUOTA and "pausing" in BILLED and "pausing" not in SERVING
+    assert "paused" not in EDITABLE and "pausing" not in EDITABLE
 
 
 @pytest.mark.django_db
@@ -38,7 +51,7 @@ def test_every_transition_is_allowed_or_refused(current, new, django_capture_on_
         event = d.events.get()
         assert event.before["status"] == current and event.after["status"] == new
         # Work is enqueued after commit exactly when a reconciler has something to do.
-        assert len(callbacks) == (1 if new in {"approved", "provisioning", "updating", "deleting"} else 0)
+        assert len(callbacks) == (1 if new in {"approved", "provisioning", "updating", "deleting", "pausing"} else 0)
     else:
         with pytest.raises(Conflict):
             deployment_transition(deployment=d, to=new)

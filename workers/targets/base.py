@@ -58,6 +58,11 @@ class Target:
         """Remove what the deployment created; ready=True once nothing is left."""
         raise NotImplementedError
 
+    def pause(self, deployment) -> Step:
+        """Remove the serving part and keep what a resume reuses; ready=True once nothing of it runs. Where
+        nothing is worth keeping, that is the teardown."""
+        return self.teardown(deployment)
+
     def preflight(self, deployment) -> None:
         """Refuse, with PermanentError, what the target would only refuse after minutes of retries."""
 

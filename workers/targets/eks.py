@@ -25,6 +25,9 @@ DENIED = {"AccessDeniedException", "UnauthorizedOperation", "UnrecognizedClientE
           "InvalidClientTokenId", "ExpiredTokenException"}
 WAITING = {"CREATING", "UPDATING", "DELETING"}
 NODEGROUP_LABEL = "eks.amazonaws.com/nodegroup"  # EKS puts it on every node of a managed node group
+# A paused deployment's node groups: no nodes, kept so a resume resizes them rather than creating them (EKS wants
+# maxSize of at least 1).
+PAUSED_SCALING = {"minSize": 0, "maxSize": 1, "desiredSize": 0}
 
 
 def aws_error(e: Exception, *, doing: str) -> Exception:
@@ -201,6 +204,30 @@ class EksTarget(KubernetesTarget):
         """Both stages' node groups exist, ACTIVE, with the requested instance type and size."""
         results = [self._ensure_one(deployment, stage) for stage in STAGES]
         return Step(ready=all(ok for ok, _ in results), message="; ".join(m for _, m in results))
+
+    def pause(self, deployment) -> Step:
+        """The RayService goes (as in a teardown), the node groups stay at zero nodes."""
+        step = super().teardown(deployment)
+        if not step.ready:
+            return step
+        waiting = []
+        for stage in STAGES:
+            name = self.nodegroup_name(deployment, stage)
+            ng = self._describe(name)
+            if ng is None:
+                continue
+            self._require_owned(deployment, ng, doing="scale down")
+            if ng.get("status") in WAITING:
+                waiting.append(f"{name}: {ng['status'].lower()}")
+                continue
+            have = {k: ng.get("scalingConfig", {}).get(k) for k in PAUSED_SCALING}
+            if have != PAUSED_SCALING:
+                self._aws(f"scaling node group {name} to zero", self.eks.update_nodegroup_config,
+                          clusterName=self.eks_name, nodegroupName=name, scalingConfig=PAUSED_SCALING)
+                waiting.append(f"{name}: scaling to zero")
+        if waiting:
+            return Step(ready=False, message="; ".join(waiting))
+        return Step(ready=True, message=f"{step.message} Node groups scaled to zero.")
 
     def teardown(self, deployment) -> Step:
         """Kubernetes objects first (so pods leave the nodes), then the node groups Tandem created."""

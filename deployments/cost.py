@@ -1,0 +1,139 @@
+"""What a deployment costs, from its own timeline: pure functions over the status and spec changes it went through.
+
+A deployment's timeline is its status changes (`deployment_transition`'s events, `after.status`) and the specs it
+was given (`after.spec`: the request, its edits, approved and applied updates). While its status is one of
+lifecycle.BILLED its pools' nodes are provisioned: each pool's nodes × hours × the instance's price per hour (the
+catalog's on-demand price, or the cluster's own price for the type: `prices` in its config, for reserved or spot
+capacity). A paused deployment costs nothing: on EKS its node groups are at zero, elsewhere nothing of it runs.
+"""
+import datetime as dt
+import statistics
+from dataclasses import dataclass
+
+from deployments.catalog import INSTANCE_TYPES
+from deployments.lifecycle import BILLED, Status
+from deployments.serve_config import STAGES
+
+# Events a timeline is read from: only these carry a status or a spec (a filter for the query).
+TIMELINE_KEYS = ("status", "spec")
+# What a resume is expected to take when the deployment has no history to go by.
+DEFAULT_READY_SECONDS = 300
+READY_HISTORY = 5  # the latest this many starts decide the estimate
+
+
+@dataclass(frozen=True)
+class Mark:
+    """One point of a deployment's timeline: a status change, or the spec in effect from then on, or both."""
+
+    at: dt.datetime
+    status: str | None = None
+    spec: dict | None = None
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One pool's nodes, provisioned from `start` to `end`."""
+
+    start: dt.datetime
+    end: dt.datetime
+    stage: str
+    instance_type: str
+    nodes: int
+
+    @property
+    def node_hours(self) -> float:
+        return self.nodes * (self.end - self.start).total_seconds() / 3600
+
+
+def timeline_marks(rows) -> list[Mark]:
+    """Marks from event rows ({"created_at", "after"} dicts, any order); rows with neither key are skipped."""
+    marks = []
+    for row in rows:
+        after = row.get("after") if isinstance(row.get("after"), dict) else {}
+        status, spec = after.get("status"), after.get("spec")
+        if status is None and not isinstance(spec, dict):
+            continue
+        marks.append(Mark(at=row["created_at"], status=status, spec=spec if isinstance(spec, dict) else None))
+    return sorted(marks, key=lambda m: m.at)
+
+
+def provisioned_segments(marks: list[Mark], *, until: dt.datetime) -> list[Segment]:
+    """Each pool's provisioned intervals up to `until`: while the status is billed, with the spec of the time."""
+    segments: list[Segment] = []
+    status, spec = None, None
+    for i, mark in enumerate(marks):
+        status = mark.status or status
+        spec = mark.spec or spec
+        end = min(marks[i + 1].at if i + 1 < len(marks) else until, until)
+        if status not in BILLED or spec is None or end <= mark.at:
+            continue
+        for stage in STAGES:
+            pool = spec.get(stage) or {}
+            if isinstance(pool.get("nodes"), int) and pool["nodes"] > 0:
+                segments.append(Segment(mark.at, end, stage, str(pool.get("instance_type")), pool["nodes"]))
+    return segments
+
+
+def instance_price(instance_type: str, prices: dict | None = None) -> float:
+    """USD per node-hour: the cluster's own price for the type when it sets one, else the catalog's on-demand."""
+    if prices and isinstance(prices.get(instance_type), (int, float)) and not isinstance(prices[instance_type], bool):
+        return float(prices[instance_type])
+    instance = INSTANCE_TYPES.get(instance_type)
+    return instance.hourly_usd if instance else 0.0
+
+
+def spec_hourly_usd(spec: dict, prices: dict | None = None) -> float:
+    """USD per hour of a stored spec's nodes while they are provisioned."""
+    return sum((spec.get(s) or {}).get("nodes", 0) * instance_price((spec.get(s) or {}).get("instance_type", ""), prices)
+               for s in STAGES)
+
+
+def _day_start(t: dt.datetime) -> dt.datetime:
+    return t.astimezone(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def daily_rows(segments: list[Segment], *, since: dt.datetime, until: dt.datetime,
+               prices: dict | None = None) -> list[dict]:
+    """Node-hours and USD per UTC day, pool and instance type, within [since, until), in date order."""
+    out: dict[tuple, dict] = {}
+    for seg in segments:
+        start, end = max(seg.start, since), min(seg.end, until)
+        while start < end:
+            day = _day_start(start)
+            cut = min(end, day + dt.timedelta(days=1))
+            key = (day.date(), seg.stage, seg.instance_type)
+            row = out.setdefault(key, {"date": day.date(), "stage": seg.stage, "instance_type": seg.instance_type,
+                                       "node_hours": 0.0, "usd": 0.0})
+            hours = seg.nodes * (cut - start).total_seconds() / 3600
+            row["node_hours"] += hours
+            row["usd"] += hours * instance_price(seg.instance_type, prices)
+            start = cut
+    return [out[k] for k in sorted(out, key=lambda k: (k[0], STAGES.index(k[1]) if k[1] in STAGES else 9, k[2]))]
+
+
+def ready_durations(marks: list[Mark]) -> list[float]:
+    """Seconds from each start (approved, or resumed from paused) to the running that followed, oldest first."""
+    durations, started, previous = [], None, None
+    for mark in marks:
+        if mark.status is None:
+            continue
+        if mark.status == Status.APPROVED or (mark.status == Status.PROVISIONING and previous == Status.PAUSED):
+            started = mark.at
+        elif mark.status == Status.RUNNING and started is not None:
+            durations.append((mark.at - started).total_seconds())
+            started = None
+        elif mark.status in (Status.FAILED, Status.DELETING, Status.PAUSING):
+            started = None
+        previous = mark.status
+    return durations
+
+
+def ready_estimate_seconds(marks: list[Mark], *, default: int = DEFAULT_READY_SECONDS) -> int:
+    """Expected seconds from a resume to serving: the median of the latest starts, or `default` without any."""
+    durations = ready_durations(marks)[-READY_HISTORY:]
+    return max(1, round(statistics.median(durations))) if durations else default
+
+
+def cost_per_million(usd: float, output_tokens: int) -> float | None:
+    """USD per million output tokens (None when nothing was generated)."""
+    return usd / output_tokens * 1_000_000 if output_tokens else None

@@ -1,0 +1,98 @@
+"""Monthly budgets: where a team stands, the 80% warning to its admins, and the rule for decisions past 100%.
+
+Nothing running is ever stopped by a budget. Past 100%, a request or an update that raises the hourly cost
+needs a platform admin's approval (deployments.services.actions asks `budget_require_approver`).
+"""
+import datetime as dt
+from dataclasses import dataclass
+
+from django.db import transaction
+from django.utils import timezone
+
+from deployments.cost import spec_hourly_usd
+from deployments.errors import NotAllowed
+from deployments.models import Deployment, Membership, Team
+from deployments.services.events import event_record
+from deployments.services.teams import is_platform_admin
+from deployments.spend import cluster_prices, team_month_to_date_usd
+
+WARN_AT = 0.8
+
+
+@dataclass(frozen=True)
+class BudgetState:
+    """A team's month so far against its budget (None: no budget)."""
+
+    budget_usd: int | None
+    spent_usd: float
+
+    @property
+    def used(self) -> float | None:
+        """The share of the budget spent (None: no budget; a budget of 0 is used up by any spend)."""
+        if self.budget_usd is None:
+            return None
+        if self.budget_usd == 0:
+            return 1.0 if self.spent_usd > 0 else 0.0
+        return self.spent_usd / self.budget_usd
+
+    @property
+    def warn(self) -> bool:
+        return self.used is not None and self.used >= WARN_AT
+
+    @property
+    def over(self) -> bool:
+        return self.used is not None and self.used >= 1.0
+
+    def words(self, team: Team) -> str:
+        return (f"Team {team.slug} has spent ${self.spent_usd:,.2f} of its ${self.budget_usd:,} monthly budget "
+                f"this month ({self.used:.0%}).")
+
+
+def budget_state(*, team: Team, now: dt.datetime | None = None) -> BudgetState:
+    now = now or timezone.now()
+    if team.monthly_budget_usd is None:
+        return BudgetState(budget_usd=None, spent_usd=0.0)
+    return BudgetState(budget_usd=team.monthly_budget_usd, spent_usd=team_month_to_date_usd(team=team, now=now))
+
+
+def budget_require_approver(*, actor, deployment: Deployment, new_spec: dict, old_spec: dict | None) -> None:
+    """Past 100% of the budget, only a platform admin approves what raises the hourly cost (`old_spec` None: a
+    new request, from nothing)."""
+    if is_platform_admin(actor):
+        return
+    prices = cluster_prices(deployment.cluster)
+    raise_usd = spec_hourly_usd(new_spec, prices) - (spec_hourly_usd(old_spec, prices) if old_spec else 0.0)
+    if raise_usd <= 0:
+        return
+    state = budget_state(team=deployment.team)
+    if state.over:
+        raise NotAllowed(f"{state.words(deployment.team)} This raises the hourly cost by ${raise_usd:,.2f}; past the "
+                         "budget, a platform admin has to approve it. Nothing running is stopped.")
+
+
+def budgets_check(*, now: dt.datetime) -> list[str]:
+    """Warn each team's admins once a month when its spend reaches 80% of its budget; returns the teams warned."""
+    month = now.astimezone(dt.UTC).strftime("%Y-%m")
+    warned = []
+    for team in Team.objects.filter(monthly_budget_usd__isnull=False).exclude(budget_warned_month=month):
+        state = budget_state(team=team, now=now)
+        if state.warn and _warn(team=team, month=month, state=state):
+            warned.append(team.slug)
+    return warned
+
+
+@transaction.atomic
+def _warn(*, team: Team, month: str, state: BudgetState) -> bool:
+    team = Team.objects.select_for_update().get(pk=team.pk)
+    if team.budget_warned_month == month:  # another pass warned first
+        return False
+    team.budget_warned_month = month
+    team.save(update_fields=["budget_warned_month"])
+    admins = sorted(Membership.objects.filter(team=team, role=Membership.Role.ADMIN)
+                    .values_list("user__username", flat=True))
+    event_record(kind="budget_warning", team=team,
+                 message=f"{state.words(team)} At 100%, new requests and updates that raise the hourly cost need "
+                         "a platform admin's approval; nothing running is stopped.",
+                 after={"month": month, "spent_usd": round(state.spent_usd, 2), "budget_usd": state.budget_usd,
+                        "admins": admins})
+    return True

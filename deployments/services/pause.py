@@ -1,0 +1,94 @@
+"""Pause, resume, idle pause and wake on request.
+
+A pause tears the serving part down on the target (the reconciler's `pausing` step) while the deployment, its
+spec, keys, history and endpoint name stay; a paused deployment holds no quota. A resume checks the quota again
+and reconciles back to running; the gateway lets users in only after the conformance suite has checked it, as
+for a new deployment. Neither needs an approver: the spec does not change.
+"""
+import datetime as dt
+from collections.abc import Callable
+
+from django.db import transaction
+
+from deployments.errors import Conflict, QuotaExceeded
+from deployments.lifecycle import PAUSABLE, Status
+from deployments.models import Deployment, Team
+from deployments.quota_rules import quota_gpus
+from deployments.services.actions import _locked, _recheck, _require_editor, deployment_transition
+from deployments.services.events import event_record
+from deployments.services.quota import quota_check
+
+
+@transaction.atomic
+def deployment_pause(*, actor, deployment: Deployment, reason: str = "", event_kind: str = "pause_requested"
+                     ) -> Deployment:
+    """Tear the serving part down and keep the rest (the requester or a team admin; `actor=None`: Tandem)."""
+    d = _locked(deployment)
+    if actor is not None:
+        _require_editor(actor=actor, deployment=d)
+    if d.status in (Status.PAUSING, Status.PAUSED):
+        return d
+    if d.status not in PAUSABLE:
+        raise Conflict(f"A deployment can be paused when running or failed; this one is {d.status}.")
+    return deployment_transition(deployment=d, to=Status.PAUSING, actor=actor, event_kind=event_kind,
+                                 reason=reason or "Pause requested: the serving part is being removed.")
+
+
+@transaction.atomic
+def deployment_resume(*, actor, deployment: Deployment, event_kind: str = "resumed",
+                      reason: str = "Resume requested.") -> Deployment:
+    """Bring a paused deployment back: the quota is checked again, then it provisions and runs as before.
+
+    The generation moves on (as `kubectl rollout restart` does) so that the conformance suite checks this
+    rollout before users get it."""
+    team = Team.objects.select_for_update().get(pk=deployment.team_id)  # serializes quota checks per team
+    d = _locked(deployment)
+    if actor is not None:
+        _require_editor(actor=actor, deployment=d)
+    if d.status != Status.PAUSED:
+        raise Conflict(f"Only a paused deployment can be resumed; this one is {d.status}.")
+    typed = _recheck(d.spec, d.cluster, d.team)
+    quota_check(team=team, gpus=quota_gpus(typed, target_kind=d.cluster.kind), exclude_id=d.pk)
+    d.generation += 1
+    d.save(update_fields=["generation", "updated_at"])
+    return deployment_transition(deployment=d, to=Status.PROVISIONING, actor=actor, reason=reason,
+                                 event_kind=event_kind)
+
+
+def deployment_wake(*, deployment_id: int) -> Deployment | None:
+    """A request through the gateway reached a paused deployment that allows it: resume it (once; a deployment
+    already on its way back is left alone). A quota that no longer fits is recorded, not raised."""
+    d = Deployment.objects.select_related("team", "cluster").filter(pk=deployment_id).first()
+    if d is None or d.status != Status.PAUSED or not d.spec_typed.pause.wake_on_request:
+        return None
+    try:
+        return deployment_resume(actor=None, deployment=d, event_kind="woken",
+                                 reason="A request through the gateway woke it.")
+    except (QuotaExceeded, Conflict) as e:
+        event_record(kind="wake_refused", deployment=d, message=f"A request could not wake it: {e}")
+        return None
+
+
+def deployments_pause_idle(*, now: dt.datetime,
+                           last_requests: Callable[[list[int]], dict[int, dt.datetime]]) -> list[int]:
+    """Pause each running deployment that sets `pause.idle_minutes` and has had no request through the gateway
+    for that long, recording why; `last_requests(ids)` says when each last had one (the gateway's records, which
+    the domain does not import). Returns the ids paused."""
+    paused = []
+    candidates = list(Deployment.objects.filter(status=Status.RUNNING, spec__pause__idle_minutes__isnull=False)
+                      .select_related("team", "cluster"))
+    last_request_at = last_requests([d.pk for d in candidates]) if candidates else {}
+    for d in candidates:
+        idle = d.spec_typed.pause.idle_minutes
+        # Since the last request, or since it started running when none came after that.
+        last = max(filter(None, (last_request_at.get(d.pk), d.status_changed_at)))
+        if idle is None or now - last < dt.timedelta(minutes=idle):
+            continue
+        try:
+            deployment_pause(actor=None, deployment=d, event_kind="idle_paused",
+                             reason=f"No request through the gateway for {idle} minutes (since "
+                                    f"{last:%Y-%m-%d %H:%M} UTC): paused to stop paying for idle GPUs.")
+        except Conflict:  # its status moved on since it was read
+            continue
+        paused.append(d.pk)
+    return paused

@@ -1,0 +1,49 @@
+"""Wake on request: the first request to a paused deployment that allows it starts its resume, once.
+
+The claim is a Redis key shared by every replica (SET NX): the replica that sets it sends the wake task by name
+(as deployments.services.status sends the reconcile task); the others, and later requests, only answer with the
+time left. The claim outlives the route cache's staleness, so a replica that still sees the deployment paused does
+not wake it twice; the worker's resume is itself a no-op unless the deployment is paused.
+"""
+import asyncio
+import logging
+import time
+
+from kombu.exceptions import OperationalError
+from redis.exceptions import RedisError
+
+log = logging.getLogger(__name__)
+
+WAKE_TASK = "workers.tasks.wake_deployment"
+CLAIM_SECONDS = 60
+DEFAULT_READY_SECONDS = 300  # deployments.cost's default, for a deployment paused before estimates were kept
+
+
+def _send(deployment_id: int) -> None:
+    from controlplane.celery import app
+
+    app.send_task(WAKE_TASK, (deployment_id,))
+
+
+class Waker:
+    """Claims a wake in Redis and sends the task; answers how many seconds are left until it should serve."""
+
+    def __init__(self, redis, *, send=_send):
+        self._redis = redis
+        self._send = send
+
+    async def wake(self, deployment_id: int, *, ready_in: int | None) -> int:
+        ready_in = max(1, ready_in or DEFAULT_READY_SECONDS)
+        key = f"tandem:wake:{deployment_id}"
+        now = int(time.time())
+        try:
+            if await self._redis.set(key, now + ready_in, nx=True, ex=CLAIM_SECONDS):
+                await asyncio.to_thread(self._send, deployment_id)
+                log.info("deployment %s: woken by a request", deployment_id)
+                return ready_in
+            deadline = await self._redis.get(key)
+            return max(1, int(deadline) - now) if deadline else ready_in
+        except (RedisError, OperationalError, OSError, ValueError):
+            # The next request tries again: a wake is worth a retry, never a 500.
+            log.warning("deployment %s: could not start a wake", deployment_id, exc_info=True)
+            return ready_in
