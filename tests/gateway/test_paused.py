@@ -1,0 +1,41 @@
+"""A paused deployment through the real gateway: an OpenAI-shaped 503 that says how to resume it, and, where the
+spec allows it, one wake for however many requests arrive, with a Retry-After from its own history."""
+import openai
+import pytest
+
+from deployments.lifecycle import Status
+from deployments.models import Deployment
+from deployments.services.pause import deployment_wake
+from tests.gateway.test_errors import CHAT, assert_openai_error, post
+from tests.support.broker import queued
+
+WAKE_TASK = "workers.tasks.wake_deployment"
+
+
+def test_a_paused_deployment_answers_503_deployment_paused_and_says_how_to_resume(world, gateway, openai_client,
+                                                                                  redis_client):
+    dep = world.deployment("asleep", status=Status.PAUSED)
+    _, raw = world.key()
+    error = assert_openai_error(post(gateway, raw, {"model": "asleep", **CHAT}), 503, "deployment_paused")
+    assert error["type"] == "service_unavailable"
+    assert f"POST /api/v1/deployments/{dep.pk}/resume/" in error["message"]
+    with pytest.raises(openai.InternalServerError) as e:  # the official client sees the same
+        openai_client(raw).chat.completions.create(model="asleep", **CHAT)
+    assert e.value.status_code == 503 and e.value.body["code"] == "deployment_paused"
+    assert queued(redis_client, task=WAKE_TASK) == []  # its spec does not allow waking it
+
+
+def test_requests_to_a_deployment_that_wakes_on_request_start_one_resume(world, gateway, redis_client):
+    dep = world.deployment("sleepy", status=Status.PAUSED)
+    dep.spec["pause"] = {"idle_minutes": None, "wake_on_request": True}
+    dep.ready_estimate_seconds = 95
+    dep.save()
+    _, raw = world.key()
+    first = post(gateway, raw, {"model": "sleepy", **CHAT})
+    error = assert_openai_error(first, 503, "deployment_paused")
+    assert "waking it" in error["message"] and int(first.headers["retry-after"]) == 95
+    later = [post(gateway, raw, {"model": "sleepy", **CHAT}) for _ in range(3)]
+    assert all(r.status_code == 503 and 0 < int(r.headers["retry-after"]) <= 95 for r in later)
+    assert queued(redis_client, task=WAKE_TASK) == [[dep.pk]]  # one wake, whatever the number of requests
+    deployment_wake(deployment_id=dep.pk)  # what the worker does with that message
+    assert Deployment.objects.get(pk=dep.pk).status == Status.PROVISIONING
