@@ -4,6 +4,8 @@ import datetime as dt
 from django.db.models import Count, Max, Q, Sum
 from django.utils import timezone
 
+from deployments.cost import cost_per_million
+from deployments.spend import deployment_hourly_usd, deployment_spend_usd
 from gateway.models import RequestRecord
 
 
@@ -27,7 +29,17 @@ def last_request_by_deployment(ids) -> dict[int, dt.datetime]:
     return {r["deployment_id"]: r["last"] for r in rows}
 
 
-def output_tokens(*, deployment, since: dt.datetime, until: dt.datetime) -> int:
-    """Completion tokens the deployment generated through the gateway in [since, until)."""
-    return RequestRecord.objects.filter(deployment=deployment, created_at__gte=since, created_at__lt=until) \
-        .aggregate(n=Sum("completion_tokens"))["n"] or 0
+def deployment_cost(*, deployment, window: dt.timedelta) -> dict:
+    """What the deployment costs per hour now, what it cost over the window, its output tokens there and the cost
+    per million of them; each key's tokens and its share of the cost (by output tokens) for chargeback."""
+    now = timezone.now()
+    usd = deployment_spend_usd(deployment=deployment, since=now - window, until=now)
+    keys = usage_by_key(deployment=deployment, window=window)
+    output = sum(k["completion_tokens"] for k in keys)
+    per_million = cost_per_million(usd, output)
+    return {
+        "deployment": deployment.pk, "currency": "USD", "hourly_usd": round(deployment_hourly_usd(deployment), 4),
+        "window_seconds": int(window.total_seconds()), "usd": round(usd, 4), "output_tokens": output,
+        "usd_per_million_output_tokens": None if per_million is None else round(per_million, 4),
+        "keys": [{**k, "usd": round(usd * k["completion_tokens"] / output, 4) if output else 0.0} for k in keys],
+    }

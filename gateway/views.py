@@ -3,13 +3,15 @@ import datetime as dt
 import re
 
 from django.shortcuts import get_object_or_404
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from deployments.selectors import deployments_visible_to
-from gateway.selectors import usage_by_key
+from gateway.selectors import deployment_cost, usage_by_key
 
 WINDOW = re.compile(r"^(\d{1,4})([mhd])$")
 UNITS = {"m": "minutes", "h": "hours", "d": "days"}
@@ -48,3 +50,14 @@ class UsageView(APIView):
         window = parse_window(request.query_params.get("window", "24h"))
         rows = usage_by_key(deployment=deployment, window=window)
         return Response(UsageRowSerializer(rows, many=True).data)
+
+
+class DeploymentCostView(APIView):
+    """Cost per hour now, cost over a window (`?window=24h`), output tokens, cost per million output tokens, and
+    each key's tokens and share of the cost."""
+
+    @extend_schema(parameters=[OpenApiParameter("window", str, default="24h")], responses=OpenApiTypes.OBJECT)
+    def get(self, request, pk: int):
+        deployment = get_object_or_404(deployments_visible_to(request.user), pk=pk)
+        window = parse_window(request.query_params.get("window", "24h"))
+        return Response(deployment_cost(deployment=deployment, window=window))

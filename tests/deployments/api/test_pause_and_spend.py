@@ -1,0 +1,83 @@
+"""The REST API for pause and resume, a team's spend (JSON and CSV for chargeback), and a deployment's cost."""
+import csv
+import datetime as dt
+import io
+
+import pytest
+from django.utils import timezone
+
+from deployments.lifecycle import Status
+from deployments.models import Event, Membership
+from deployments.services.api_keys import api_key_create
+from gateway.models import RequestRecord
+from tests.factories import DeploymentFactory, MembershipFactory, TeamFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def llama(team, cluster, member):
+    """Running for the last two hours on two g6e.12xlarge nodes (its timeline says so)."""
+    d = DeploymentFactory(team=team, cluster=cluster, name="llama", status=Status.RUNNING, requested_by=member)
+    started = max(timezone.now() - dt.timedelta(hours=2),
+                  timezone.now().replace(day=1, hour=0, minute=0, second=0, microsecond=0))
+    for kind, after in (("requested", {"spec": d.spec}), ("status_running", {"status": "running"})):
+        e = Event.objects.create(kind=kind, team=team, deployment=d, after=after)
+        Event.objects.filter(pk=e.pk).update(created_at=started)
+    d.hours = (timezone.now() - started).total_seconds() / 3600
+    return d
+
+
+def test_the_requester_pauses_and_resumes_through_the_api_and_others_may_not(api, llama, member):
+    api.force_authenticate(MembershipFactory(team=llama.team, role=Membership.Role.MEMBER).user)
+    r = api.post(f"/api/v1/deployments/{llama.pk}/pause/")
+    assert r.status_code == 403 and "requester or an admin" in r.json()["detail"]
+    api.force_authenticate(member)
+    r = api.post(f"/api/v1/deployments/{llama.pk}/resume/")
+    assert r.status_code == 409 and "Only a paused deployment" in r.json()["detail"]
+    r = api.post(f"/api/v1/deployments/{llama.pk}/pause/")
+    assert r.status_code == 202 and r.json()["status"] == "pausing"
+    api.force_authenticate(MembershipFactory(team=TeamFactory(slug="other")).user)
+    assert api.post(f"/api/v1/deployments/{llama.pk}/pause/").status_code == 404
+
+
+def test_team_spend_by_day_and_deployment_as_json_and_as_csv_for_chargeback(api, llama, member, cluster):
+    cluster.config = {**cluster.config, "prices": {"g6e.12xlarge": 8.0}}  # the cluster's reserved price
+    cluster.save()
+    api.force_authenticate(member)
+    body = api.get(f"/api/v1/teams/{llama.team.slug}/spend/").json()
+    assert body["month"] == f"{timezone.now():%Y-%m}" and body["monthly_budget_usd"] is None
+    assert body["total_usd"] == pytest.approx(2 * 8.0 * llama.hours, rel=1e-3)
+    assert [d["name"] for d in body["deployments"]] == ["llama"]
+    assert sum(day["usd"] for day in body["days"]) == pytest.approx(body["total_usd"], abs=1e-3)
+
+    r = api.get(f"/api/v1/teams/{llama.team.slug}/spend/?format=csv")
+    assert r.status_code == 200 and r["Content-Type"].startswith("text/csv")
+    assert f'filename="tandem-{llama.team.slug}-{timezone.now():%Y-%m}.csv"' in r["Content-Disposition"]
+    rows = list(csv.DictReader(io.StringIO(r.content.decode())))
+    assert {(row["deployment"], row["stage"], row["instance_type"]) for row in rows} == {
+        ("llama", "prefill", "g6e.12xlarge"), ("llama", "decode", "g6e.12xlarge")}
+    assert sum(float(row["usd"]) for row in rows) == pytest.approx(body["total_usd"], abs=1e-2)
+
+    assert api.get(f"/api/v1/teams/{llama.team.slug}/spend/?month=2026-13").status_code == 400
+    api.force_authenticate(MembershipFactory(team=TeamFactory(slug="other")).user)
+    assert api.get(f"/api/v1/teams/{llama.team.slug}/spend/").status_code == 404
+
+
+def test_a_deployments_cost_per_hour_per_million_output_tokens_and_per_key(api, llama, member):
+    a, _ = api_key_create(actor=member, team=llama.team, name="app-a")
+    b, _ = api_key_create(actor=member, team=llama.team, name="app-b")
+    for i, (key, tokens) in enumerate([(a, 3000), (a, 1000), (b, 4000)]):
+        RequestRecord.objects.create(request_id=f"r{i}", deployment=llama, api_key=key, created_at=timezone.now(),
+                                     endpoint="chat.completions", status_code=200, completion_tokens=tokens,
+                                     e2e_ms=100)
+    api.force_authenticate(member)
+    body = api.get(f"/api/v1/deployments/{llama.pk}/cost/?window=24h").json()
+    hourly = 2 * 10.493
+    assert body["hourly_usd"] == pytest.approx(hourly)
+    assert body["usd"] == pytest.approx(hourly * llama.hours, rel=1e-3)
+    assert body["output_tokens"] == 8000
+    assert body["usd_per_million_output_tokens"] == pytest.approx(body["usd"] / 8000 * 1e6, rel=1e-3)
+    shares = {k["name"]: k["usd"] for k in body["keys"]}
+    assert shares["app-a"] == pytest.approx(shares["app-b"], rel=1e-3)  # 4000 output tokens each
+    assert api.get(f"/api/v1/deployments/{llama.pk}/cost/?window=forever").status_code == 400
