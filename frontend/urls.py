@@ -2,7 +2,7 @@
 from django.urls import path
 from django.views.generic import RedirectView
 
-from frontend.views import approvals, deployments, keys, requests, teams, tokens
+from frontend.views import approvals, cost, deployments, keys, requests, teams, tokens
 
 app_name = "frontend"
 
@@ -19,6 +19,8 @@ urlpatterns = [
     path("deployments/<int:pk>/withdraw/", deployments.deployment_withdraw, name="deployment-withdraw"),
     path("deployments/<int:pk>/retry/", deployments.deployment_retry, name="deployment-retry"),
     path("deployments/<int:pk>/delete/", deployments.deployment_delete, name="deployment-delete"),
+    path("deployments/<int:pk>/pause/", cost.deployment_pause, name="deployment-pause"),
+    path("deployments/<int:pk>/resume/", cost.deployment_resume, name="deployment-resume"),
     path("approvals/", approvals.approval_queue, name="approvals"),
     path("keys/", keys.api_key_list, name="api-keys"),
     path("keys/<int:pk>/revoke/", keys.api_key_revoke, name="api-key-revoke"),
@@ -26,4 +28,5 @@ urlpatterns = [
     path("tokens/<int:pk>/revoke/", tokens.token_revoke, name="token-revoke"),
     path("team/", teams.team_detail, name="team"),
     path("team/switch/", teams.team_switch, name="team-switch"),
+    path("team/cost/", cost.team_cost, name="team-cost"),
 ]
