@@ -72,8 +72,8 @@ class MembershipInline(admin.TabularInline):
 
 @admin.register(Team)
 class TeamAdmin(admin.ModelAdmin):
-    list_display = ["slug", "name", "gpu_quota", "allow_self_approval"]
-    fields = ["slug", "name", "gpu_quota", "allow_self_approval"]
+    list_display = ["slug", "name", "gpu_quota", "monthly_budget_usd", "allow_self_approval"]
+    fields = ["slug", "name", "gpu_quota", "monthly_budget_usd", "allow_self_approval"]
     inlines = [MembershipInline]
 
     def save_model(self, request, obj, form, change):
