@@ -104,9 +104,10 @@ class Router:
         if not key.allows(route.deployment_id):
             raise forbidden(model)
         if route.status == Status.PAUSED:
-            waking = route.wake_on_request and self.waker is not None
-            raise deployment_paused(model, route.deployment_id, waking_in=await self.waker.wake(
-                route.deployment_id, ready_in=route.ready_estimate) if waking else None)
+            waking_in = None
+            if route.wake_on_request and self.waker is not None:
+                waking_in = await self.waker.wake(route.deployment_id, ready_in=route.ready_estimate)
+            raise deployment_paused(model, route.deployment_id, waking_in=waking_in)
         if not route.serving:
             raise unavailable(route.problem or f"The deployment serving `{model}` is {route.status.replace('_', ' ')}"
                                                f"{'' if route.urls else ' and has no endpoint yet'}; try again later.")
