@@ -11,7 +11,7 @@ import statistics
 from dataclasses import dataclass
 
 from deployments.catalog import INSTANCE_TYPES
-from deployments.lifecycle import BILLED, Status
+from deployments.lifecycle import BILLED, STARTING, Status
 from deployments.serve_config import STAGES
 
 # Events a timeline is read from: only these carry a status or a spec (a filter for the query).
@@ -122,7 +122,7 @@ def ready_durations(marks: list[Mark]) -> list[float]:
         elif mark.status == Status.RUNNING and started is not None:
             durations.append((mark.at - started).total_seconds())
             started = None
-        elif mark.status in (Status.FAILED, Status.DELETING, Status.PAUSING):
+        elif mark.status not in STARTING:  # it failed, or was paused or deleted on the way
             started = None
         previous = mark.status
     return durations

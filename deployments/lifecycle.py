@@ -66,6 +66,10 @@ HOLDS_QUOTA = frozenset({S.APPROVED, S.PROVISIONING, S.RUNNING, S.UPDATING, S.FA
 BILLED = HOLDS_QUOTA - {S.APPROVED}
 # Whoever may change the deployment may pause these (a failed one too: pausing frees what it holds).
 PAUSABLE = frozenset({S.RUNNING, S.FAILED})
+# Paused, or on its way there: asking for a pause again changes nothing.
+PAUSED_OR_PAUSING = frozenset({S.PAUSING, S.PAUSED})
+# On the way to running (after an approval, a retry or a resume): how long that takes is its ready estimate.
+STARTING = frozenset({S.APPROVED, S.PROVISIONING})
 # A spec change is accepted: a pending request is edited, a running or failed one is updated.
 EDITABLE = frozenset({S.PENDING_APPROVAL, S.RUNNING, S.FAILED})
 UPDATABLE = EDITABLE - {S.PENDING_APPROVAL}

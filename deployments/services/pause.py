@@ -11,7 +11,7 @@ from collections.abc import Callable
 from django.db import transaction
 
 from deployments.errors import Conflict, QuotaExceeded
-from deployments.lifecycle import PAUSABLE, Status
+from deployments.lifecycle import PAUSABLE, PAUSED_OR_PAUSING, Status
 from deployments.models import Deployment, Team
 from deployments.quota_rules import quota_gpus
 from deployments.services.actions import _locked, _recheck, _require_editor, deployment_transition
@@ -26,7 +26,7 @@ def deployment_pause(*, actor, deployment: Deployment, reason: str = "", event_k
     d = _locked(deployment)
     if actor is not None:
         _require_editor(actor=actor, deployment=d)
-    if d.status in (Status.PAUSING, Status.PAUSED):
+    if d.status in PAUSED_OR_PAUSING:
         return d
     if d.status not in PAUSABLE:
         raise Conflict(f"A deployment can be paused when running or failed; this one is {d.status}.")
