@@ -5,11 +5,10 @@ import pytest
 
 from deployments.lifecycle import Status
 from deployments.models import Deployment
-from deployments.services.pause import deployment_wake
+from gateway.wake import WAKE_TASK
 from tests.gateway.test_errors import CHAT, assert_openai_error, post
 from tests.support.broker import queued
-
-WAKE_TASK = "workers.tasks.wake_deployment"
+from workers.tasks import wake_deployment
 
 
 def test_a_paused_deployment_answers_503_deployment_paused_and_says_how_to_resume(world, gateway, openai_client,
@@ -37,5 +36,7 @@ def test_requests_to_a_deployment_that_wakes_on_request_start_one_resume(world, 
     later = [post(gateway, raw, {"model": "sleepy", **CHAT}) for _ in range(3)]
     assert all(r.status_code == 503 and 0 < int(r.headers["retry-after"]) <= 95 for r in later)
     assert queued(redis_client, task=WAKE_TASK) == [[dep.pk]]  # one wake, whatever the number of requests
-    deployment_wake(deployment_id=dep.pk)  # what the worker does with that message
+    assert wake_deployment.name == WAKE_TASK
+    [args] = queued(redis_client, task=WAKE_TASK)
+    wake_deployment(*args)  # what the worker does with that message
     assert Deployment.objects.get(pk=dep.pk).status == Status.PROVISIONING
