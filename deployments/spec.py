@@ -74,6 +74,17 @@ IDLE_MINUTES_MIN, IDLE_MINUTES_MAX = 5, 30 * 24 * 60
 
 
 @dataclass(frozen=True)
+class TargetsSpec:
+    """Latency targets at the gateway. A target is met when at least `share` of the requests in a window meet
+    it: TTFT at most `ttft_p95_ms`, mean inter-token latency at most `itl_p95_ms` (with share 0.95, exactly
+    "p95 under the target"). None: no target for that measure."""
+
+    ttft_p95_ms: float | None = None
+    itl_p95_ms: float | None = None
+    share: float = 0.95
+
+
+@dataclass(frozen=True)
 class DeploymentSpec:
     model_id: str
     model_source: str
@@ -83,6 +94,7 @@ class DeploymentSpec:
     engine: EngineSpec = field(default_factory=EngineSpec)
     expected_load: LoadSpec = field(default_factory=LoadSpec)
     pause: PauseSpec = field(default_factory=PauseSpec)
+    targets: TargetsSpec | None = None  # optional: absent from the stored form when None
 
     @property
     def gpus(self) -> int:
@@ -95,10 +107,13 @@ class DeploymentSpec:
 
     def to_dict(self) -> dict:
         """The storage and wire form (version 1, see SPEC_VERSION); spec_load reads it back. An optional section
-        left at its defaults is not written, so specs stored before it existed compare equal to new ones."""
+        left at its default (no pause settings, no targets) is not written, so specs stored before it existed
+        compare equal to their reloads."""
         out = asdict(self)
         if self.pause == PauseSpec():
             del out["pause"]
+        if self.targets is None:
+            del out["targets"]
         return out
 
 
@@ -118,9 +133,18 @@ def spec_load(stored) -> DeploymentSpec:
             engine=EngineSpec(**stored.get("engine") or {}),
             expected_load=LoadSpec(**stored.get("expected_load") or {}),
             pause=PauseSpec(**stored.get("pause") or {}),
+            targets=TargetsSpec(**stored["targets"]) if stored.get("targets") else None,
         )
     except (KeyError, TypeError) as e:
         raise SpecError({"spec": [f"The stored spec is malformed ({type(e).__name__}: {e})."]}) from None
+
+
+def spec_request_shape(spec: DeploymentSpec) -> dict:
+    """The request shape (what spec_parse reads) of a typed spec, for a change Tandem proposes through the same
+    path as a person's."""
+    data = spec.to_dict()
+    data["model"] = {"id": data.pop("model_id"), "source": data.pop("model_source")}
+    return data
 
 
 def dns_label_errors(value, *, max_length: int = DNS1123_LABEL_MAX, why_short: str = "") -> list[str]:
@@ -286,6 +310,28 @@ def _pause_read(c: _Collector, data) -> PauseSpec:
     return PauseSpec(idle_minutes=idle, wake_on_request=wake)
 
 
+def _optional_ms(c: _Collector, data: dict, key: str):
+    value = data.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        c.add(f"targets.{key}", f"Must be a number of milliseconds, got {value!r}.")
+        return None
+    return float(value)
+
+
+def _targets_read(c: _Collector, data) -> TargetsSpec | None:
+    """None when the section is absent or names no target."""
+    data, d = _section(c, data, "targets"), TargetsSpec()
+    ttft, itl = _optional_ms(c, data, "ttft_p95_ms"), _optional_ms(c, data, "itl_p95_ms")
+    share = c.number(data, "share", "targets.share", d.share)
+    if ttft is None and itl is None:
+        if data.get("share") is not None:
+            c.add("targets", "Give ttft_p95_ms or itl_p95_ms (or both) with a share.")
+        return None
+    return TargetsSpec(ttft_p95_ms=ttft, itl_p95_ms=itl, share=share)
+
+
 # --- the rules, on typed values -----------------------------------------------------------------------------
 def _runtime_rules(c: _Collector, key: str, target_kind: str | None) -> Runtime | None:
     """A supported runtime, not known broken (KNOWN_BROKEN is about vLLM's CUDA builds, so a CPU runtime is never
@@ -378,9 +424,20 @@ def _pause_rules(c: _Collector, pause: PauseSpec) -> None:
         c.within("pause.idle_minutes", pause.idle_minutes, IDLE_MINUTES_MIN, IDLE_MINUTES_MAX)
 
 
+def _targets_rules(c: _Collector, targets: TargetsSpec | None) -> None:
+    if targets is None:
+        return
+    if targets.ttft_p95_ms is not None:
+        c.within("targets.ttft_p95_ms", targets.ttft_p95_ms, 1, 600_000)
+    if targets.itl_p95_ms is not None:
+        c.within("targets.itl_p95_ms", targets.itl_p95_ms, 1, 60_000)
+    c.within("targets.share", targets.share, 0.5, 1.0)
+
+
 def _rules(c: _Collector, *, runtime: str | None, model: tuple | None, prefill: PoolSpec | None,
            decode: PoolSpec | None, engine: EngineSpec, load: LoadSpec, target_kind: str | None,
-           source_roots: SourceRoots | None, pause: PauseSpec = PauseSpec()) -> None:
+           source_roots: SourceRoots | None, pause: PauseSpec = PauseSpec(),
+           targets: TargetsSpec | None = None) -> None:
     """Every rule, for the parts that could be read (None: its reading already reported why)."""
     found = _runtime_rules(c, runtime, target_kind) if runtime is not None else None
     if model is not None:
@@ -391,6 +448,7 @@ def _rules(c: _Collector, *, runtime: str | None, model: tuple | None, prefill: 
             _pool_rules(c, pool, prefix, accelerator)
     _engine_and_load_rules(c, engine, load)
     _pause_rules(c, pause)
+    _targets_rules(c, targets)
 
 
 def spec_check(spec: DeploymentSpec, *, target_kind: str | None = None,
@@ -401,7 +459,7 @@ def spec_check(spec: DeploymentSpec, *, target_kind: str | None = None,
     c = _Collector()
     _rules(c, runtime=spec.runtime, model=(spec.model_id, spec.model_source), prefill=spec.prefill,
            decode=spec.decode, engine=spec.engine, load=spec.expected_load, target_kind=target_kind,
-           source_roots=source_roots, pause=spec.pause)
+           source_roots=source_roots, pause=spec.pause, targets=spec.targets)
     if c.errors:
         raise SpecError(c.errors)
     return spec
@@ -424,8 +482,9 @@ def spec_parse(data, *, target_kind: str | None = None, source_roots: SourceRoot
     engine = _engine_read(c, data.get("engine"))
     load = _load_read(c, data.get("expected_load"))
     pause = _pause_read(c, data.get("pause"))
+    targets = _targets_read(c, data.get("targets"))
     _rules(c, runtime=runtime, model=model, prefill=prefill, decode=decode, engine=engine, load=load,
-           target_kind=target_kind, source_roots=source_roots, pause=pause)
+           target_kind=target_kind, source_roots=source_roots, pause=pause, targets=targets)
     if c.errors:
         raise SpecError(c.errors)
-    return DeploymentSpec(model[0], model[1], runtime, prefill, decode, engine, load, pause)
+    return DeploymentSpec(model[0], model[1], runtime, prefill, decode, engine, load, pause=pause, targets=targets)

@@ -2,9 +2,10 @@
 
 A change goes through without approval only when it changes nothing that costs and nothing an approver judged:
 replica bounds that stay within the approved ones, engine tuning that leaves memory per GPU as it was
-(`max_model_len`, the KV connector), and the purpose text (not part of the spec). Everything else (model,
-weights, runtime, instance types, nodes, GPUs, tensor parallelism, dtype, memory utilization, the expected
-load the plan was judged on) becomes a proposed spec that waits. Pure functions over typed specs.
+(`max_model_len`, the KV connector), the latency targets (what is judged, not what runs), and the purpose text
+(not part of the spec). Everything else (model, weights, runtime, instance types, nodes, GPUs, tensor
+parallelism, dtype, memory utilization, the expected load the plan was judged on) becomes a proposed spec that
+waits. Pure functions over typed specs.
 """
 from dataclasses import asdict, dataclass
 
@@ -39,7 +40,7 @@ def _flat(spec: DeploymentSpec) -> dict[str, object]:
         else:
             out[prefix] = value
 
-    walk("", asdict(spec))
+    walk("", spec.to_dict())  # no targets: no keys, so adding them shows each field None → value
     return out
 
 
@@ -53,17 +54,17 @@ def spec_changes(old: DeploymentSpec, new: DeploymentSpec) -> list[FieldChange]:
     """Every field that differs, in the spec's order, each marked with whether it needs approval."""
     before, after = _flat(old), _flat(new)
     changes = []
-    for field in before:
-        if before[field] == after[field]:
+    for field in before | after:
+        if before.get(field) == after.get(field):
             continue
         stage, _, leaf = field.partition(".")
-        if field in FREE_FIELDS:
+        if field in FREE_FIELDS or stage == "targets":
             needs = False
         elif stage in STAGES and leaf in ("replicas_min", "replicas_max"):
             needs = not _replicas_within(old, new, stage, leaf)
         else:
             needs = True
-        changes.append(FieldChange(field, before[field], after[field], needs))
+        changes.append(FieldChange(field, before.get(field), after.get(field), needs))
     return changes
 
 

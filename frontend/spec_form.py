@@ -56,6 +56,14 @@ LOAD_FIELDS = [
     Field("load_mean_prompt_tokens", "expected_load.mean_prompt_tokens", "Mean prompt tokens", "int"),
     Field("load_mean_output_tokens", "expected_load.mean_output_tokens", "Mean output tokens", "int"),
 ]
+TARGET_FIELDS = [  # optional: all blank means no targets
+    Field("targets_ttft_p95_ms", "targets.ttft_p95_ms", "TTFT p95 target (ms)", "float",
+          "Time to first token at the gateway.", step="any"),
+    Field("targets_itl_p95_ms", "targets.itl_p95_ms", "ITL p95 target (ms)", "float",
+          "Mean gap between tokens of a request.", step="any"),
+    Field("targets_share", "targets.share", "Share of requests that must meet them", "float",
+          "0.95 means 95%.", step="0.01"),
+]
 # Optional config.json facts for the planner; not part of the spec.
 FACT_FIELDS = [
     Field("fact_num_hidden_layers", "num_hidden_layers", "Layers", "int"),
@@ -65,7 +73,8 @@ FACT_FIELDS = [
     Field("fact_head_dim", "head_dim", "Head dim", "int"),
     Field("fact_param_count", "param_count", "Parameters", "int", "Total count, e.g. 8030261248."),
 ]
-SPEC_FIELDS = MODEL_FIELDS + POOL_FIELDS["prefill"] + POOL_FIELDS["decode"] + ENGINE_FIELDS + LOAD_FIELDS
+SPEC_FIELDS = MODEL_FIELDS + POOL_FIELDS["prefill"] + POOL_FIELDS["decode"] + ENGINE_FIELDS + LOAD_FIELDS \
+    + TARGET_FIELDS
 OUTER_FIELDS = ["name", "cluster", "purpose"]
 ALL_FIELD_NAMES = OUTER_FIELDS + [f.name for f in SPEC_FIELDS + FACT_FIELDS]
 
@@ -163,8 +172,8 @@ def values_from_spec(spec: DeploymentSpec) -> dict[str, str]:
     values = {"model_id": spec.model_id, "model_source": spec.model_source, "runtime": spec.runtime}
     for f in SPEC_FIELDS:
         section, _, key = f.path.partition(".")
-        part = getattr(spec, section, None)  # the pools, engine and expected_load; model and runtime are above
-        if is_dataclass(part) and key:
+        part = getattr(spec, section, None)  # the pools, engine, load, targets; model and runtime are above
+        if is_dataclass(part) and key and getattr(part, key) is not None:
             v = getattr(part, key)
             values[f.name] = f"{v:g}" if isinstance(v, float) else str(v)
     return values

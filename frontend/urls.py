@@ -2,7 +2,7 @@
 from django.urls import path
 from django.views.generic import RedirectView
 
-from frontend.views import approvals, cost, deployments, keys, requests, teams, tokens
+from frontend.views import advice, approvals, cost, deployments, keys, requests, teams, tokens
 
 app_name = "frontend"
 
@@ -21,6 +21,9 @@ urlpatterns = [
     path("deployments/<int:pk>/delete/", deployments.deployment_delete, name="deployment-delete"),
     path("deployments/<int:pk>/pause/", cost.deployment_pause, name="deployment-pause"),
     path("deployments/<int:pk>/resume/", cost.deployment_resume, name="deployment-resume"),
+    path("deployments/<int:pk>/targets/", advice.deployment_targets, name="deployment-targets"),
+    path("deployments/<int:pk>/recommendations/<str:rec_id>/apply/", advice.deployment_recommendation_apply,
+         name="deployment-recommendation-apply"),
     path("approvals/", approvals.approval_queue, name="approvals"),
     path("keys/", keys.api_key_list, name="api-keys"),
     path("keys/<int:pk>/revoke/", keys.api_key_revoke, name="api-key-revoke"),
@@ -29,4 +32,5 @@ urlpatterns = [
     path("team/", teams.team_detail, name="team"),
     path("team/switch/", teams.team_switch, name="team-switch"),
     path("team/cost/", cost.team_cost, name="team-cost"),
+    path("team/auto-apply/", advice.team_auto_apply, name="team-auto-apply"),
 ]

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 from deployments.catalog import INSTANCE_TYPES, RUNTIMES
 from deployments.model_sources import SourceRoots
 from deployments.spec import LOCAL_PATH, DeploymentSpec, PoolSpec, SpecError, spec_parse
+from observability.planner_targets import targets_plan
 
 GIB = 1024**3
 CPU_KV_SPACE_GIB = 1  # VLLM_CPU_KVCACHE_SPACE on the local target
@@ -186,6 +187,9 @@ def plan(facts: ModelFacts, spec: DeploymentSpec, *, assumed_itl_ms: float = 30.
         text = ("The model does not fit one node: PD across nodes pays." if not fits_node else
                 f"Throughput-bound: the load needs {in_flight:,} KV tokens in flight, more than one node's "
                 f"{node_tokens:,}; separating prefill and decode pays.")
+    targets = targets_plan(spec, param_count=facts.param_count, dtype_bytes=b,
+                           kv_bytes_per_token=pools["prefill"]["kv_bytes_per_token"], kv_bytes_per_request=kv_req,
+                           link_gbps=link, lines=lines)
     hourly = round(pools["prefill"]["hourly_usd"] + pools["decode"]["hourly_usd"], 3)
     lines.append(f"Cost: prefill {spec.prefill.nodes} × {pi.name} ${pi.hourly_usd}/h + decode {spec.decode.nodes} × "
                  f"{di.name} ${di.hourly_usd}/h = ${hourly:,.3f}/h.")
@@ -204,6 +208,7 @@ def plan(facts: ModelFacts, spec: DeploymentSpec, *, assumed_itl_ms: float = 30.
         "verdict_text": text,
         "warnings": warnings,
         "hourly_usd": hourly,
+        "targets": targets,
         "arithmetic": lines,
     }
 

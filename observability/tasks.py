@@ -3,11 +3,12 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
-from deployments.lifecycle import SCRAPED
+from deployments.lifecycle import SCRAPED, Status
 from controlplane.http_client import http_client
 from deployments.models import Deployment
 from observability.conformance.runner import conformance_run_for_deployment, conformance_runs_prune
 from observability.rollups import gateway_rollup, rollups_prune
+from observability.services.advice import recommendations_auto_apply
 from observability.services.conformance_requests import conformance_request_done
 from observability.scraper import metrics_source, scrape_deployment
 
@@ -54,3 +55,20 @@ def run_conformance(deployment_id: int, on_demand: bool = False) -> int:
     finally:
         if on_demand:
             conformance_request_done(deployment_id=deployment_id)
+
+
+@shared_task(ignore_result=True)
+def apply_recommendations() -> int:
+    """Beat (every 5 min): enqueue the advisor for each running deployment of a team that lets Tandem apply its
+    recommendations."""
+    ids = list(Deployment.objects.filter(status=Status.RUNNING, team__auto_apply_recommendations=True)
+               .values_list("pk", flat=True))
+    for deployment_id in ids:
+        apply_recommendations_for.delay(deployment_id)
+    return len(ids)
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def apply_recommendations_for(deployment_id: int) -> str | None:
+    """Apply one deployment's recommendation within its approved bounds, if the advisor has one."""
+    return recommendations_auto_apply(deployment_id=deployment_id, now=timezone.now())

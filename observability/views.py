@@ -1,4 +1,4 @@
-"""REST views: per-stage latency series, conformance results, and the capacity planner."""
+"""REST views: per-stage latency series, attainment and advice, conformance results, and the capacity planner."""
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
@@ -15,6 +15,7 @@ from deployments.spec import SpecError
 from observability.models import ConformanceRun
 from observability.planner import plan_for_spec
 from observability.rollups import WINDOWS, latency_series
+from observability.services.advice import deployment_advice, recommendation_apply
 from observability.services.conformance_requests import conformance_request
 
 
@@ -22,17 +23,46 @@ def _deployment(request, pk):
     return get_object_or_404(deployments_visible_to(request.user), pk=pk)
 
 
+def _window(request) -> str:
+    window = request.query_params.get("window", "1h")
+    if window not in WINDOWS:
+        raise ValidationError({"window": [f"One of {', '.join(WINDOWS)}; got {window!r}."]})
+    return window
+
+
+WINDOW_PARAM = OpenApiParameter("window", str, enum=list(WINDOWS), default="1h")
+
+
 class DeploymentLatencyView(APIView):
     """Per-stage latency percentiles (engine and gateway) and throughput over a window, for charts."""
 
-    @extend_schema(parameters=[OpenApiParameter("window", str, enum=list(WINDOWS), default="1h")],
-                   responses=OpenApiTypes.OBJECT)
+    @extend_schema(parameters=[WINDOW_PARAM], responses=OpenApiTypes.OBJECT)
     def get(self, request, pk: int):
         d = _deployment(request, pk)
-        window = request.query_params.get("window", "1h")
-        if window not in WINDOWS:
-            raise ValidationError({"window": [f"One of {', '.join(WINDOWS)}; got {window!r}."]})
-        return Response(latency_series(deployment=d, window=window, now=timezone.now()))
+        return Response(latency_series(deployment=d, window=_window(request), now=timezone.now()))
+
+
+class DeploymentAttainmentView(APIView):
+    """The share of the window's requests that met each latency target of the spec, and the advisor's
+    diagnoses by stage with their evidence and recommendations."""
+
+    @extend_schema(parameters=[WINDOW_PARAM], responses=OpenApiTypes.OBJECT)
+    def get(self, request, pk: int):
+        d = _deployment(request, pk)
+        return Response({"deployment": d.pk, **deployment_advice(deployment=d, window=_window(request),
+                                                                 now=timezone.now()).to_json()})
+
+
+class RecommendationApplyView(APIView):
+    """Turn a recommendation (its id, from the attainment view of the same window) into an update: applied at
+    once within the approved replica bounds, otherwise proposed for approval; 409 when it is no longer current."""
+
+    @extend_schema(parameters=[WINDOW_PARAM], request=None, responses=OpenApiTypes.OBJECT)
+    def post(self, request, pk: int, rec_id: str):
+        d = recommendation_apply(actor=request.user, deployment=_deployment(request, pk), rec_id=rec_id,
+                                 window=_window(request), now=timezone.now())
+        return Response({"deployment": d.pk, "status": d.status, "generation": d.generation,
+                         "proposed": d.proposed_spec is not None})
 
 
 def _run_json(run: ConformanceRun | None) -> dict | None:

@@ -150,6 +150,7 @@ CELERY_BEAT_SCHEDULE = {
     "prune-observability-rollups": {"task": "observability.tasks.prune_rollups", "schedule": 3600.0},
     "pause-idle-deployments": {"task": "workers.tasks.pause_idle_deployments", "schedule": 60.0},
     "check-team-budgets": {"task": "workers.tasks.check_budgets", "schedule": 600.0},
+    "apply-recommendations": {"task": "observability.tasks.apply_recommendations", "schedule": 300.0},
 }
 
 # --- REST API ---------------------------------------------------------------------------------------

@@ -47,7 +47,8 @@ class TeamSerializer(serializers.ModelSerializer):
     class Meta:
         model = Team
         fields = ["id", "slug", "name", "gpu_quota", "allow_self_approval", "credential_default_days",
-                  "credential_max_days", "monthly_budget_usd", "gpus_held", "created_at"]
+                  "credential_max_days", "monthly_budget_usd", "auto_apply_recommendations", "gpus_held",
+                  "created_at"]
         read_only_fields = ["id", "created_at", "gpus_held"]
 
     def get_gpus_held(self, team) -> int:

@@ -11,6 +11,9 @@ class Team(models.Model):
     allow_self_approval = models.BooleanField(
         default=False, help_text="Team admins may approve their own requests."
     )
+    auto_apply_recommendations = models.BooleanField(
+        default=False, help_text="Tandem may apply the advisor's recommendations itself, within the replica bounds "
+                                 "already approved (an audited event each time).")
     # Lifetimes of the team's API keys (and of its members' access tokens: a user's strictest team applies).
     credential_default_days = models.PositiveIntegerField(
         default=90, help_text="Days a new key or token lives when its creator names no expiry."

@@ -232,14 +232,35 @@ def deployment_update(*, actor, deployment: Deployment, spec: dict | None = None
         return d
     if needs := changes_needing_approval(d.spec_typed, typed):
         return _update_propose(actor=actor, d=d, typed=typed, fields=needs)
+    return _update_apply(actor=actor, d=d, new_spec=new_spec)
+
+
+def _update_apply(*, actor, d: Deployment, new_spec: dict, message: str = "") -> Deployment:
+    """Apply a change that needs no approval: the new spec runs at the next generation."""
     before, dropped = d.spec, d.proposed_spec
     d.spec, d.proposed_spec, d.proposed_by, d.generation = new_spec, None, None, d.generation + 1
     d.save(update_fields=["spec", "proposed_spec", "proposed_by", "generation", "updated_at"])
+    if dropped:
+        message = " ".join(filter(None, [message, "Replaces the update that was waiting for approval."]))
     event_record(kind="updated", deployment=d, actor=actor, before={"spec": before, "proposed_spec": dropped},
-                 after={"spec": new_spec},
-                 message="Replaces the update that was waiting for approval." if dropped else "")
+                 after={"spec": new_spec}, message=message)
     to = Status.UPDATING if d.status == Status.RUNNING else Status.APPROVED
     return deployment_transition(deployment=d, to=to, actor=actor, reason="Update applied.")
+
+
+@transaction.atomic
+def deployment_update_by_tandem(*, deployment: Deployment, spec: DeploymentSpec, reason: str) -> Deployment:
+    """Tandem applies a change of its own (an accepted recommendation, for a team that allows it): only to a
+    running deployment and only within what was approved; anything needing an approver is refused."""
+    d = _locked(deployment)
+    if d.status != Status.RUNNING:
+        raise Conflict(f"Tandem changes only a running deployment; this one is {d.status}.")
+    typed = _recheck(spec.to_dict(), d.cluster, d.team)
+    if needs := changes_needing_approval(d.spec_typed, typed):
+        raise NotAllowed(f"Changes {', '.join(needs)}: beyond what was approved, so only a person may ask for it.")
+    if typed.to_dict() == d.spec:
+        return d
+    return _update_apply(actor=None, d=d, new_spec=typed.to_dict(), message=reason)
 
 
 def _update_propose(*, actor, d: Deployment, typed: DeploymentSpec, fields: list[str]) -> Deployment:

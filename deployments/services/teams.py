@@ -7,7 +7,7 @@ from deployments.services.events import event_record
 
 # What a team admin may change on their own team; everything else (quota, self-approval, name) is a platform
 # admin's.
-TEAM_ADMIN_SETTINGS = frozenset({"credential_default_days", "credential_max_days"})
+TEAM_ADMIN_SETTINGS = frozenset({"credential_default_days", "credential_max_days", "auto_apply_recommendations"})
 
 
 def is_platform_admin(user) -> bool:
@@ -56,7 +56,7 @@ def team_create(*, actor, slug: str, name: str, gpu_quota: int = 0, allow_self_a
 @transaction.atomic
 def team_update(*, actor, team: Team, **changes) -> Team:
     """Change a team's settings: platform admins any of them; the team's admins the lifetimes of its keys and
-    of its members' tokens."""
+    of its members' tokens, and whether Tandem applies the advisor's recommendations itself."""
     if not is_platform_admin(actor):
         team_require_admin(user=actor, team=team)
     # Compare with the stored row, not the caller's object: a form may have set the new values on it already.

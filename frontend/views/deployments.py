@@ -19,6 +19,7 @@ from deployments.services import actions
 from deployments.services.teams import team_role
 from deployments.spec import spec_load
 from frontend import planning
+from frontend.views.advice import targets_context
 from frontend.views.base import render_page, require_team, team_required
 from frontend.views.status import deployment_state, timeline
 
@@ -75,7 +76,7 @@ def deployment_detail(request, pk: int):
         "can_edit": _can_edit(request, d),
         "proposed_gpus": quota_gpus(spec_load(d.proposed_spec), target_kind=d.cluster.kind) if d.proposed_spec
         else None,
-    }
+    } | targets_context(request, d)
     return render_page(request, "deployments/detail.html", context)
 
 

@@ -8,9 +8,11 @@ from django.views.decorators.http import require_http_methods, require_POST
 from deployments import selectors
 from deployments.errors import ActionError, NotAllowed
 from deployments.lifecycle import HOLDS_QUOTA
-from deployments.services.teams import TEAM_ADMIN_SETTINGS, team_update
+from deployments.services.teams import team_update
 from frontend import planning
 from frontend.views.base import SESSION_TEAM, render_page, require_team, team_required
+
+LIFETIMES = ("credential_default_days", "credential_max_days")  # what the lifetimes form sets
 
 
 @login_required
@@ -22,7 +24,7 @@ def team_detail(request):
     team = require_team(request)
     errors, status = {}, 200
     if request.method == "POST":
-        changes = {f: request.POST.get(f, "").strip() for f in TEAM_ADMIN_SETTINGS}
+        changes = {f: request.POST.get(f, "").strip() for f in LIFETIMES}
         errors, status = {f: ["A whole number of days."] for f, v in changes.items() if not v.isdigit()}, 400
         if not errors:
             try:

@@ -1,6 +1,7 @@
 """The whole path on the real local PD stack: request → approve → a real worker deploys the Ray Serve LLM
 prefill/decode app (vLLM on CPU, KV over NIXL) → an API key → the official `openai` client through the gateway →
-usage, per-stage latency, conformance → the app is removed out-of-band and comes back → deletion leaves nothing."""
+usage, per-stage latency, a missed latency target diagnosed by stage, conformance → the app is removed
+out-of-band and comes back → deletion leaves nothing."""
 import time
 
 import httpx
@@ -79,6 +80,7 @@ def test_pd_deployment_end_to_end(transactional_db, redis_client, local_ray, tmp
         # A member requests the tiny model on the local cluster; a team admin approves.
         spec = local_spec_input(model={"id": "tiny-llama", "source": str(MODEL)})
         spec["engine"] = {"max_model_len": 1024, "dtype": "bfloat16"}
+        spec["targets"] = {"ttft_p95_ms": 1}  # deliberately out of reach: the advisor must say which stage misses
         api.force_authenticate(member)
         r = api.post("/api/v1/deployments/", {"team": team.slug, "cluster": "local", "name": "tiny",
                                               "spec": spec}, format="json")
@@ -173,6 +175,16 @@ def test_pd_deployment_end_to_end(transactional_db, redis_client, local_ray, tmp
         for key in [("prefill", "engine"), ("decode", "engine"), ("kv_transfer", "engine"), ("ttft", "gateway"),
                     ("e2e", "gateway")]:
             assert any(p["count"] and p["p50"] for p in stages[key]["points"]), (key, stages.get(key))
+
+        # The 1 ms TTFT target is missed, and the advisor names the stage from these real metrics, with figures.
+        advice = api.get(f"/api/v1/deployments/{pk}/attainment/?window=15m").json()
+        [ttft] = advice["attainment"]["targets"]
+        assert ttft["measure"] == "ttft" and ttft["requests"] >= 2 and ttft["met"] == 0 and ttft["ok"] is False
+        diagnosis = advice["diagnoses"][0]
+        figures = {e["name"]: e["value"] for e in diagnosis["evidence"]}
+        assert diagnosis["kind"] in ("prefill_short", "link", "prefill_compute") and diagnosis["window"] == "15m"
+        assert figures["TTFT p95 at the gateway"] > 1 and figures["prefill p95"] > 0, figures
+        print(f"advisor on the local target: {diagnosis['kind']}: {diagnosis['message']} {figures}")
 
         print(compare_latency(direct_url=f"{d.endpoint_url}/v1", gateway_url=f"{gateway.base_url}/v1",
                               api_key=secret, model="tiny-llama", runs=5))

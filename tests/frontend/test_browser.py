@@ -156,7 +156,7 @@ def test_request_approve_watch_and_key(browser, live_server, worker, kubeconfig)
     shot(page, "07-detail-running")
 
     # 7. The remaining pages, for the record.
-    page.get_by_role("link", name="Team").click()
+    page.get_by_role("link", name="Team", exact=True).click()
     page.get_by_role("heading", name="Members").wait_for()
     shot(page, "09-team")
     page.get_by_role("link", name="Access tokens").click()
