@@ -51,8 +51,10 @@ class Store:
     """The gateway's reads. Every lookup is counted (`tandem_gateway_store_queries_total` on the metrics port)."""
 
     def __init__(self, conninfo: str, *, max_size: int = 4):
-        # Small: lookups are cached, so the pool only serves misses and background refreshes.
+        # Small: lookups are cached, so the pool only serves misses and background refreshes. Each connection is
+        # checked as it is handed out, so one a PostgreSQL restart closed is replaced, not failed with a 503.
         self.pool = AsyncConnectionPool(conninfo, min_size=1, max_size=max_size, open=False,
+                                        check=AsyncConnectionPool.check_connection,
                                         kwargs={"autocommit": True, "row_factory": dict_row})
         self._down_until = 0.0
 
