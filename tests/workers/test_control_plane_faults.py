@@ -4,6 +4,7 @@ a hung worker, two workers on the same deployments, a pool child killed mid-task
 import os
 import signal
 import time
+from collections import Counter
 
 import pytest
 from django.db import connection
@@ -107,3 +108,60 @@ def test_a_hung_worker_holding_a_deployment_does_not_hold_it_for_ever(people, k8
     deployment_retry(actor=member, deployment=d)
     wait_for(lambda: _row(d).status == Status.RUNNING, timeout=30, what="running after the retry")
     assert len(emulator.rayservices()) == 1
+
+
+def test_a_pass_whose_lock_died_mid_apply_converges_to_one_rayservice(people, k8s_cluster, emulator, workers):
+    """The create reaches the cluster, then the pass's connection dies before the answer comes back; another pass
+    takes the lock, finds what was created and finishes: one RayService, one create. (The `applied` event is the
+    interrupted pass's to write, and it cannot: the next pass finds nothing to apply. History misses that step.)"""
+    workers(concurrency=2)
+    emulator.stall_rayservice_create = 3.0  # stored, the answer held back
+    d = _approved(people, k8s_cluster)
+    wait_for(emulator.stalled.is_set, timeout=20, what="the RayService create to arrive")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(%s)", [wait_for(lambda: _lock_holder(d), what="the holder")])
+    emulator.stall_rayservice_create = 0.0
+    wait_for(lambda: _row(d).status == Status.RUNNING, timeout=30, what="running")
+    assert len(emulator.rayservices()) == 1
+    assert [m for m, _ in _rayservice_writes(emulator)] == ["POST"]
+    assert _row(d).events.filter(kind="applied").count() <= 1
+
+
+def test_twenty_approvals_at_once_on_two_prefork_workers_apply_each_once(people, k8s_cluster, emulator, workers):
+    """Two workers of two pool processes each take the passes of 20 deployments approved together (and a resync
+    on top, as beat sends): every one runs, with one create each and no step recorded twice."""
+    from workers.tasks import resync_deployments
+
+    workers(concurrency=2)
+    workers(concurrency=2)
+    team, member, admin = people
+    pending = [deployment_request(actor=member, team=team, cluster=k8s_cluster, name=f"llama-{i}", spec=spec_input())
+               for i in range(20)]
+    for d in pending:
+        deployment_approve(actor=admin, deployment=d, generation=d.generation)
+    resync_deployments.delay()
+    ids = [d.pk for d in pending]
+    wait_for(lambda: Deployment.objects.filter(pk__in=ids, status=Status.RUNNING).count() == 20, timeout=90,
+             every=0.5, what="all 20 running")
+    assert [m for m, _ in _rayservice_writes(emulator)] == ["POST"] * 20  # one create each, nothing replaced
+    assert len(emulator.rayservices()) == 20
+    for d in pending:
+        kinds = Counter(_row(d).events.values_list("kind", flat=True))
+        once = {k: kinds[k] for k in ("approved", "status_provisioning", "applied", "status_running")}
+        assert once == dict.fromkeys(once, 1), (d.name, kinds)
+
+
+def test_a_pool_child_killed_mid_task_is_replaced_and_its_task_reruns(people, k8s_cluster, emulator, workers):
+    """SIGKILL the prefork child running a pass (task_reject_on_worker_lost): the pool starts another child, the
+    message comes back, and the deployment converges to one RayService."""
+    worker = workers(concurrency=1)
+    emulator.stall_rayservice_create = 30.0
+    d = _approved(people, k8s_cluster)
+    wait_for(emulator.stalled.is_set, timeout=20, what="the RayService create to arrive")
+    [child] = worker.children()
+    os.kill(child, signal.SIGKILL)
+    emulator.stall_rayservice_create = 0.0
+    wait_for(lambda: _row(d).status == Status.RUNNING, timeout=30, what="running after the child was killed")
+    assert worker.proc.poll() is None and child not in worker.children()
+    assert len(emulator.rayservices()) == 1
+    assert [m for m, _ in _rayservice_writes(emulator)] == ["POST"]
