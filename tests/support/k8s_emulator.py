@@ -72,6 +72,7 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
     operator_enabled: bool = True
     token: str | None = None
     token_prefix: str | None = None
+    token_max_age: float | None = None  # EKS-style tokens signed longer ago than this are refused (expired)
     stall_rayservice_create: float = 0.0
     stalled: threading.Event = attrs.field(factory=threading.Event)
     faults: list[Fault] = attrs.field(factory=list)
@@ -195,7 +196,20 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
         given = headers.get("Authorization", "")
         ok = given == f"Bearer {self.token}" if self.token is not None else \
             given.startswith(f"Bearer {self.token_prefix}")
+        if ok and self.token_max_age is not None and self._signed_age(given) > self.token_max_age:
+            ok = False  # as EKS refuses a presigned token past its lifetime
         return None if ok else self._status(401, "Unauthorized", "Unauthorized")
+
+    @staticmethod
+    def _signed_age(authorization: str) -> float:
+        """Seconds since an EKS token (a presigned STS URL, base64) was signed: its X-Amz-Date."""
+        import base64
+        from urllib.parse import parse_qs, urlsplit
+
+        token = authorization.removeprefix("Bearer k8s-aws-v1.")
+        url = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
+        signed = datetime.strptime(parse_qs(urlsplit(url).query)["X-Amz-Date"][0], "%Y%m%dT%H%M%SZ")
+        return (datetime.now(UTC) - signed.replace(tzinfo=UTC)).total_seconds()
 
     def _fault(self, method: str, path: str):
         for fault in self.faults:
