@@ -15,11 +15,13 @@ that calls the target first checks, on the connection that took the lock, that i
 a pass that lost it stops before changing anything. What is left (the lock lost between the check and the call)
 the target's own concurrency refuses: a create of what exists is a conflict, a replace carries resourceVersion.
 
-A holder that hangs (a stopped process keeps its connection, so its lock) leaves the others busy: after
-TANDEM_STUCK_AFTER_SECONDS without a status change they fail the deployment with what happened (`pipeline`).
+A holder that hangs (a stopped process keeps its connection, so its lock) leaves the others busy: once its session
+has sent no query for TANDEM_STUCK_AFTER_SECONDS and the status has not changed for as long, they fail the
+deployment as stuck, saying what happened (`pipeline.fail_if_stuck`).
 """
 import logging
 
+from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, connection
 
 from controlplane.redis_client import redis_client
@@ -53,6 +55,17 @@ def _holds_lock(deployment_id: int) -> bool:
             return bool(cursor.fetchone()[0])
     except DatabaseError:
         return False
+
+
+def _holder_idle_seconds(deployment_id: int) -> float | None:
+    """How long the session holding the lock has sent no query (None when none holds it or it is in one). A pass
+    queries between steps, so a holder idle longer than the stuck limit is not making progress."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT extract(epoch FROM now() - a.state_change) FROM pg_locks l JOIN pg_stat_activity a "
+                       "ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.classid = %s AND l.objid = %s "
+                       "AND l.objsubid = 2 AND l.granted AND a.state = 'idle'", [LOCK_CLASS, deployment_id])
+        row = cursor.fetchone()
+    return float(row[0]) if row else None
 
 
 def _fence(deployment_id: int):
@@ -99,7 +112,10 @@ def reconcile(deployment_id: int) -> float | None:
         # even when the holder's chain has a next pass: that one may be a backoff a minute away. Busy retries
         # share a marker of their own, so a long pass collects one retry, not one per message.
         # A holder that never finishes (a hung worker) must not hold the deployment for ever.
-        fail_if_stuck(deployment_id, "another reconcile holds the deployment and has not finished (a hung worker?)")
+        idle = _holder_idle_seconds(deployment_id)
+        if idle is not None and idle > settings.TANDEM_STUCK_AFTER_SECONDS:
+            fail_if_stuck(deployment_id, f"the worker holding it has not used the database for {int(idle)} s "
+                                         "(a hung worker? restart it)")
         return _busy_retry(deployment_id)
     lost = False
     try:

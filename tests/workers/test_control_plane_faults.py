@@ -90,7 +90,8 @@ def test_a_pass_that_lost_its_lock_stops_before_touching_the_cluster(people, k8s
 
 def test_a_hung_worker_holding_a_deployment_does_not_hold_it_for_ever(people, k8s_cluster, emulator, workers):
     """SIGSTOP the worker whose pass holds the deployment: its connection, so its lock, stays. Another worker's
-    passes find it busy; once the status has not changed for the stuck limit, the deployment fails saying so.
+    passes find it busy; once the holder has sent no query, and the status has not changed, for the stuck limit,
+    the deployment fails saying so.
     Once the hung worker is gone, a retry converges to one RayService."""
     _, member, _ = people
     hung = workers(concurrency=1, TANDEM_STUCK_AFTER_SECONDS="2")

@@ -18,7 +18,8 @@ from deployments.services.api_keys import api_key_create
 from tests.factories import DeploymentFactory, MembershipFactory, TeamFactory, spec_input
 from tests.support.private_pg import PrivatePostgres
 from tests.support import processes
-from tests.support.processes import ROOT, Worker, start_gateway, start_mock_upstream, start_web, wait_for, worker_environment
+from tests.support.processes import (ROOT, Worker, start_gateway, start_mock_upstream, start_web, wait_for,
+                                     worker_environment)
 
 pytestmark = pytest.mark.e2e
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
