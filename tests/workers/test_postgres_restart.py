@@ -1,5 +1,6 @@
-"""PostgreSQL restarts (`pg_ctl restart -m fast`) while web, gateway, a prefork worker and beat run on it: each
-recovers without a restart of its own. The server is the test's own (tests/support/private_pg.py), loaded with a
+"""PostgreSQL restarts (`pg_ctl restart -m fast`) while web, gateway, a prefork worker and beat run on it, and a
+reconcile pass is mid-apply: each recovers without a restart of its own, and the interrupted deployment converges
+to one RayService. The server is the test's own (tests/support/private_pg.py), loaded with a
 copy of the test database; the shared server is never restarted."""
 import subprocess
 import sys
@@ -48,6 +49,7 @@ def test_web_gateway_worker_and_beat_recover_from_a_postgresql_restart(
     served.spec["model_id"] = "m"
     served.save()
     pending = deployment_request(actor=member, team=team, cluster=k8s_cluster, name="llama", spec=spec_input())
+    in_flight = deployment_request(actor=member, team=team, cluster=k8s_cluster, name="mistral", spec=spec_input())
     _, key = api_key_create(actor=member, team=team, name="before")
     _, member_token = access_token_create(user=member, name="t")
     _, admin_token = access_token_create(user=admin, name="t")
@@ -68,13 +70,23 @@ def test_web_gateway_worker_and_beat_recover_from_a_postgresql_restart(
                            headers={"Authorization": f"Bearer {member_token}"})
         chat = httpx.Client(base_url=gateway.base_url + "/v1", timeout=10)
 
+        def approve(d) -> None:
+            r = httpx.post(f"{web.base_url}/api/v1/deployments/{d.pk}/approve/", json={"generation": d.generation},
+                           headers={"Authorization": f"Bearer {admin_token}"})
+            assert r.status_code == 200, r.text
+
         def completions(raw_key: str) -> int:
             return chat.post("/chat/completions", json=CHAT, headers={"Authorization": f"Bearer {raw_key}"}).status_code
 
         assert api.get("/deployments/").status_code == 200 and completions(key) == 200
+        # A pass mid-apply when the server goes: its create reached the cluster, the answer is held back.
+        emulator.stall_rayservice_create = 3.0
+        approve(in_flight)
+        wait_for(emulator.stalled.is_set, timeout=20, what="the RayService create to arrive")
 
         private_pg.restart()  # every connection of every process ends; the server is back when this returns
         restarted = time.monotonic()
+        emulator.stall_rayservice_create = 0.0
 
         web_codes = [api.get("/deployments/").status_code for _ in range(3)]
         chat_codes = [completions(key) for _ in range(3)]  # a key the gateway has seen: its cache answers
@@ -86,11 +98,12 @@ def test_web_gateway_worker_and_beat_recover_from_a_postgresql_restart(
         wait_for(lambda: completions(new_key) == 200, timeout=10, what="the gateway to answer a new key")
         recovered_s = time.monotonic() - restarted
 
-        r = httpx.post(f"{web.base_url}/api/v1/deployments/{pending.pk}/approve/",
-                       json={"generation": pending.generation}, headers={"Authorization": f"Bearer {admin_token}"})
-        assert r.status_code == 200, r.text
-        wait_for(lambda: api.get(f"/deployments/{pending.pk}/").json()["status"] == Status.RUNNING, timeout=30,
-                 every=0.3, what="the deployment approved after the restart to run")
+        approve(pending)
+        for d in (in_flight, pending):
+            wait_for(lambda: api.get(f"/deployments/{d.pk}/").json()["status"] == Status.RUNNING, timeout=30,
+                     every=0.3, what=f"{d.name} to run")
+        creates = [p for m, p in emulator.hits if m == "POST" and p.endswith("/rayservices")]
+        assert len(emulator.rayservices()) == 2 and len(creates) == 2  # the interrupted apply was not repeated
 
         # Beat's drain (every 5 s) runs on the worker and writes the gateway's records: every answered request
         # has its one record in the restarted database.
