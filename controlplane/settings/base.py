@@ -115,9 +115,11 @@ AXES_LOCKOUT_CALLABLE = "frontend.views.auth.locked_out"  # 429, the wait, Retry
 AXES_CLIENT_IP_CALLABLE = "controlplane.client_ip.client_ip"
 
 # --- Database and Redis ----------------------------------------------------------------------------
+# Connections are kept for a minute and checked before their first use in each request or task, so a
+# PostgreSQL restart costs a reconnect, not a 500 on the first request of every web process.
 DATABASES = {
     "default": dj_database_url.parse(
-        env("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/tandem"), conn_max_age=60
+        env("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/tandem"), conn_max_age=60, conn_health_checks=True
     )
 }
 REDIS_URL = env("REDIS_URL", "redis://127.0.0.1:6379/0")
