@@ -5,7 +5,7 @@ from django.utils import timezone
 from deployments.services.budgets import budgets_check
 from deployments.services.pause import deployment_wake, deployments_pause_idle
 from gateway.selectors import last_request_by_deployment
-from workers import reconcile
+from workers import reconcile, resync
 
 
 @shared_task(acks_late=True, ignore_result=True)
@@ -18,8 +18,9 @@ def reconcile_deployment(deployment_id: int) -> None:
 
 @shared_task(ignore_result=True)
 def resync_deployments() -> int:
-    """Beat: re-enqueue every unsettled deployment, so a lost message only delays work."""
-    ids = reconcile.unsettled_deployment_ids()
+    """Beat: re-enqueue unsettled deployments and a rotating slice of running ones, so a lost message only delays
+    work; never more than the workers finish in one interval (workers.resync)."""
+    ids = resync.resync_slice(budget=resync.resync_budget())
     for deployment_id in ids:
         reconcile_deployment.delay(deployment_id)
     return len(ids)
