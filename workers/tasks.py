@@ -1,5 +1,5 @@
 """Celery tasks: thin wrappers that take ids and call the reconciler."""
-from celery import shared_task
+from celery import current_app, shared_task
 from django.utils import timezone
 
 from deployments.services.budgets import budgets_check
@@ -21,8 +21,9 @@ def resync_deployments() -> int:
     """Beat: re-enqueue unsettled deployments and a rotating slice of running ones, so a lost message only delays
     work; never more than the workers finish in one interval (workers.resync)."""
     ids = resync.resync_slice(budget=resync.resync_budget())
-    for deployment_id in ids:
-        reconcile_deployment.delay(deployment_id)
+    with current_app.producer_or_acquire() as producer:  # one connection for the batch, not one per message
+        for deployment_id in ids:
+            reconcile_deployment.apply_async((deployment_id,), producer=producer)
     return len(ids)
 
 

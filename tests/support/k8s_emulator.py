@@ -11,6 +11,7 @@ Extensions (kept here, never in the product code):
   spec last changed (or DEPLOY_FAILED when `fail_apps` is set).
 """
 import asyncio
+import functools
 import itertools
 import json
 import logging
@@ -230,8 +231,7 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
                 continue
             raw = obj.raw
             generation = raw.get("metadata", {}).get("generation", 1)
-            apps = [a["name"] for a in yaml.safe_load(raw.get("spec", {}).get("serveConfigV2") or "{}")
-                    .get("applications", [])]
+            apps = _app_names(raw.get("spec", {}).get("serveConfigV2") or "{}")
             ready = time.monotonic() - self._changed.get((ns, name), 0) >= self.ready_after
             app_status = ("DEPLOY_FAILED" if self.fail_apps else "RUNNING") if ready else "DEPLOYING"
             now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -249,6 +249,13 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
             if raw.get("status") != status:
                 obj.patch({"status": None})
                 obj.patch({"status": status})
+
+
+@functools.lru_cache(maxsize=4096)
+def _app_names(serve_config: str) -> tuple[str, ...]:
+    """The Serve applications a RayService's config names (parsed once per config: every fetch operates on
+    every RayService, and a bench holds hundreds)."""
+    return tuple(a["name"] for a in yaml.safe_load(serve_config).get("applications", []))
 
 
 class EmulatorThread:
