@@ -47,7 +47,7 @@ class Deployment(models.Model):
     ready_estimate_seconds = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
-        ordering = ["-created_at"]
+        ordering = ["-created_at", "-id"]  # newest first; the id breaks ties, so pages never overlap
         constraints = [
             models.UniqueConstraint(
                 fields=["team", "name"],
@@ -57,7 +57,8 @@ class Deployment(models.Model):
         ]
         indexes = [
             models.Index(fields=["status"]),
-            # A team's list, newest first (portal and API), a page at a time.
+            # Every list is newest first, a page at a time: all deployments (platform admins), a team's (portal, API).
+            models.Index(fields=["-created_at", "-id"], name="deployment_newest"),
             models.Index(fields=["team", "-created_at", "-id"], name="deployment_team_newest"),
             # The approvals queue, oldest first: only what waits is indexed (the same condition as the queue's).
             models.Index(fields=["created_at", "id"], name="deployment_awaiting",
