@@ -144,8 +144,9 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
         if (refused := self._guard(request.method.value, request.url.path, request.headers)) is not None:
             return refused
         if request.resource == RAYSERVICES and request.action in (kmock.action.FETCH, kmock.action.LIST):
-            async with self._lock:
-                self._operate()
+            async with self._lock:  # a read of one RayService brings that one up to date (a list: all of them)
+                self._operate(only=(request.namespace, request.name) if request.action == kmock.action.FETCH
+                              else None)
         if request.method == kmock.method.PUT and request.name:
             return await self._replace(request)
         creating = request.action == kmock.action.CREATE and isinstance(request.data, dict)
@@ -222,12 +223,13 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
                 self._changed[(request.namespace, request.name)] = time.monotonic()
             return aiohttp.web.json_response(new)
 
-    def _operate(self) -> None:
-        """The stand-in KubeRay: write each RayService's status from how long ago its spec changed."""
+    def _operate(self, *, only: tuple | None = None) -> None:
+        """The stand-in KubeRay: write each RayService's status (or only that of `(namespace, name)`) from how
+        long ago its spec changed."""
         if not self.operator_enabled:
             return
         for (res, ns, name), obj in list(self.objects.items()):
-            if res != RAYSERVICES or obj.deleted:
+            if res != RAYSERVICES or obj.deleted or (only is not None and (ns, name) != only):
                 continue
             raw = obj.raw
             generation = raw.get("metadata", {}).get("generation", 1)
