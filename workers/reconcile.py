@@ -25,18 +25,11 @@ from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, connection
 
 from controlplane.redis_client import redis_client
-from deployments.lifecycle import RECONCILED
-from deployments.models import Deployment
 from workers.pipeline import LockLost, fail_if_stuck, reconcile_pass
 
 log = logging.getLogger(__name__)
 LOCK_BUSY_RETRY_SECONDS = 2.0
 LOCK_CLASS = 0x7A4D  # first key of the two-key advisory lock: "Tandem reconcile"; the second is the id
-
-
-def unsettled_deployment_ids() -> list[int]:
-    """Deployments with work left, and running ones (to notice drift such as an app removed out-of-band)."""
-    return list(Deployment.objects.filter(status__in=RECONCILED).values_list("pk", flat=True))
 
 
 def _try_lock(deployment_id: int) -> bool:

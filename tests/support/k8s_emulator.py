@@ -12,6 +12,7 @@ Extensions (kept here, never in the product code):
   spec last changed (or DEPLOY_FAILED when `fail_apps` is set).
 """
 import asyncio
+import functools
 import itertools
 import json
 import logging
@@ -170,8 +171,9 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
         if (refused := self._guard(request.method.value, request.url.path, request.headers)) is not None:
             return refused
         if request.resource == RAYSERVICES and request.action in (kmock.action.FETCH, kmock.action.LIST):
-            async with self._lock:
-                self._operate()
+            async with self._lock:  # a read of one RayService brings that one up to date (a list: all of them)
+                self._operate(only=(request.namespace, request.name) if request.action == kmock.action.FETCH
+                              else None)
         if request.method == kmock.method.PUT and request.name:
             return await self._replace(request)
         creating = request.action == kmock.action.CREATE and isinstance(request.data, dict)
@@ -261,17 +263,17 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
                 self._changed[(request.namespace, request.name)] = time.monotonic()
             return aiohttp.web.json_response(new)
 
-    def _operate(self) -> None:
-        """The stand-in KubeRay: write each RayService's status from how long ago its spec changed."""
+    def _operate(self, *, only: tuple | None = None) -> None:
+        """The stand-in KubeRay: write each RayService's status (or only that of `(namespace, name)`) from how
+        long ago its spec changed."""
         if not self.operator_enabled:
             return
         for (res, ns, name), obj in list(self.objects.items()):
-            if res != RAYSERVICES or obj.deleted:
+            if res != RAYSERVICES or obj.deleted or (only is not None and (ns, name) != only):
                 continue
             raw = obj.raw
             generation = raw.get("metadata", {}).get("generation", 1)
-            apps = [a["name"] for a in yaml.safe_load(raw.get("spec", {}).get("serveConfigV2") or "{}")
-                    .get("applications", [])]
+            apps = _app_names(raw.get("spec", {}).get("serveConfigV2") or "{}")
             ready = time.monotonic() - self._changed.get((ns, name), 0) >= self.ready_after
             app_status = ("DEPLOY_FAILED" if self.fail_apps else "RUNNING") if ready else "DEPLOYING"
             now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -289,6 +291,13 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
             if raw.get("status") != status:
                 obj.patch({"status": None})
                 obj.patch({"status": status})
+
+
+@functools.lru_cache(maxsize=4096)
+def _app_names(serve_config: str) -> tuple[str, ...]:
+    """The Serve applications a RayService's config names (parsed once per config: every fetch operates on
+    every RayService, and a bench holds hundreds)."""
+    return tuple(a["name"] for a in yaml.safe_load(serve_config).get("applications", []))
 
 
 class EmulatorThread:
