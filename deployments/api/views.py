@@ -10,7 +10,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
 from deployments import selectors
-from deployments.lifecycle import Status
+from deployments.lifecycle import LIVE, Status
 from deployments.api import serializers as s
 from deployments.models import AccessToken, ApiKey, Cluster, Deployment, Event, Membership, Team
 from deployments.services import actions, api_keys, clusters, pause, teams
@@ -117,6 +117,8 @@ class ClusterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Cr
 
 @extend_schema(parameters=[
     OpenApiParameter("status", str, enum=Status.values), OpenApiParameter("team", str), OpenApiParameter("cluster", str),
+    OpenApiParameter("name", str),
+    OpenApiParameter("live", bool, description="Only deployments not yet gone (not deleted, withdrawn or rejected)."),
 ])
 class DeploymentViewSet(viewsets.ReadOnlyModelViewSet):
     """Deployments of your teams: request, edit, approve, reject, withdraw, retry, update, delete."""
@@ -128,8 +130,13 @@ class DeploymentViewSet(viewsets.ReadOnlyModelViewSet):
 
     def get_queryset(self):
         qs = selectors.deployments_visible_to(self.request.user)
+        live = self.request.query_params.get("live")
+        if live not in (None, "true", "false"):
+            raise ValidationError({"live": [f"true or false; got {live!r}."]})
+        if live == "true":  # at most one per team and name: what `tandemctl apply` updates
+            qs = qs.filter(status__in=LIVE)
         return _filter(qs, self.request, choices={"status": Status.values}, status="status", team="team__slug",
-                       cluster="cluster__name")
+                       cluster="cluster__name", name="name")
 
     def _respond(self, deployment, code=status.HTTP_200_OK):
         deployment.refresh_from_db()
