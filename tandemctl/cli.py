@@ -3,6 +3,9 @@
 import argparse
 import sys
 import time
+from pathlib import Path
+
+import yaml
 
 from tandemctl import errors
 from tandemctl.client import Client
@@ -179,9 +182,22 @@ def cmd_events(api: Client, args) -> int:
     return errors.OK
 
 
+def _model_config(path: str | None) -> dict | None:
+    if path is None:
+        return None
+    try:
+        facts = yaml.safe_load(Path(path).read_text())  # JSON is YAML
+    except (OSError, yaml.YAMLError) as e:
+        raise CliError(f"{path}: {e}", errors.USAGE) from None
+    if not isinstance(facts, dict):
+        raise CliError(f"{path}: a model's config.json is a mapping.", errors.USAGE)
+    return facts
+
+
 def cmd_plan(api: Client, args) -> int:
-    plans = [{"deployment": m.ref, "plan": api.call("plans.create", body={"spec": m.spec, "team": m.team,
-                                                                          "cluster": m.cluster})}
+    facts = _model_config(args.model_config)
+    plans = [{"deployment": m.ref, "plan": api.call("plans.create", body={
+        "spec": m.spec, "team": m.team, "cluster": m.cluster, "model_facts": facts})}
              for m in manifests_load(args.file)]
     emit(plans, "yaml" if args.output == "table" else args.output)
     return errors.OK
@@ -230,7 +246,7 @@ def parser() -> argparse.ArgumentParser:
     # --server and --output go before or after the command; given after it, they win.
     for parser_, default in ((p, None), (common := argparse.ArgumentParser(add_help=False), argparse.SUPPRESS)):
         parser_.add_argument("--server", default=default,
-                             help="Tandem's URL (default: $TANDEM_URL, the config file, http://127.0.0.1:8000)")
+                             help="Tandem's URL (default: $TANDEM_URL, the config file, http://127.0.0.1:8800)")
         parser_.add_argument("-o", "--output", choices=["table", "json", "yaml"],
                              default="table" if default is None else default)
     sub = p.add_subparsers(dest="command", required=True)
@@ -247,6 +263,7 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("-f", "--file", required=True)
     c = command("plan", cmd_plan, "the capacity plan of a manifest's spec, without a request", ref=False)
     c.add_argument("-f", "--file", required=True)
+    c.add_argument("--model-config", help="the model's config.json, where the cluster cannot read its source")
     c = command("get", cmd_get, "list deployments, or show one", ref=False)
     c.add_argument("name", nargs="?", help="TEAM/NAME, or NAME with --team")
     c.add_argument("--team")

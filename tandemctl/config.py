@@ -9,7 +9,7 @@ import yaml
 
 from tandemctl.errors import AUTH, USAGE, CliError
 
-DEFAULT_SERVER = "http://127.0.0.1:8000"
+DEFAULT_SERVER = "http://127.0.0.1:8800"  # where `./tandem up` serves
 
 
 def config_path() -> Path:

@@ -15,6 +15,7 @@ from deployments.models import AccessToken, Cluster, Deployment, Membership
 from deployments.services.credentials import credential_mint
 from tandemctl import errors
 from tandemctl.client import operations_missing
+from tests.observability.test_planner import LLAMA_8B
 from tests.factories import MODEL_SOURCES, ClusterFactory, MembershipFactory, TeamFactory, spec_input
 from tests.support.processes import (ROOT, Worker, start_gateway, start_mock_upstream, start_web, wait_for,
                                      worker_environment)
@@ -129,7 +130,7 @@ def _chat(client: OpenAI, model: str):
 
 
 @pytest.mark.e2e
-def test_exit_codes_a_pipeline_branches_on(stack, tmp_path):
+def test_exit_codes_a_pipeline_branches_on_and_the_other_commands(stack, tmp_path):
     member = dict(token=stack["tokens"]["member"], server=stack["web"].base_url, home=tmp_path)
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({"apiVersion": "tandem.dev/v1", "kind": "Deployment",
@@ -149,3 +150,22 @@ def test_exit_codes_a_pipeline_branches_on(stack, tmp_path):
     late = tandemctl("wait", "ml-research/chat", "--timeout", "1", **member, check_rc=errors.TIMED_OUT)
     assert "pending_approval, not running" in late.stderr
     assert Deployment.objects.get(name="chat").status == Status.PENDING_APPROVAL
+
+    # The other commands, each on what the user can see.
+    # The factory's model lives in S3, out of the planner's reach: its config.json comes with the command.
+    assert "model_facts" in tandemctl("plan", "-f", str(bad), **member, check_rc=errors.INVALID).stderr
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA_8B))
+    plan = yaml.safe_load(tandemctl("plan", "-f", str(bad), "--model-config", str(tmp_path / "config.json"),
+                                    **member, check_rc=errors.OK).stdout)
+    assert plan[0]["deployment"] == "ml-research/chat" and plan[0]["plan"]["pools"]["decode"]["fits"] is True
+    listed = json.loads(tandemctl("get", "--team", "ml-research", "-o", "json", **member, check_rc=errors.OK).stdout)
+    assert [d["name"] for d in listed] == ["chat"]
+    assert "requested" in tandemctl("logs", "ml-research/chat", **member, check_rc=errors.OK).stdout
+    # The requester may not decide their own request: the API's 403 is an auth error.
+    tandemctl("approve", "ml-research/chat", **member, check_rc=errors.AUTH)
+    tandemctl("delete", "ml-research/chat", **member, check_rc=errors.OK)
+    assert Deployment.objects.get(name="chat").status == Status.WITHDRAWN
+    key = json.loads(tandemctl("keys", "create", "--team", "ml-research", "--name", "k", "-o", "json", **member,
+                               check_rc=errors.OK).stdout)
+    tandemctl("keys", "revoke", str(key["id"]), **member, check_rc=errors.OK)
+    assert key["key_id"] not in tandemctl("keys", "list", "--team", "ml-research", **member, check_rc=errors.OK).stdout
