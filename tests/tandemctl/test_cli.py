@@ -1,5 +1,6 @@
 """tandemctl as a user runs it: a subprocess against the real web process (gunicorn), a real Celery worker
 driving the emulated Kubernetes cluster, and the real gateway in front of the mock upstream."""
+import ast
 import json
 import os
 import subprocess
@@ -7,7 +8,7 @@ import sys
 
 import pytest
 import yaml
-from openai import OpenAI
+from openai import APIStatusError, OpenAI
 
 from deployments.conditions import condition_true
 from deployments.lifecycle import Status
@@ -15,10 +16,11 @@ from deployments.models import AccessToken, Cluster, Deployment, Membership
 from deployments.services.credentials import credential_mint
 from tandemctl import errors
 from tandemctl.client import operations_missing
-from tests.observability.test_planner import LLAMA_8B
 from tests.factories import MODEL_SOURCES, ClusterFactory, MembershipFactory, TeamFactory, spec_input
+from tests.observability.test_planner import LLAMA_8B
 from tests.support.processes import (ROOT, Worker, start_gateway, start_mock_upstream, start_web, wait_for,
                                      worker_environment)
+from tests.test_layers import imported_modules
 
 
 def tandemctl(*args, token: str, server: str, home, check_rc: int | None = None) -> subprocess.CompletedProcess:
@@ -121,8 +123,6 @@ def test_apply_approve_wait_key_and_an_openai_call_then_apply_again_changes_noth
 
 
 def _chat(client: OpenAI, model: str):
-    from openai import APIStatusError
-
     try:
         return client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}])
     except APIStatusError:
@@ -169,3 +169,13 @@ def test_exit_codes_a_pipeline_branches_on_and_the_other_commands(stack, tmp_pat
                                check_rc=errors.OK).stdout)
     tandemctl("keys", "revoke", str(key["id"]), **member, check_rc=errors.OK)
     assert key["key_id"] not in tandemctl("keys", "list", "--team", "ml-research", **member, check_rc=errors.OK).stdout
+
+
+def test_the_cli_is_a_client_and_imports_nothing_of_the_server():
+    """tandemctl installs on a laptop or a CI runner: it talks HTTP and reads YAML, never Django or the domain."""
+    server_side = {"django", "rest_framework", "deployments", "workers", "gateway", "observability", "frontend",
+                   "controlplane"}
+    found = [f"{path.name}:{line} imports {module}" for path in sorted((ROOT / "tandemctl").glob("*.py"))
+             for line, module in imported_modules(ast.parse(path.read_text()))
+             if module.split(".")[0] in server_side]
+    assert found == []

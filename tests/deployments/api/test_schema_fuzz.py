@@ -72,3 +72,4 @@ def test_the_api_keeps_its_schema(world, tmp_path):
         web.stop()
     for run in runs:
         assert run.returncode == 0, run.stdout[-20000:] + run.stderr[-3000:]
+        print(*[line for line in run.stdout.splitlines() if "generated" in line or "Links" in line], sep="\n")
