@@ -32,6 +32,8 @@ def _filter(qs, request, choices: dict | None = None, **fields):
     only those values (the schema's enum), anything else is a 400."""
     for param, lookup in fields.items():
         if value := request.query_params.get(param):
+            if "\x00" in value:  # PostgreSQL cannot hold it, so no row has it: nothing matches
+                return qs.none()
             if choices and param in choices and value not in choices[param]:
                 raise ValidationError({param: [f"One of {', '.join(choices[param])}; got {value!r}."]})
             try:
@@ -48,6 +50,7 @@ class TeamViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Creat
     serializer_class = s.TeamSerializer
     queryset = Team.objects.none()  # the schema's types; get_queryset answers requests
     lookup_field = "slug"
+    lookup_value_regex = "[-a-zA-Z0-9_]+"  # what a slug may hold (anything else names no team: 404)
     ordering_fields = ["slug", "created_at"]
 
     def get_queryset(self):
@@ -104,6 +107,7 @@ class ClusterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Cr
     serializer_class = s.ClusterSerializer
     queryset = Cluster.objects.all()
     lookup_field = "name"
+    lookup_value_regex = "[-a-zA-Z0-9_]+"
     ordering_fields = ["name", "created_at"]
 
     def get_serializer_class(self):
@@ -298,6 +302,7 @@ class UserViewSet(viewsets.ReadOnlyModelViewSet):
 
     serializer_class = s.UserSerializer
     lookup_field = "username"
+    lookup_value_regex = r"[\w.@+-]+"  # what Django allows in a username
 
     def get_queryset(self):
         users = get_user_model().objects.order_by("username")
