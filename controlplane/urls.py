@@ -4,6 +4,9 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 
 from controlplane import health
 
+# A path under /api/ that matches no route answers JSON like every other API error (deployments/api/contract.py).
+handler404 = "deployments.api.errors.not_found"
+
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", include("deployments.api.urls")),

@@ -13,19 +13,18 @@ from rest_framework.views import APIView
 from deployments.selectors import deployments_visible_to
 from gateway.selectors import deployment_cost, usage_by_key
 
-WINDOW = re.compile(r"^(\d{1,4})([mhd])$")
+# 1m to 90d, as the schema states it (its pattern is this one): minutes up to 9999, hours up to 2160, days up to 90.
+WINDOW = re.compile(r"^(?:([1-9][0-9]{0,3})(m)|([1-9][0-9]{0,2}|1[0-9]{3}|20[0-9]{2}|21[0-5][0-9]|2160)(h)"
+                    r"|([1-9]|[1-8][0-9]|90)(d))$")
 UNITS = {"m": "minutes", "h": "hours", "d": "days"}
-MAX_WINDOW = dt.timedelta(days=90)
 
 
 def parse_window(text: str) -> dt.timedelta:
     match = WINDOW.match(text or "")
     if not match:
-        raise ValidationError({"window": ["Use a number and a unit: 30m, 24h or 7d."]})
-    window = dt.timedelta(**{UNITS[match[2]]: int(match[1])})
-    if not dt.timedelta(0) < window <= MAX_WINDOW:
-        raise ValidationError({"window": ["The window must be between 1m and 90d."]})
-    return window
+        raise ValidationError({"window": ["Use a number and a unit, from 1m to 90d: 30m, 24h or 7d."]})
+    number, unit = [g for g in match.groups() if g]
+    return dt.timedelta(**{UNITS[unit]: int(number)})
 
 
 class UsageRowSerializer(serializers.Serializer):
@@ -42,6 +41,9 @@ class UsageView(APIView):
 
     serializer_class = UsageRowSerializer
 
+    @extend_schema(parameters=[OpenApiParameter("deployment", {"type": "integer", "minimum": 1}, required=True),
+                               OpenApiParameter("window", str, pattern=WINDOW.pattern, default="24h")],
+                   responses=UsageRowSerializer(many=True))
     def get(self, request):
         deployment_id = request.query_params.get("deployment", "")
         if not deployment_id.isdigit():
@@ -56,7 +58,8 @@ class DeploymentCostView(APIView):
     """Cost per hour now, cost over a window (`?window=24h`), output tokens, cost per million output tokens, and
     each key's tokens and share of the cost."""
 
-    @extend_schema(parameters=[OpenApiParameter("window", str, default="24h")], responses=OpenApiTypes.OBJECT)
+    @extend_schema(parameters=[OpenApiParameter("window", str, pattern=WINDOW.pattern, default="24h")],
+                   responses=OpenApiTypes.OBJECT)
     def get(self, request, pk: int):
         deployment = get_object_or_404(deployments_visible_to(request.user), pk=pk)
         window = parse_window(request.query_params.get("window", "24h"))

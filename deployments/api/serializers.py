@@ -1,6 +1,8 @@
 """Shapes of the REST API. Writes are validated here only for shape; rules live in services and spec."""
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.core.validators import RegexValidator
+from django.db import models
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -12,8 +14,54 @@ from deployments.models import AccessToken, ApiKey, Cluster, Deployment, Event, 
 from deployments.quota_rules import quota_gpus
 from deployments.services.quota import team_gpus_held
 from deployments.secret_refs import secret_ref_errors
-from deployments.spec import dns_label_errors, spec_load
+from deployments.spec import DNS1123_LABEL, dns_label_errors, spec_load
 from deployments.spec_diff import proposal_summary
+
+
+class StrictBooleanField(serializers.BooleanField):
+    """true or false, as the schema says: not "yes", "1" or 0 (DRF's BooleanField takes those)."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, bool):
+            self.fail("invalid", input=data)
+        return data
+
+
+class StrictIntegerField(serializers.IntegerField):
+    """A JSON integer, as the schema says: not "5", 5.0 or true."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class _JSONString:
+    """A JSON string, as the schema says: not a number (DRF's CharField turns 5 into "5")."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictCharField(_JSONString, serializers.CharField):
+    pass
+
+
+class StrictSlugField(_JSONString, serializers.SlugField):
+    pass
+
+
+class StrictModelSerializer(serializers.ModelSerializer):
+    """A ModelSerializer whose booleans, integers and strings take only the JSON type the schema states."""
+
+    serializer_field_mapping = {
+        **serializers.ModelSerializer.serializer_field_mapping,
+        models.BooleanField: StrictBooleanField, models.IntegerField: StrictIntegerField,
+        models.PositiveIntegerField: StrictIntegerField, models.CharField: StrictCharField,
+        models.SlugField: StrictSlugField, models.TextField: StrictCharField,
+    }
 
 
 class _Visible:
@@ -41,7 +89,12 @@ class VisiblePrimaryKeyField(_Visible, serializers.PrimaryKeyRelatedField):
     pass
 
 
-class TeamSerializer(serializers.ModelSerializer):
+# The DNS-1123 pattern in the schema too (dns_label_errors stays the check and its message).
+DNS_LABEL = {"validators": [RegexValidator(DNS1123_LABEL.pattern)]}
+LIFETIME_DAYS = {"min_value": 1, "max_value": 3650}
+
+
+class TeamSerializer(StrictModelSerializer):
     gpus_held = serializers.SerializerMethodField()
 
     class Meta:
@@ -50,6 +103,8 @@ class TeamSerializer(serializers.ModelSerializer):
                   "credential_max_days", "monthly_budget_usd", "auto_apply_recommendations", "gpus_held",
                   "created_at"]
         read_only_fields = ["id", "created_at", "gpus_held"]
+        extra_kwargs = {"slug": DNS_LABEL, "credential_default_days": LIFETIME_DAYS,
+                        "credential_max_days": LIFETIME_DAYS}
 
     def get_gpus_held(self, team) -> int:
         return team_gpus_held(team=team)
@@ -60,7 +115,7 @@ class TeamSerializer(serializers.ModelSerializer):
         return value
 
 
-class MembershipSerializer(serializers.ModelSerializer):
+class MembershipSerializer(StrictModelSerializer):
     team = VisibleSlugField(slug_field="slug", selector=selectors.teams_visible_to)
     user = VisibleSlugField(slug_field="username", selector=selectors.users_visible_to)
 
@@ -70,7 +125,7 @@ class MembershipSerializer(serializers.ModelSerializer):
         read_only_fields = ["id", "created_at"]
 
 
-class ClusterSummarySerializer(serializers.ModelSerializer):
+class ClusterSummarySerializer(StrictModelSerializer):
     """What everyone signed in sees of a cluster: its name and kind (its config is for platform admins)."""
 
     class Meta:
@@ -79,17 +134,18 @@ class ClusterSummarySerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class ClusterSerializer(serializers.ModelSerializer):
+class ClusterSerializer(StrictModelSerializer):
     """`secret_ref` is write-only: `env:TANDEM_CLUSTER_...` or `file:<secrets dir>/...` naming where the
     credential lives."""
 
-    secret_ref = serializers.CharField(write_only=True, required=False, allow_blank=True)
+    secret_ref = StrictCharField(write_only=True, required=False, allow_blank=True)
     has_secret = serializers.SerializerMethodField()
 
     class Meta:
         model = Cluster
         fields = ["id", "name", "kind", "config", "secret_ref", "has_secret", "created_at"]
         read_only_fields = ["id", "created_at", "has_secret"]
+        extra_kwargs = {"name": DNS_LABEL}
 
     def get_has_secret(self, cluster) -> bool:
         return bool(cluster.secret_ref)
@@ -114,7 +170,7 @@ class DeploymentSerializer(serializers.ModelSerializer):
     team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
     requested_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
-    proposed_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    proposed_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
     gpus = serializers.SerializerMethodField(help_text="GPUs the approved spec holds against quota (provisioned).")
     model = serializers.SerializerMethodField()
     endpoint = serializers.SerializerMethodField()
@@ -154,30 +210,33 @@ class DeploymentSerializer(serializers.ModelSerializer):
 class DeploymentCreateSerializer(serializers.Serializer):
     team = VisibleSlugField(slug_field="slug", selector=selectors.teams_visible_to)
     cluster = serializers.SlugRelatedField(slug_field="name", queryset=Cluster.objects.all())
-    name = serializers.CharField(max_length=100)
-    purpose = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
+    name = StrictCharField(max_length=100)
+    purpose = StrictCharField(required=False, allow_blank=True, max_length=2000, default="")
     spec = serializers.JSONField(help_text="The PD spec: model, runtime, prefill, decode, engine, expected_load.")
 
 
 class DeploymentEditSerializer(serializers.Serializer):
-    purpose = serializers.CharField(required=False, allow_blank=True, max_length=2000)
+    purpose = StrictCharField(required=False, allow_blank=True, max_length=2000)
     spec = serializers.JSONField(required=False)
 
 
 class DecisionSerializer(serializers.Serializer):
     """An approval or rejection of what the approver reviewed: a stale generation or hash answers 409."""
 
-    comment = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
-    generation = serializers.IntegerField(min_value=1, help_text="The deployment's `generation` you reviewed.")
-    proposed_spec_hash = serializers.CharField(
+    comment = StrictCharField(required=False, allow_blank=True, max_length=2000, default="")
+    generation = StrictIntegerField(min_value=1, help_text="The deployment's `generation` you reviewed.")
+    proposed_spec_hash = StrictCharField(
         required=False, allow_blank=True, allow_null=True, max_length=64, default=None,
         help_text="For a proposed update: its `proposed_spec_hash` you reviewed.")
 
 
 class EventSerializer(serializers.ModelSerializer):
-    actor = serializers.SlugRelatedField(slug_field="username", read_only=True)
-    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    deployment = serializers.PrimaryKeyRelatedField(read_only=True)
+    actor = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True,
+                                         help_text="Null for what Tandem itself did.")
+    team = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True,
+                                        help_text="Null for a user's own event (their access tokens).")
+    deployment = serializers.PrimaryKeyRelatedField(read_only=True, allow_null=True,
+                                                    help_text="Null for an event of the team (keys, members).")
 
     class Meta:
         model = Event
@@ -186,17 +245,17 @@ class EventSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class AccessTokenSerializer(serializers.ModelSerializer):
+class AccessTokenSerializer(StrictModelSerializer):
     class Meta:
         model = AccessToken
         fields = ["id", "name", "key_id", "last4", "created_at", "expires_at", "revoked_at", "last_used_at"]
         read_only_fields = ["id", "key_id", "last4", "created_at", "revoked_at", "last_used_at"]
 
 
-class ApiKeySerializer(serializers.ModelSerializer):
+class ApiKeySerializer(StrictModelSerializer):
     team = VisibleSlugField(slug_field="slug", selector=selectors.teams_visible_to)
     deployments = VisiblePrimaryKeyField(many=True, selector=selectors.deployments_visible_to, required=False)
-    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
 
     class Meta:
         model = ApiKey

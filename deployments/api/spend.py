@@ -26,8 +26,10 @@ class CSVRenderer(BaseRenderer):
             writer = csv.DictWriter(out, fieldnames=CSV_COLUMNS, extrasaction="ignore")
             writer.writeheader()
             writer.writerows(data)
-        else:
-            csv.writer(out).writerows([["error"], [str(data)]])
+        else:  # an error body (deployments.api.contract.ERROR_SCHEMA): its detail, then each field's messages
+            rows = [["error", "field"], [data.get("detail", ""), ""]]
+            rows += [[str(m), field] for field, msgs in (data.get("errors") or {}).items() for m in msgs]
+            csv.writer(out).writerows(rows)
         return out.getvalue().encode()
 
 

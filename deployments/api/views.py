@@ -10,8 +10,9 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
 from deployments import selectors
+from deployments.lifecycle import LIVE, Status
 from deployments.api import serializers as s
-from deployments.models import AccessToken, Cluster, Membership
+from deployments.models import AccessToken, ApiKey, Cluster, Deployment, Event, Membership, Team
 from deployments.services import actions, api_keys, clusters, pause, teams
 from deployments.api.spend import SpendRendering, team_spend_response
 from deployments.services.access_tokens import access_token_create, access_token_revoke
@@ -26,10 +27,15 @@ def _secret_once(body: dict) -> Response:
     return response
 
 
-def _filter(qs, request, **fields):
-    """Apply ?name=value filters for the given query parameters → model lookups."""
+def _filter(qs, request, choices: dict | None = None, **fields):
+    """Apply ?name=value filters for the given query parameters → model lookups; a parameter in `choices` takes
+    only those values (the schema's enum), anything else is a 400."""
     for param, lookup in fields.items():
         if value := request.query_params.get(param):
+            if "\x00" in value:  # PostgreSQL cannot hold it, so no row has it: nothing matches
+                return qs.none()
+            if choices and param in choices and value not in choices[param]:
+                raise ValidationError({param: [f"One of {', '.join(choices[param])}; got {value!r}."]})
             try:
                 qs = qs.filter(**{lookup: value})
             except (ValueError, DjangoValidationError):
@@ -42,7 +48,9 @@ class TeamViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Creat
     """Teams you belong to (platform admins: all). Platform admins create teams and set quotas."""
 
     serializer_class = s.TeamSerializer
+    queryset = Team.objects.none()  # the schema's types; get_queryset answers requests
     lookup_field = "slug"
+    lookup_value_regex = "[-a-zA-Z0-9_]+"  # what a slug may hold (anything else names no team: 404)
     ordering_fields = ["slug", "created_at"]
 
     def get_queryset(self):
@@ -55,7 +63,8 @@ class TeamViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Creat
         serializer.instance = teams.team_update(actor=self.request.user, team=serializer.instance,
                                                 **serializer.validated_data)
 
-    @extend_schema(parameters=[OpenApiParameter("month", str, description="YYYY-MM (UTC); this month if absent")],
+    @extend_schema(parameters=[OpenApiParameter("month", str, pattern=r"^20[0-9]{2}-(0[1-9]|1[0-2])$",
+                                                description="YYYY-MM (UTC); this month if absent")],
                    responses=OpenApiTypes.OBJECT)
     @action(detail=True, methods=["get"], renderer_classes=SpendRendering)
     def spend(self, request, slug=None):
@@ -69,6 +78,8 @@ class MembershipViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins
     """Members and roles. Team admins and platform admins add members and change roles."""
 
     serializer_class = s.MembershipSerializer
+    queryset = Membership.objects.none()
+    lookup_value_regex = "[0-9]+"
     ordering_fields = ["created_at"]
 
     def get_queryset(self):
@@ -96,6 +107,7 @@ class ClusterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Cr
     serializer_class = s.ClusterSerializer
     queryset = Cluster.objects.all()
     lookup_field = "name"
+    lookup_value_regex = "[-a-zA-Z0-9_]+"
     ordering_fields = ["name", "created_at"]
 
     def get_serializer_class(self):
@@ -108,17 +120,27 @@ class ClusterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Cr
 
 
 @extend_schema(parameters=[
-    OpenApiParameter("status", str), OpenApiParameter("team", str), OpenApiParameter("cluster", str),
+    OpenApiParameter("status", str, enum=Status.values), OpenApiParameter("team", str), OpenApiParameter("cluster", str),
+    OpenApiParameter("name", str),
+    OpenApiParameter("live", bool, description="Only deployments not yet gone (not deleted, withdrawn or rejected)."),
 ])
 class DeploymentViewSet(viewsets.ReadOnlyModelViewSet):
     """Deployments of your teams: request, edit, approve, reject, withdraw, retry, update, delete."""
 
     serializer_class = s.DeploymentSerializer
+    queryset = Deployment.objects.none()
+    lookup_value_regex = "[0-9]+"
     ordering_fields = ["created_at", "updated_at", "name", "status"]
 
     def get_queryset(self):
         qs = selectors.deployments_visible_to(self.request.user)
-        return _filter(qs, self.request, status="status", team="team__slug", cluster="cluster__name")
+        live = self.request.query_params.get("live")
+        if live not in (None, "true", "false"):
+            raise ValidationError({"live": [f"true or false; got {live!r}."]})
+        if live == "true":  # at most one per team and name: what `tandemctl apply` updates
+            qs = qs.filter(status__in=LIVE)
+        return _filter(qs, self.request, choices={"status": Status.values}, status="status", team="team__slug",
+                       cluster="cluster__name", name="name")
 
     def _respond(self, deployment, code=status.HTTP_200_OK):
         deployment.refresh_from_db()
@@ -144,7 +166,7 @@ class DeploymentViewSet(viewsets.ReadOnlyModelViewSet):
         d = actions.deployment_update(actor=request.user, deployment=d, spec=v.get("spec"), purpose=v.get("purpose"))
         return self._respond(d)
 
-    @extend_schema(request=None, responses=s.DeploymentSerializer)
+    @extend_schema(request=None, responses={202: s.DeploymentSerializer})
     def destroy(self, request, pk=None):
         """Tear the deployment down (a pending request is withdrawn)."""
         return self._respond(actions.deployment_delete(actor=request.user, deployment=self.get_object()),
@@ -182,14 +204,14 @@ class DeploymentViewSet(viewsets.ReadOnlyModelViewSet):
     def retry(self, request, pk=None):
         return self._respond(actions.deployment_retry(actor=request.user, deployment=self.get_object()))
 
-    @extend_schema(request=None, responses=s.DeploymentSerializer)
+    @extend_schema(request=None, responses={202: s.DeploymentSerializer})
     @action(detail=True, methods=["post"])
     def pause(self, request, pk=None):
         """Tear the serving part down and keep the deployment, keys and history; it holds no quota once paused."""
         return self._respond(pause.deployment_pause(actor=request.user, deployment=self.get_object()),
                              status.HTTP_202_ACCEPTED)
 
-    @extend_schema(request=None, responses=s.DeploymentSerializer)
+    @extend_schema(request=None, responses={202: s.DeploymentSerializer})
     @action(detail=True, methods=["post"])
     def resume(self, request, pk=None):
         """Bring a paused deployment back (quota checked again; no approval: the spec is unchanged)."""
@@ -210,6 +232,8 @@ class EventViewSet(viewsets.ReadOnlyModelViewSet):
     """The audit trail of your teams."""
 
     serializer_class = s.EventSerializer
+    queryset = Event.objects.none()
+    lookup_value_regex = "[0-9]+"
     ordering_fields = ["created_at"]
 
     def get_queryset(self):
@@ -219,12 +243,16 @@ class EventViewSet(viewsets.ReadOnlyModelViewSet):
 
 class AccessTokenViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.DestroyModelMixin,
                          viewsets.GenericViewSet):
-    """Your personal access tokens for the REST API. The secret is returned once, at creation."""
+    """Your live personal access tokens for the REST API. The secret is returned once, at creation; DELETE
+    revokes."""
 
     serializer_class = s.AccessTokenSerializer
+    queryset = AccessToken.objects.none()
+    lookup_value_regex = "[0-9]+"
 
     def get_queryset(self):
-        return AccessToken.objects.filter(user=self.request.user)
+        # DELETE revokes: a revoked token is gone from the API (its record stays in the audit trail).
+        return AccessToken.objects.filter(user=self.request.user, revoked_at=None)
 
     @extend_schema(request=s.AccessTokenSerializer, responses={201: SecretOnce})
     def create(self, request):
@@ -243,9 +271,13 @@ class ApiKeyViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Des
     """Team API keys for the OpenAI-compatible gateway. DELETE revokes; the secret is shown only once."""
 
     serializer_class = s.ApiKeySerializer
+    queryset = ApiKey.objects.none()
+    lookup_value_regex = "[0-9]+"
 
     def get_queryset(self):
-        return _filter(selectors.api_keys_visible_to(self.request.user), self.request, team="team__slug")
+        # DELETE revokes: a revoked key is gone from the API (its record stays in the audit trail).
+        live = selectors.api_keys_visible_to(self.request.user).filter(revoked_at=None)
+        return _filter(live, self.request, team="team__slug")
 
     @extend_schema(request=s.ApiKeySerializer, responses={201: SecretOnce})
     def create(self, request):
@@ -270,6 +302,7 @@ class UserViewSet(viewsets.ReadOnlyModelViewSet):
 
     serializer_class = s.UserSerializer
     lookup_field = "username"
+    lookup_value_regex = r"[\w.@+-]+"  # what Django allows in a username
 
     def get_queryset(self):
         users = get_user_model().objects.order_by("username")

@@ -218,6 +218,10 @@ def deployment_update(*, actor, deployment: Deployment, spec: dict | None = None
     if d.status == Status.PENDING_APPROVAL:
         return deployment_edit(actor=actor, deployment=d, spec=spec, purpose=purpose)
     if d.status not in UPDATABLE:
+        # Asking for what it already has is no change in any state (a repeated `tandemctl apply`).
+        if (purpose is None or purpose == d.purpose) and (
+                spec is None or _validated_spec(spec, d.cluster, d.team).to_dict() == d.spec):
+            return d
         raise Conflict(f"A deployment can be updated when running or failed; this one is {d.status}.")
     if purpose is not None and purpose != d.purpose:
         before, d.purpose = d.purpose, purpose

@@ -64,6 +64,8 @@ def team_update(*, actor, team: Team, **changes) -> Team:
     changes = {k: v for k, v in changes.items() if getattr(team, k) != v}
     if not changes:
         return team
+    if "slug" in changes:
+        raise ActionError("A team's slug does not change: it names the team's namespaces and URLs.", field="slug")
     if not is_platform_admin(actor) and set(changes) - TEAM_ADMIN_SETTINGS:
         raise NotAllowed("Only platform admins can change a team's quota, budget, name or self-approval; team "
                          "admins set the lifetimes of keys and tokens.")

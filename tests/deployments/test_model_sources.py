@@ -149,7 +149,7 @@ def test_a_cluster_config_with_malformed_roots_is_refused(api, platform_admin):
         "model_sources": {"paths": ["relative/dir"], "s3": ["s3://b/../x"], "teams": {"t": {"gcs": ["gs://x"]}}}}},
         format="json")
     assert r.status_code == 400
-    assert {m.split(":")[0] for m in r.json()["config"]} == {"model_sources.paths", "model_sources.s3",
+    assert {m.split(":")[0] for m in r.json()["errors"]["config"]} == {"model_sources.paths", "model_sources.s3",
                                                                "model_sources.teams.t"}
 
 

@@ -41,7 +41,7 @@ def test_registering_a_cluster_whose_secret_names_the_control_planes_own_secrets
     ref = ref.format(inside=secrets_dir, outside=secrets_dir.parent / "worker-aws-credentials")
     r = register(api, platform_admin, ref)
     assert r.status_code == 400, r.json()
-    message = r.json()["secret_ref"][0]
+    message = r.json()["errors"]["secret_ref"][0]
     assert "TANDEM_CLUSTER_*" in message or str(secrets_dir) in message
     assert not Cluster.objects.filter(name="evil").exists()
 

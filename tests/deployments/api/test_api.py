@@ -103,9 +103,9 @@ def test_cluster_secret_ref_is_write_only_and_only_platform_admins_register(api,
     r = api.post("/api/v1/clusters/", body, format="json")
     assert r.status_code == 201 and "secret_ref" not in r.json() and r.json()["has_secret"] is True
     bad = api.post("/api/v1/clusters/", {**body, "name": "x", "secret_ref": "hunter2"}, format="json")
-    assert bad.status_code == 400 and "not the secret itself" in bad.json()["secret_ref"][0]
+    assert bad.status_code == 400 and "not the secret itself" in bad.json()["errors"]["secret_ref"][0]
     bad = api.post("/api/v1/clusters/", {"name": "y", "kind": "eks", "config": {"region": "nowhere"}}, format="json")
-    assert bad.status_code == 400 and any("region" in m for m in bad.json()["config"])
+    assert bad.status_code == 400 and any("region" in m for m in bad.json()["errors"]["config"])
 
 
 def test_platform_admin_creates_team_and_team_admin_adds_members(api, platform_admin, team_admin, team):

@@ -125,7 +125,7 @@ def test_another_proposal_after_the_admin_opened_it_is_a_409(api, member, team_a
 def test_generation_is_required(api, team_admin, running):
     api.force_authenticate(team_admin)
     r = api.post(url(running, "approve"), {"comment": "ok"}, format="json")
-    assert r.status_code == 400 and "generation" in r.json()
+    assert r.status_code == 400 and "generation" in r.json()["errors"]
 
 
 def test_a_requester_made_platform_admin_mid_flight_cannot_approve_their_own_request(api, member, team, cluster):

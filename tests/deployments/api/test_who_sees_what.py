@@ -56,7 +56,7 @@ def test_another_teams_slug_on_a_request_answers_as_a_missing_one(api, team_admi
     body = {"cluster": cluster.name, "name": "sneaky", "spec": spec_input()}
     r = same_as_missing(api, "/api/v1/deployments/", {**body, "team": "victim-team"},
                         {**body, "team": "no-such-team"}, swap=("victim-team", "no-such-team"))
-    assert "team" in r.json()
+    assert "team" in r.json()["errors"]
     assert not Deployment.objects.filter(name="sneaky").exists()
 
 

@@ -189,6 +189,16 @@ def test_update_needing_more_gpus_goes_back_to_approval(member, team_admin, team
     assert d.spec["prefill"]["nodes"] == 2
 
 
+def test_asking_for_what_it_has_is_no_change_in_any_state_but_a_change_waits_for_a_settled_one(
+        member, team_admin, team, cluster):
+    d = approve(team_admin, request(member, team, cluster))  # approved: not updatable until it settles
+    events = d.events.count()
+    same = actions.deployment_update(actor=member, deployment=d, spec=small(), purpose=d.purpose)
+    assert (same.generation, same.status, same.events.count()) == (d.generation, "approved", events)
+    with pytest.raises(Conflict):
+        actions.deployment_update(actor=member, deployment=d, spec=small(nodes=2))
+
+
 def test_rejecting_a_proposed_update_keeps_it_running(member, team_admin, team, cluster):
     d = actions.deployment_update(actor=member, deployment=running(member, team, cluster), spec=small(nodes=2))
     d = reject(team_admin, d, comment="not now")

@@ -1,0 +1,3 @@
+from tandemctl.cli import main
+
+raise SystemExit(main())

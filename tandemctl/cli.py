@@ -1,0 +1,309 @@
+"""tandemctl's commands. Each is a few API calls (tandemctl.client.OPERATIONS) and an exit code
+(tandemctl.errors) a pipeline can branch on."""
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from tandemctl import errors
+from tandemctl.client import Client
+from tandemctl.config import settings_load
+from tandemctl.errors import CliError
+from tandemctl.manifest import manifests_load
+from tandemctl.output import diff_lines, emit, note
+
+PENDING = "pending_approval"
+
+
+def _split(ref: str, team: str | None) -> tuple[str, str]:
+    """"team/name", or a name with --team."""
+    if "/" in ref:
+        team, _, name = ref.partition("/")
+    else:
+        name = ref
+    if not team:
+        raise CliError(f"Which team's {ref!r}? Write TEAM/NAME or pass --team.", errors.USAGE)
+    return team, name
+
+
+def _find(api: Client, team: str, name: str) -> dict | None:
+    """The team's live deployment of this name (at most one exists)."""
+    found = api.call("deployments.list", params={"team": team, "name": name, "live": "true"})["results"]
+    return found[0] if found else None
+
+
+def _get(api: Client, ref: str, team: str | None) -> dict:
+    team, name = _split(ref, team)
+    if (d := _find(api, team, name)) is None:
+        raise CliError(f"No live deployment {team}/{name} that you can see.", errors.NOT_FOUND)
+    return d
+
+
+def _waits(d: dict) -> bool:
+    return d["status"] == PENDING or d.get("proposed_spec_hash") is not None
+
+
+def _row(d: dict) -> list:
+    return [d["team"], d["name"], d["cluster"], d["status"], d["generation"], d["model"],
+            (d.get("endpoint") or {}).get("base_url", "")]
+
+
+HEADER = ["TEAM", "NAME", "CLUSTER", "STATUS", "GEN", "MODEL", "ENDPOINT"]
+
+
+def cmd_apply(api: Client, args) -> int:
+    """Create or update each manifest's deployment; unchanged ones are left alone and said so."""
+    results, code = [], errors.OK
+    for m in manifests_load(args.file):
+        current = _find(api, m.team, m.name)
+        if current is None:
+            body = {"team": m.team, "cluster": m.cluster, "name": m.name, "spec": m.spec}
+            if m.purpose is not None:
+                body["purpose"] = m.purpose
+            d, action, changes = api.call("deployments.create", body=body), "created", []
+        else:
+            if current["cluster"] != m.cluster:
+                raise CliError(f"{m.source}: {m.ref} runs on cluster {current['cluster']}; a deployment does not "
+                               f"move to {m.cluster}. Delete it first, or name the new one differently.",
+                               errors.INVALID)
+            body = {"spec": m.spec} | ({} if m.purpose is None else {"purpose": m.purpose})
+            d = api.call("deployments.update", body=body, id=current["id"])
+            same = all(d[k] == current[k] for k in ("generation", "proposed_spec_hash", "purpose", "spec"))
+            action = "unchanged" if same else ("update proposed" if d["proposed_spec_hash"] else "updated")
+            if d["proposed_spec_hash"] and d["proposed_spec_hash"] != current["proposed_spec_hash"]:
+                changes = [f"  {c['field']}: {c['old']} → {c['new']}" + (" (needs approval)" if c["needs_approval"]
+                                                                          else "")
+                           for c in d["proposal"]["changes"]]
+            else:
+                changes = diff_lines({"spec": current["spec"], "purpose": current["purpose"]},
+                                     {"spec": d["spec"], "purpose": d["purpose"]})
+        if action != "unchanged" and _waits(d):
+            code = errors.PENDING_APPROVAL
+        results.append({"deployment": f"{m.team}/{m.name}", "id": d["id"], "action": action,
+                        "status": d["status"], "generation": d["generation"], "changes": changes})
+        if args.output == "table":
+            print(f"deployment {m.team}/{m.name} {action} ({d['status']}, generation {d['generation']})")
+            for line in changes:
+                print(line)
+            if action != "unchanged" and _waits(d):
+                print(f"  waiting for approval: tandemctl approve {m.team}/{m.name}")
+    if args.output != "table":
+        emit(results, args.output)
+    return code
+
+
+def cmd_get(api: Client, args) -> int:
+    if args.name:
+        d = _get(api, args.name, args.team)
+        emit(d, args.output, table=[HEADER, _row(d)])
+        return errors.OK
+    items = api.every("deployments.list", params={"team": args.team, "live": None if args.all else "true"})
+    emit(items, args.output, table=[HEADER] + [_row(d) for d in items])
+    return errors.OK
+
+
+def cmd_describe(api: Client, args) -> int:
+    d = _get(api, args.name, args.team)
+    events = list(reversed(api.call("deployments.events", id=d["id"], params={"limit": 20})["results"]))
+    if args.output != "table":
+        emit({"deployment": d, "events": events}, args.output)
+        return errors.OK
+    print(f"Deployment:  {d['team']}/{d['name']} (id {d['id']}) on {d['cluster']}")
+    print(f"Status:      {d['status']}" + (f" — {d['status_reason']}" if d.get("status_reason") else ""))
+    print(f"Generation:  {d['generation']} (observed {d['observed_generation']})")
+    print(f"Model:       {d['model']}")
+    endpoint = d.get("endpoint")
+    print(f"Endpoint:    {endpoint['base_url']} model={endpoint['model']}" if endpoint else "Endpoint:    (none yet)")
+    if d.get("proposal"):
+        print("Proposed update (waiting for approval):")
+        for c in d["proposal"]["changes"]:
+            print(f"  {c['field']}: {c['old']} → {c['new']}")
+    print("Conditions:")
+    emit(None, "table", table=[["TYPE", "STATUS", "REASON", "MESSAGE"]] + [
+        [c.get("type"), c.get("status"), c.get("reason"), c.get("message")] for c in d.get("conditions") or []])
+    print("Timeline:")
+    emit(None, "table", table=[["TIME", "KIND", "ACTOR", "MESSAGE"]] + [
+        [e["created_at"], e["kind"], e["actor"] or "tandem", e["message"]] for e in events])
+    return errors.OK
+
+
+def cmd_wait(api: Client, args) -> int:
+    """Poll until the deployment reaches --for; `failed` on the way stops it (exit 1), time running out exit 6."""
+    team, name = _split(args.name, args.team)
+    deadline = time.monotonic() + args.timeout
+    while True:
+        d = _find(api, team, name)
+        status = d["status"] if d else "deleted"
+        if status == args.condition:
+            note(f"deployment {team}/{name} is {status}")
+            return errors.OK
+        if status == "failed":
+            raise CliError(f"deployment {team}/{name} failed: {d.get('status_reason') or 'see describe'}",
+                           errors.FAILED)
+        if d is None:
+            raise CliError(f"No live deployment {team}/{name}.", errors.NOT_FOUND)
+        if time.monotonic() >= deadline:
+            raise CliError(f"Timed out after {args.timeout:g} s: deployment {team}/{name} is {status}, not "
+                           f"{args.condition}.", errors.TIMED_OUT)
+        time.sleep(min(args.interval, max(0.0, deadline - time.monotonic())))
+
+
+def _decide(api: Client, args, operation: str) -> int:
+    d = _get(api, args.name, args.team)
+    body = {"generation": d["generation"], "proposed_spec_hash": d.get("proposed_spec_hash"),
+            "comment": args.comment or ""}
+    d = api.call(operation, body=body, id=d["id"])
+    emit(d, args.output, table=[HEADER, _row(d)])
+    return errors.OK
+
+
+def cmd_approve(api: Client, args) -> int:
+    return _decide(api, args, "deployments.approve")
+
+
+def cmd_reject(api: Client, args) -> int:
+    return _decide(api, args, "deployments.reject")
+
+
+def cmd_delete(api: Client, args) -> int:
+    d = _get(api, args.name, args.team)
+    d = api.call("deployments.delete", id=d["id"])
+    emit(d, args.output, table=[HEADER, _row(d)])
+    return errors.OK
+
+
+def cmd_events(api: Client, args) -> int:
+    d = _get(api, args.name, args.team)
+    events = list(reversed(api.call("deployments.events", id=d["id"], params={"limit": args.limit})["results"]))
+    emit(events, args.output, table=[["TIME", "KIND", "ACTOR", "MESSAGE"]] + [
+        [e["created_at"], e["kind"], e["actor"] or "tandem", e["message"]] for e in events])
+    return errors.OK
+
+
+def _model_config(path: str | None) -> dict | None:
+    if path is None:
+        return None
+    try:
+        facts = yaml.safe_load(Path(path).read_text())  # JSON is YAML
+    except (OSError, yaml.YAMLError) as e:
+        raise CliError(f"{path}: {e}", errors.USAGE) from None
+    if not isinstance(facts, dict):
+        raise CliError(f"{path}: a model's config.json is a mapping.", errors.USAGE)
+    return facts
+
+
+def cmd_plan(api: Client, args) -> int:
+    facts = _model_config(args.model_config)
+    plans = [{"deployment": m.ref, "plan": api.call("plans.create", body={
+        "spec": m.spec, "team": m.team, "cluster": m.cluster, "model_facts": facts})}
+             for m in manifests_load(args.file)]
+    emit(plans, "yaml" if args.output == "table" else args.output)
+    return errors.OK
+
+
+KEY_HEADER = ["ID", "TEAM", "NAME", "KEY_ID", "LAST4", "DEPLOYMENTS", "EXPIRES"]
+
+
+def _key_row(k: dict) -> list:
+    return [k["id"], k["team"], k["name"], k["key_id"], k["last4"],
+            "all" if k["all_deployments"] else ",".join(map(str, k["deployments"])), k["expires_at"]]
+
+
+def cmd_keys_create(api: Client, args) -> int:
+    body = {"team": args.team, "name": args.name, "all_deployments": not args.deployment}
+    if args.deployment:
+        body["deployments"] = [_get(api, ref, args.team)["id"] for ref in args.deployment]
+    if args.expires_at:
+        body["expires_at"] = args.expires_at
+    key = api.call("keys.create", body=body)
+    if args.output == "table":
+        print(f"API key {key['name']} ({key['key_id']}) of team {key['team']}. The secret is shown once; store it "
+              "now:")
+        print(key["secret"])
+    else:
+        emit(key, args.output)
+    return errors.OK
+
+
+def cmd_keys_list(api: Client, args) -> int:
+    keys = api.every("keys.list", params={"team": args.team})
+    emit(keys, args.output, table=[KEY_HEADER] + [_key_row(k) for k in keys])
+    return errors.OK
+
+
+def cmd_keys_revoke(api: Client, args) -> int:
+    api.call("keys.revoke", id=args.id)
+    note(f"API key {args.id} revoked")
+    return errors.OK
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tandemctl", description="Drive Tandem from a terminal or a pipeline.",
+                                epilog="Exit codes: 0 done, 1 failed, 2 usage, 3 auth, 4 invalid, 5 waiting for "
+                                       "approval, 6 timed out, 7 not found, 8 conflict, 9 schema drift.")
+    # --server and --output go before or after the command; given after it, they win.
+    for parser_, default in ((p, None), (common := argparse.ArgumentParser(add_help=False), argparse.SUPPRESS)):
+        parser_.add_argument("--server", default=default,
+                             help="Tandem's URL (default: $TANDEM_URL, the config file, http://127.0.0.1:8800)")
+        parser_.add_argument("-o", "--output", choices=["table", "json", "yaml"],
+                             default="table" if default is None else default)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def command(name, func, help_, *, aliases=(), ref=True):
+        c = sub.add_parser(name, help=help_, aliases=list(aliases), parents=[common])
+        c.set_defaults(func=func)
+        if ref:
+            c.add_argument("name", help="TEAM/NAME, or NAME with --team")
+            c.add_argument("--team")
+        return c
+
+    c = command("apply", cmd_apply, "create or update deployments from a manifest file or directory", ref=False)
+    c.add_argument("-f", "--file", required=True)
+    c = command("plan", cmd_plan, "the capacity plan of a manifest's spec, without a request", ref=False)
+    c.add_argument("-f", "--file", required=True)
+    c.add_argument("--model-config", help="the model's config.json, where the cluster cannot read its source")
+    c = command("get", cmd_get, "list deployments, or show one", ref=False)
+    c.add_argument("name", nargs="?", help="TEAM/NAME, or NAME with --team")
+    c.add_argument("--team")
+    c.add_argument("--all", action="store_true", help="also deleted, withdrawn and rejected ones")
+    command("describe", cmd_describe, "status, conditions, timeline and endpoint of a deployment")
+    c = command("wait", cmd_wait, "wait for a deployment to reach a status")
+    c.add_argument("--for", dest="condition", default="running", help="a status (default running)")
+    c.add_argument("--timeout", type=float, default=600.0, help="seconds (default 600)")
+    c.add_argument("--interval", type=float, default=2.0, help=argparse.SUPPRESS)
+    for name, func in (("approve", cmd_approve), ("reject", cmd_reject)):
+        c = command(name, func, f"{name} what waits for a decision (the generation you see now)")
+        c.add_argument("--comment", default="")
+    command("delete", cmd_delete, "tear a deployment down (a pending request is withdrawn)")
+    c = command("events", cmd_events, "a deployment's audit trail, oldest first", aliases=("logs",))
+    c.add_argument("--limit", type=int, default=50)
+
+    keys = sub.add_parser("keys", help="API keys for the OpenAI-compatible gateway").add_subparsers(
+        dest="keys_command", required=True)
+    c = keys.add_parser("create", help="create a key; its secret is printed once", parents=[common])
+    c.set_defaults(func=cmd_keys_create)
+    c.add_argument("--team", required=True)
+    c.add_argument("--name", required=True)
+    c.add_argument("--deployment", action="append", help="limit the key to this deployment (repeatable)")
+    c.add_argument("--expires-at", help="ISO 8601; default: the team's default lifetime")
+    c = keys.add_parser("list", help="the team's live keys", parents=[common])
+    c.set_defaults(func=cmd_keys_list)
+    c.add_argument("--team")
+    c = keys.add_parser("revoke", help="revoke a key by id", parents=[common])
+    c.set_defaults(func=cmd_keys_revoke)
+    c.add_argument("id", type=int)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        settings = settings_load(server=args.server)
+        return args.func(Client(server=settings.server, token=settings.token), args)
+    except CliError as e:
+        print(f"tandemctl: {e.message}", file=sys.stderr)
+        return e.code
+    except KeyboardInterrupt:
+        return 130

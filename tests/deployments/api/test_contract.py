@@ -1,0 +1,64 @@
+"""The contract a generated client relies on, asserted directly (schemathesis covers it broadly in
+test_schema_fuzz.py): what is refused and how, and what the schema says of the fields clients read."""
+import pytest
+
+from deployments.lifecycle import Status
+
+
+@pytest.fixture
+def schema(api, db):
+    return api.get("/api/schema/?format=json").json()
+
+
+def test_a_form_encoded_body_is_refused_with_415_not_a_server_error(api, platform_admin):
+    api.force_authenticate(platform_admin)
+    r = api.post("/api/v1/clusters/", "name=x&kind=ray", content_type="application/x-www-form-urlencoded")
+    assert r.status_code == 415 and "application/x-www-form-urlencoded" in r.json()["detail"]
+
+
+@pytest.mark.parametrize("query", ["offset=null", "offset=-1", "limit=0", "limit=abc", "limit=100000"])
+def test_pagination_it_cannot_read_is_a_400_naming_the_parameter(api, member, query):
+    api.force_authenticate(member)
+    r = api.get(f"/api/v1/deployments/?{query}")
+    assert r.status_code == 400 and set(r.json()["errors"]) == {query.split("=")[0]}
+
+
+def test_a_status_filter_outside_the_enum_is_a_400(api, member):
+    api.force_authenticate(member)
+    assert api.get("/api/v1/deployments/?status=paused").status_code == 200
+    assert api.get("/api/v1/deployments/?status=sleeping").status_code == 400
+
+
+def test_an_unknown_api_path_answers_json(api, member):
+    api.force_authenticate(member)
+    r = api.get("/api/v1/no-such-thing/")
+    assert r.status_code == 404 and r.json() == {"detail": "Not found."}
+
+
+def test_every_operation_documents_its_errors_with_one_body(schema):
+    for path, item in schema["paths"].items():
+        for method, op in item.items():
+            codes = set(op["responses"])
+            assert {"401", "403", "429"} <= codes, (method, path)
+            if "requestBody" in op:
+                assert {"400", "415"} <= codes, (method, path)
+            if "{" in path:
+                assert "404" in codes, (method, path)
+            if method in ("post", "put", "patch", "delete"):
+                assert "409" in codes, (method, path)
+            assert op["responses"]["404" if "{" in path else "401"]["content"]["application/json"]["schema"] == {
+                "$ref": "#/components/schemas/Error"}
+
+
+def test_the_schema_marks_nullable_fields_enums_and_the_actions_bodies(schema):
+    c = schema["components"]["schemas"]
+    assert c["Event"]["properties"]["deployment"]["nullable"] is True
+    assert c["Event"]["properties"]["team"]["nullable"] is True
+    assert set(c["DeploymentStatusEnum"]["enum"]) == set(Status.values) >= {"pausing", "paused"}
+    assert c["Deployment"]["properties"]["status"]["allOf"][0]["$ref"].endswith("/DeploymentStatusEnum")
+    assert c["Cluster"]["properties"].get("secret_ref") is None and "secret_ref" in c["ClusterRequest"]["properties"]
+    approve = schema["paths"]["/api/v1/deployments/{id}/approve/"]["post"]
+    body = approve["requestBody"]["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[-1]
+    assert c[body]["required"] == ["generation"]
+    assert "202" in schema["paths"]["/api/v1/deployments/{id}/pause/"]["post"]["responses"]
+    assert schema["paths"]["/api/v1/deployments/"]["post"]["responses"]["201"]["links"]

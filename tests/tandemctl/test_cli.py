@@ -1,0 +1,181 @@
+"""tandemctl as a user runs it: a subprocess against the real web process (gunicorn), a real Celery worker
+driving the emulated Kubernetes cluster, and the real gateway in front of the mock upstream."""
+import ast
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+from openai import APIStatusError, OpenAI
+
+from deployments.conditions import condition_true
+from deployments.lifecycle import Status
+from deployments.models import AccessToken, Cluster, Deployment, Membership
+from deployments.services.credentials import credential_mint
+from tandemctl import errors
+from tandemctl.client import operations_missing
+from tests.factories import MODEL_SOURCES, ClusterFactory, MembershipFactory, TeamFactory, spec_input
+from tests.observability.test_planner import LLAMA_8B
+from tests.support.processes import (ROOT, Worker, start_gateway, start_mock_upstream, start_web, wait_for,
+                                     worker_environment)
+from tests.test_layers import imported_modules
+
+
+def tandemctl(*args, token: str, server: str, home, check_rc: int | None = None) -> subprocess.CompletedProcess:
+    """`python -m tandemctl ARGS` with only the environment a pipeline would give it."""
+    env = {"PATH": os.environ["PATH"], "HOME": str(home), "PYTHONPATH": str(ROOT), "TANDEM_URL": server,
+           "TANDEM_TOKEN": token}
+    run = subprocess.run([sys.executable, "-m", "tandemctl", *args], env=env, capture_output=True, text=True,
+                         timeout=120)
+    if check_rc is not None:
+        assert run.returncode == check_rc, (args, run.returncode, run.stdout, run.stderr)
+    return run
+
+
+def test_every_operation_the_cli_calls_is_in_the_schema(api, db):
+    """Schema drift breaks the build: the CLI's operations, checked against the schema the server serves."""
+    assert operations_missing(api.get("/api/schema/?format=json").json()) == []
+    assert operations_missing({"paths": {}})  # and the check itself notices a missing one
+
+
+def test_a_config_file_others_can_read_is_refused(tmp_path):
+    config = tmp_path / ".config" / "tandem" / "config.yaml"
+    config.parent.mkdir(parents=True)
+    config.write_text("server: http://127.0.0.1:9\ntoken: tdp_x\n")
+    config.chmod(0o644)
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    run = subprocess.run([sys.executable, "-m", "tandemctl", "get"], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == errors.AUTH and "chmod 600" in run.stderr
+
+
+@pytest.fixture
+def stack(transactional_db, redis_client, kubeconfig, tmp_path):
+    """The web process, a worker, the gateway and its mock upstream; a team with a member and an admin."""
+    team = TeamFactory(slug="ml-research", gpu_quota=16)
+    member = MembershipFactory(team=team, role=Membership.Role.MEMBER).user
+    admin = MembershipFactory(team=team, role=Membership.Role.ADMIN).user
+    ClusterFactory(name="k8s-emu", kind=Cluster.Kind.KUBERNETES, secret_ref=kubeconfig,
+                   config={"namespace_prefix": "tandem-", "model_sources": MODEL_SOURCES})
+    tokens = {who: credential_mint(model=AccessToken, user=user, name="ci")[1]
+              for who, user in (("member", member), ("admin", admin))}
+    procs = [start_web(tmp_path), start_mock_upstream(tmp_path), start_gateway(tmp_path)]
+    worker = Worker(worker_environment(tmp_path)).start()
+    try:
+        yield {"web": procs[0], "mock": procs[1], "gateway": procs[2], "worker": worker, "tokens": tokens}
+    finally:
+        worker.stop()
+        for p in procs:
+            p.stop()
+
+
+@pytest.mark.e2e
+def test_apply_approve_wait_key_and_an_openai_call_then_apply_again_changes_nothing(stack, tmp_path):
+    server = stack["web"].base_url
+    member = dict(token=stack["tokens"]["member"], server=server, home=tmp_path)
+    admin = dict(token=stack["tokens"]["admin"], server=server, home=tmp_path)
+    manifest = tmp_path / "chat.yaml"
+    manifest.write_text(yaml.safe_dump({"apiVersion": "tandem.dev/v1", "kind": "Deployment",
+                                        "metadata": {"team": "ml-research", "name": "chat", "cluster": "k8s-emu"},
+                                        "spec": spec_input()}))
+
+    created = tandemctl("apply", "-f", str(manifest), **member, check_rc=errors.PENDING_APPROVAL)
+    assert "deployment ml-research/chat created (pending_approval" in created.stdout
+    tandemctl("approve", "ml-research/chat", "--comment", "go", **admin, check_rc=errors.OK)
+    tandemctl("wait", "ml-research/chat", "--for", "running", "--timeout", "90", **member, check_rc=errors.OK)
+
+    d = Deployment.objects.get(team__slug="ml-research", name="chat")
+    events, generation = d.events.count(), d.generation
+    again = tandemctl("apply", "-f", str(tmp_path), **member, check_rc=errors.OK)  # a directory: the same file
+    assert again.stdout.strip() == f"deployment ml-research/chat unchanged (running, generation {generation})"
+    d.refresh_from_db()
+    assert (d.events.count(), d.generation, d.proposed_spec) == (events, generation, None)
+
+    described = tandemctl("describe", "chat", "--team", "ml-research", **member, check_rc=errors.OK).stdout
+    assert "Status:      running" in described and "Applied" in described and "approved" in described
+
+    key = json.loads(tandemctl("keys", "create", "--team", "ml-research", "--name", "ci", "--deployment", "chat",
+                               "-o", "json", **member, check_rc=errors.OK).stdout)
+    assert key["key_id"] in key["secret"] and key["deployments"] == [d.pk]
+    listed = tandemctl("keys", "list", "--team", "ml-research", **member, check_rc=errors.OK).stdout
+    assert key["key_id"] in listed and key["secret"] not in listed
+
+    # The emulated cluster has no in-cluster DNS: once the endpoint has opened (its conformance run done) and the
+    # worker is stopped (no reconcile rewrites it), the deployment's Service URL is pointed at the mock upstream.
+    wait_for(lambda: condition_true(Deployment.objects.get(pk=d.pk).conditions, "EndpointReady"), timeout=60,
+             what="EndpointReady")
+    stack["worker"].stop()
+    Deployment.objects.filter(pk=d.pk).update(endpoint_url=stack["mock"].base_url)
+    client = OpenAI(base_url=stack["gateway"].base_url + "/v1", api_key=key["secret"], max_retries=0)
+    reply = wait_for(lambda: _chat(client, d.spec["model_id"]), timeout=10, what="the gateway to route")
+    assert reply.choices[0].message.content
+
+    # A changed spec shows its diff and waits for approval; the running spec is untouched.
+    doc = yaml.safe_load(manifest.read_text())
+    doc["spec"]["decode"]["nodes"] = 2
+    manifest.write_text(yaml.safe_dump(doc))
+    changed = tandemctl("apply", "-f", str(manifest), **member, check_rc=errors.PENDING_APPROVAL).stdout
+    assert "update proposed" in changed and "decode.nodes: 1 → 2 (needs approval)" in changed, changed
+    d.refresh_from_db()
+    assert d.generation == generation and d.spec["decode"]["nodes"] == 1 and d.proposed_spec["decode"]["nodes"] == 2
+
+
+def _chat(client: OpenAI, model: str):
+    try:
+        return client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}])
+    except APIStatusError:
+        return None  # the gateway caches routes for a moment
+
+
+@pytest.mark.e2e
+def test_exit_codes_a_pipeline_branches_on_and_the_other_commands(stack, tmp_path):
+    member = dict(token=stack["tokens"]["member"], server=stack["web"].base_url, home=tmp_path)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"apiVersion": "tandem.dev/v1", "kind": "Deployment",
+                                   "metadata": {"team": "ml-research", "name": "chat", "cluster": "k8s-emu"},
+                                   "spec": spec_input(engine={"max_model_len": -1})}))
+    invalid = tandemctl("apply", "-f", str(bad), **member, check_rc=errors.INVALID)
+    assert "max_model_len" in invalid.stderr
+    bad.write_text("apiVersion: tandem.dev/v2\nkind: Deployment\n")
+    assert "apiVersion must be tandem.dev/v1" in tandemctl("apply", "-f", str(bad), **member,
+                                                           check_rc=errors.USAGE).stderr
+    tandemctl("get", "ml-research/nothing", **member, check_rc=errors.NOT_FOUND)
+    tandemctl("get", **{**member, "token": "tdp_nope_nope"}, check_rc=errors.AUTH)
+    bad.write_text(yaml.safe_dump({"apiVersion": "tandem.dev/v1", "kind": "Deployment",
+                                   "metadata": {"team": "ml-research", "name": "chat", "cluster": "k8s-emu"},
+                                   "spec": spec_input()}))
+    tandemctl("apply", "-f", str(bad), **member, check_rc=errors.PENDING_APPROVAL)
+    late = tandemctl("wait", "ml-research/chat", "--timeout", "1", **member, check_rc=errors.TIMED_OUT)
+    assert "pending_approval, not running" in late.stderr
+    assert Deployment.objects.get(name="chat").status == Status.PENDING_APPROVAL
+
+    # The other commands, each on what the user can see.
+    # The factory's model lives in S3, out of the planner's reach: its config.json comes with the command.
+    assert "model_facts" in tandemctl("plan", "-f", str(bad), **member, check_rc=errors.INVALID).stderr
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA_8B))
+    plan = yaml.safe_load(tandemctl("plan", "-f", str(bad), "--model-config", str(tmp_path / "config.json"),
+                                    **member, check_rc=errors.OK).stdout)
+    assert plan[0]["deployment"] == "ml-research/chat" and plan[0]["plan"]["pools"]["decode"]["fits"] is True
+    listed = json.loads(tandemctl("get", "--team", "ml-research", "-o", "json", **member, check_rc=errors.OK).stdout)
+    assert [d["name"] for d in listed] == ["chat"]
+    assert "requested" in tandemctl("logs", "ml-research/chat", **member, check_rc=errors.OK).stdout
+    # The requester may not decide their own request: the API's 403 is an auth error.
+    tandemctl("approve", "ml-research/chat", **member, check_rc=errors.AUTH)
+    tandemctl("delete", "ml-research/chat", **member, check_rc=errors.OK)
+    assert Deployment.objects.get(name="chat").status == Status.WITHDRAWN
+    key = json.loads(tandemctl("keys", "create", "--team", "ml-research", "--name", "k", "-o", "json", **member,
+                               check_rc=errors.OK).stdout)
+    tandemctl("keys", "revoke", str(key["id"]), **member, check_rc=errors.OK)
+    assert key["key_id"] not in tandemctl("keys", "list", "--team", "ml-research", **member, check_rc=errors.OK).stdout
+
+
+def test_the_cli_is_a_client_and_imports_nothing_of_the_server():
+    """tandemctl installs on a laptop or a CI runner: it talks HTTP and reads YAML, never Django or the domain."""
+    server_side = {"django", "rest_framework", "deployments", "workers", "gateway", "observability", "frontend",
+                   "controlplane"}
+    found = [f"{path.name}:{line} imports {module}" for path in sorted((ROOT / "tandemctl").glob("*.py"))
+             for line, module in imported_modules(ast.parse(path.read_text()))
+             if module.split(".")[0] in server_side]
+    assert found == []
