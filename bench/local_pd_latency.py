@@ -24,15 +24,23 @@ def _one(client: OpenAI, model: str) -> tuple[float, float]:
     return ttft or float("nan"), time.perf_counter() - started
 
 
-def compare_latency(*, direct_url: str, gateway_url: str, api_key: str, model: str, runs: int = 10) -> str:
-    """Run `runs` streamed chats on each path, alternating; return a table of p50s and gateway/direct ratios."""
+def latency_p50(*, direct_url: str, gateway_url: str, api_key: str, model: str, runs: int = 10,
+                warmup: int = 2) -> dict[str, tuple[float, float]]:
+    """Median (TTFT, end-to-end) in seconds per path over `runs` streamed chats each, alternating, after `warmup`
+    unmeasured chats on each path."""
     clients = {"direct": OpenAI(base_url=direct_url, api_key="unused", max_retries=0, timeout=120),
                "gateway": OpenAI(base_url=gateway_url, api_key=api_key, max_retries=0, timeout=120)}
     samples = {name: [] for name in clients}
-    for _ in range(runs):
+    for i in range(warmup + runs):
         for name, client in clients.items():
-            samples[name].append(_one(client, model))
-    p50 = {name: (statistics.median(t for t, _ in s), statistics.median(e for _, e in s)) for name, s in samples.items()}
+            sample = _one(client, model)
+            if i >= warmup:
+                samples[name].append(sample)
+    return {name: (statistics.median(t for t, _ in s), statistics.median(e for _, e in s))
+            for name, s in samples.items()}
+
+
+def latency_table(p50: dict[str, tuple[float, float]], runs: int) -> str:
     (dt, de), (gt, ge) = p50["direct"], p50["gateway"]
     return (f"local PD, {runs} streamed chats per path, 32 tokens, p50:\n"
             f"  TTFT  direct {dt * 1000:7.1f} ms  gateway {gt * 1000:7.1f} ms  added {(gt - dt) * 1000:+6.1f} ms  "
@@ -49,7 +57,8 @@ def main() -> None:
     parser.add_argument("--model", default="tiny-llama")
     parser.add_argument("--runs", type=int, default=10)
     a = parser.parse_args()
-    print(compare_latency(direct_url=a.direct, gateway_url=a.gateway, api_key=a.key, model=a.model, runs=a.runs))
+    print(latency_table(latency_p50(direct_url=a.direct, gateway_url=a.gateway, api_key=a.key, model=a.model,
+                                    runs=a.runs), a.runs))
 
 
 if __name__ == "__main__":

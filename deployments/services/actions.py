@@ -26,7 +26,10 @@ def _enqueue_reconcile(deployment_id: int) -> None:
 
 
 def _locked(deployment: Deployment) -> Deployment:
-    return Deployment.objects.select_for_update().select_related("team", "cluster").get(pk=deployment.pk)
+    """The deployment's row, locked; its team and cluster are read, not locked. Whoever needs the team locked (an
+    approval, a resume: quota) locks it first, and team locks are FOR NO KEY UPDATE, which an event's foreign key
+    to the team does not wait for: approve against withdraw deadlocked on the team row before."""
+    return Deployment.objects.select_for_update(of=("self",)).select_related("team", "cluster").get(pk=deployment.pk)
 
 
 def _validated_spec(data, cluster: Cluster, team: Team) -> DeploymentSpec:
@@ -137,7 +140,7 @@ def deployment_approve(*, actor, deployment: Deployment, generation: int, propos
                        comment: str = "") -> Deployment:
     """Approve the pending request or the proposed update the approver reviewed (`generation`, and the proposed
     spec's hash), and start the reconciler."""
-    team = Team.objects.select_for_update().get(pk=deployment.team_id)  # serializes approvals per team
+    team = Team.objects.select_for_update(no_key=True).get(pk=deployment.team_id)  # serializes approvals per team
     d = _locked(deployment)
     _require_approver(actor=actor, deployment=d)
     _require_reviewed(deployment=d, generation=generation, proposed_hash=proposed_hash)

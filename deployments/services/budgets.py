@@ -83,7 +83,7 @@ def budgets_check(*, now: dt.datetime) -> list[str]:
 
 @transaction.atomic
 def _warn(*, team: Team, month: str, state: BudgetState) -> bool:
-    team = Team.objects.select_for_update().get(pk=team.pk)
+    team = Team.objects.select_for_update(no_key=True).get(pk=team.pk)
     if team.budget_warned_month == month:  # another pass warned first
         return False
     team.budget_warned_month = month

@@ -41,7 +41,7 @@ def deployment_resume(*, actor, deployment: Deployment, event_kind: str = "resum
 
     The generation moves on (as `kubectl rollout restart` does) so that the conformance suite checks this
     rollout before users get it."""
-    team = Team.objects.select_for_update().get(pk=deployment.team_id)  # serializes quota checks per team
+    team = Team.objects.select_for_update(no_key=True).get(pk=deployment.team_id)  # serializes quota checks per team
     d = _locked(deployment)
     if actor is not None:
         _require_editor(actor=actor, deployment=d)

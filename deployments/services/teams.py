@@ -60,7 +60,7 @@ def team_update(*, actor, team: Team, **changes) -> Team:
     if not is_platform_admin(actor):
         team_require_admin(user=actor, team=team)
     # Compare with the stored row, not the caller's object: a form may have set the new values on it already.
-    team = Team.objects.select_for_update().get(pk=team.pk)
+    team = Team.objects.select_for_update(no_key=True).get(pk=team.pk)
     changes = {k: v for k, v in changes.items() if getattr(team, k) != v}
     if not changes:
         return team

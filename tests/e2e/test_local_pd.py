@@ -11,7 +11,7 @@ from openai import OpenAI
 from prometheus_client.parser import text_string_to_metric_families
 from rest_framework.test import APIClient
 
-from bench.local_pd_latency import compare_latency
+from bench.local_pd_latency import latency_p50, latency_table
 from deployments.conditions import condition_get
 from deployments.model_sources import source_roots_of
 from deployments.models import Cluster, Deployment, Membership
@@ -27,6 +27,7 @@ from tests.support.processes import Worker, start_gateway, wait_for, worker_envi
 
 pytestmark = [pytest.mark.pd, pytest.mark.e2e]
 PROMPT = "The disaggregated serving of language models moves the KV cache from prefill to decode. " * 3
+ADDED_TTFT_MARGIN_S = 0.050  # gateway TTFT p50 minus direct TTFT p50 on the local stack
 
 
 def ray_apps(state: dict) -> dict:
@@ -186,8 +187,13 @@ def test_pd_deployment_end_to_end(transactional_db, redis_client, local_ray, tmp
         assert figures["TTFT p95 at the gateway"] > 1 and figures["prefill p95"] > 0, figures
         print(f"advisor on the local target: {diagnosis['kind']}: {diagnosis['message']} {figures}")
 
-        print(compare_latency(direct_url=f"{d.endpoint_url}/v1", gateway_url=f"{gateway.base_url}/v1",
-                              api_key=secret, model="tiny-llama", runs=5))
+        # The gateway adds little to what users wait for: medians of 10 streamed chats per path, alternating,
+        # after 2 unmeasured ones each. The margin is 50 ms: a few ms on a quiet machine (bench/README.md), the
+        # rest is room for the engines sharing these 2 cores with the gateway.
+        p50 = latency_p50(direct_url=f"{d.endpoint_url}/v1", gateway_url=f"{gateway.base_url}/v1", api_key=secret,
+                          model="tiny-llama", runs=10, warmup=2)
+        print(latency_table(p50, 10))
+        assert p50["gateway"][0] - p50["direct"][0] < ADDED_TTFT_MARGIN_S, p50
 
         # Removing the Serve app out-of-band makes the deployment leave running; the reconciler re-deploys it.
         token = open(local_ray["token_file"]).read().strip()
