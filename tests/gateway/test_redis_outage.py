@@ -44,8 +44,8 @@ async def _one(client: aiohttp.ClientSession, raw: str, model: str, rid: str, st
 
 
 def test_redis_killed_under_load_loses_no_request_and_no_record(world, tmp_path, private_redis, api, mock_requests):
-    world.deployment("fast")
-    world.deployment("slow", options="gap=0.1")  # streams of about 0.7 s: some are in flight when Redis dies
+    world.deployment("ro-fast")
+    world.deployment("ro-slow", options="gap=0.1")  # streams of about 0.7 s: some are in flight when Redis dies
     key, raw = world.key(requests_per_minute=100_000)  # a limited key: the limiter's Redis path is exercised
     doomed, doomed_raw = world.key()
     gw = start_gateway(tmp_path, REDIS_URL=private_redis.url, CELERY_BROKER_URL=private_redis.url,
@@ -67,11 +67,11 @@ def test_redis_killed_under_load_loses_no_request_and_no_record(world, tmp_path,
             async def worker(stream: bool):
                 while not stop.is_set():
                     n = next(count)
-                    results.append(await _one(client, raw, "slow" if stream else "fast", f"ro-{n}", stream))
+                    results.append(await _one(client, raw, "ro-slow" if stream else "ro-fast", f"ro-{n}", stream))
 
             async def doomed_key():
                 while not stop.is_set():
-                    r = await _one(client, doomed_raw, "fast", f"rb-{next(count)}", False)
+                    r = await _one(client, doomed_raw, "ro-fast", f"rb-{next(count)}", False)
                     if r["status"] == 401 and "revoked_refused" not in marks and "revoked" in marks:
                         marks["revoked_refused"] = r["ended"]
                     await asyncio.sleep(0.05)
@@ -110,7 +110,7 @@ def test_redis_killed_under_load_loses_no_request_and_no_record(world, tmp_path,
         assert "revoked_refused" in marks, "the key revoked during the outage was never refused"
         refused_after = marks["revoked_refused"] - marks["revoked"]
         assert refused_after < MAX_STALE_S + 0.5, refused_after
-        assert httpx.post(gw.base_url + "/v1/chat/completions", json={"model": "fast", "messages": []},
+        assert httpx.post(gw.base_url + "/v1/chat/completions", json={"model": "ro-fast", "messages": []},
                           headers={"Authorization": f"Bearer {doomed_raw}"}).status_code == 401
 
         # Every completed request reaches PostgreSQL exactly once, with upstream's counts.
