@@ -78,7 +78,7 @@ def test_redis_killed_under_load_loses_no_request_and_no_record(world, tmp_path,
 
             tasks = [asyncio.ensure_future(worker(i % 2 == 0)) for i in range(8)]
             tasks.append(asyncio.ensure_future(doomed_key()))
-            await asyncio.sleep(1.5)
+            await asyncio.sleep(1.0)
             private_redis.kill()
             marks["killed"] = time.monotonic()
             await asyncio.sleep(0.5)
@@ -86,14 +86,14 @@ def test_redis_killed_under_load_loses_no_request_and_no_record(world, tmp_path,
             marks["revoke_call"] = time.monotonic()
             marks["revoke_status"] = await asyncio.to_thread(revoke_through_the_api)
             marks["revoked"] = time.monotonic()
-            await asyncio.sleep(2.5)
+            await asyncio.sleep(2.0)
             private_redis.start()
             marks["restarted"] = time.monotonic()
             async with httpx.AsyncClient(base_url=gw.base_url) as probe:
                 while (await probe.get("/readyz")).status_code != 200:
                     await asyncio.sleep(0.05)
             marks["ready"] = time.monotonic()
-            await asyncio.sleep(1.5)
+            await asyncio.sleep(1.0)
             stop.set()
             await asyncio.gather(*tasks)
 
