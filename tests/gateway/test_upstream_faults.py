@@ -88,8 +88,8 @@ def test_upstream_closing_idle_connections_between_requests_is_invisible(world, 
 def test_the_gateway_lets_idle_upstream_connections_go_before_upstream_does(world, mock_upstream, mock_requests,
                                                                             tmp_path):
     """Reusing a connection at the moment upstream closes it for idleness sends the request into a closing socket
-    (a 502 for the user; measured against an upstream with a 0.5 s keep-alive: 3 in 200 requests sent about 0.5 s
-    apart). So the gateway lets its idle connections go first: after TANDEM_GATEWAY_UPSTREAM_KEEPALIVE_S (4 s by
+    (a 502 for the user; `python -m bench.keepalive_race`: 3 of 300 requests sent about 0.5 s apart to an upstream
+    with a 0.5 s keep-alive). So the gateway lets its idle connections go first: after TANDEM_GATEWAY_UPSTREAM_KEEPALIVE_S (4 s by
     default, under Ray Serve's 5 s; 0.3 s here) the next request opens a new one."""
     world.deployment("idle")
     _, raw = world.key()
