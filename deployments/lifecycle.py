@@ -50,6 +50,9 @@ TERMINAL = frozenset(s for s, nxt in TRANSITIONS.items() if not nxt)
 LIVE = ALL - TERMINAL
 # The reconciler still has work to do: each status change into one of these enqueues a pass.
 UNSETTLED = frozenset({S.APPROVED, S.PROVISIONING, S.UPDATING, S.DELETING, S.PAUSING})
+# On its way to a settled status: with no status change for TANDEM_STUCK_AFTER_SECONDS it is failed as stuck (a
+# deletion is not: failing it would leave what it created behind; a running deployment serves, nothing is stuck).
+PROGRESSING = UNSETTLED - {S.DELETING}
 # What beat's resync reconciles: the unsettled ones, and running ones (to notice drift such as an app removed
 # out-of-band).
 RECONCILED = UNSETTLED | {S.RUNNING}

@@ -22,10 +22,16 @@ def node_quota_gpus(*, instance_type, gpus_per_node, target_kind: str) -> int | 
 
 def quota_gpus(spec: DeploymentSpec, *, target_kind: str) -> int:
     """GPUs the spec holds against its team's quota on this kind of cluster."""
-    return sum(spec.pool(s).nodes * node_quota_gpus(instance_type=spec.pool(s).instance_type,
-                                                    gpus_per_node=spec.pool(s).gpus_per_node,
-                                                    target_kind=target_kind)
-               for s in STAGES)
+    return pools_quota_gpus({s: (spec.pool(s).instance_type, spec.pool(s).nodes, spec.pool(s).gpus_per_node)
+                             for s in STAGES}, target_kind=target_kind)
+
+
+def pools_quota_gpus(pools: dict[str, tuple], *, target_kind: str) -> int:
+    """The same count from each stage's (instance type, nodes, GPUs per node): what a grouped SQL query returns
+    (deployments.services.quota), so a team's total needs no spec loaded per deployment."""
+    return sum(nodes * node_quota_gpus(instance_type=instance_type, gpus_per_node=gpus_per_node,
+                                       target_kind=target_kind)
+               for instance_type, nodes, gpus_per_node in pools.values())
 
 
 def quota_basis(pools: dict[str, tuple], *, target_kind: str) -> str:

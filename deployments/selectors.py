@@ -2,9 +2,14 @@
 from django.contrib.auth import get_user_model
 from django.db.models import Q, QuerySet
 
-from deployments.lifecycle import Status
 from deployments.models import ApiKey, Deployment, Event, Membership, Team
+from deployments.models.deployments import AWAITING_APPROVAL
 from deployments.services.teams import is_platform_admin
+
+
+def _my_team_ids(user) -> QuerySet:
+    """The ids of the user's teams, as a subquery: filtering on it needs no join and no DISTINCT over wide rows."""
+    return Membership.objects.filter(user=user).values("team_id")
 
 
 def teams_visible_to(user) -> QuerySet[Team]:
@@ -14,15 +19,17 @@ def teams_visible_to(user) -> QuerySet[Team]:
 
 
 def deployments_visible_to(user) -> QuerySet[Deployment]:
-    qs = Deployment.objects.select_related("team", "cluster", "requested_by")
+    """With what a row shows joined in (team, cluster, requester, author of a proposal): a page of any length
+    costs the same queries."""
+    qs = Deployment.objects.select_related("team", "cluster", "requested_by", "proposed_by")
     if is_platform_admin(user):
         return qs
-    return qs.filter(team__memberships__user=user).distinct()
+    return qs.filter(team_id__in=_my_team_ids(user))
 
 
 def deployments_awaiting_approval_by(user) -> QuerySet[Deployment]:
     """Requests and proposed updates that this user may approve."""
-    qs = deployments_visible_to(user).filter(Q(status=Status.PENDING_APPROVAL) | Q(proposed_spec__isnull=False))
+    qs = deployments_visible_to(user).filter(AWAITING_APPROVAL)
     if is_platform_admin(user):
         return qs
     admin_teams = Membership.objects.filter(user=user, role=Membership.Role.ADMIN).values("team_id")
@@ -33,7 +40,7 @@ def events_visible_to(user) -> QuerySet[Event]:
     qs = Event.objects.select_related("actor", "deployment", "team")
     if is_platform_admin(user):
         return qs
-    return qs.filter(team__memberships__user=user).distinct()
+    return qs.filter(team_id__in=_my_team_ids(user))
 
 
 def memberships_visible_to(user) -> QuerySet[Membership]:

@@ -99,9 +99,11 @@ def stored_quota_basis(spec: DeploymentSpec, *, target_kind: str) -> str:
     return quota_basis(pools, target_kind=target_kind)
 
 
-def quota_view(*, team, gpus: int, exclude_id: int | None = None, basis: str = "") -> dict:
-    """GPUs held by the team, what this request adds, whether it fits the quota, and how it was counted."""
-    held = team_gpus_held(team=team, exclude_id=exclude_id)
+def quota_view(*, team, gpus: int, exclude_id: int | None = None, basis: str = "", held: int | None = None) -> dict:
+    """GPUs held by the team (but `exclude_id`; or `held`, counted already), what this request adds, whether it
+    fits the quota, and how it was counted."""
+    if held is None:
+        held = team_gpus_held(team=team, exclude_id=exclude_id)
     after = held + gpus
     quota = team.gpu_quota
     return {"held": held, "gpus": gpus, "after": after, "quota": quota, "fits": after <= quota, "basis": basis,

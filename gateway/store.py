@@ -47,6 +47,10 @@ ORDER BY d.created_at DESC
 BACKOFF_S = 1.0
 
 
+class _StaleConnection(Exception):
+    """The connection broke under the query (closed by the server): a new one may well work."""
+
+
 class Store:
     """The gateway's reads. Every lookup is counted (`tandem_gateway_store_queries_total` on the metrics port)."""
 
@@ -68,13 +72,28 @@ class Store:
             raise store_unavailable()
         metrics.STORE_QUERIES.labels(what).inc()
         try:
-            async with self.pool.connection(timeout=2) as conn:
-                cur = await conn.execute(sql, args, prepare=True)
-                return await cur.fetchall()
-        except (psycopg.Error, PoolTimeout, OSError):
+            try:
+                return await self._query(sql, args)
+            except _StaleConnection:
+                # A pooled connection that PostgreSQL closed (a restart), and its idle siblings with it: the pool
+                # replaces every broken one, then once more, so a restart costs no request (checking connections
+                # as they are handed out would cost a round trip on every lookup).
+                await self.pool.check()
+                return await self._query(sql, args)
+        except (psycopg.Error, PoolTimeout, OSError, _StaleConnection):
             self._down_until = time.monotonic() + BACKOFF_S
             log.warning("database lookup failed", exc_info=True)
             raise store_unavailable() from None
+
+    async def _query(self, sql: str, args: tuple) -> list[dict]:
+        async with self.pool.connection(timeout=2) as conn:
+            try:
+                cur = await conn.execute(sql, args, prepare=True)
+                return await cur.fetchall()
+            except psycopg.OperationalError as e:
+                if conn.broken:
+                    raise _StaleConnection() from e
+                raise
 
     async def key_row(self, key_id: str) -> dict | None:
         rows = await self._fetch("key", KEY_SQL, (key_id,))

@@ -18,7 +18,8 @@ with RAY_AUTH_MODE=token + RAY_AUTH_TOKEN_PATH. It is never printed. HTTP client
 State (pids, ports, paths) goes to ${TANDEM_RUNTIME_DIR}/ray-cluster.json.
 
 Environment knobs: TANDEM_RUNTIME_DIR, TANDEM_RAY_TEMP_DIR (default /tmp/tandem-ray: Unix socket paths
-must stay short), TANDEM_RAY_DASHBOARD_PORT, TANDEM_RAY_METRICS_PORT, TANDEM_RAY_GCS_PORT (default 6380,
+must stay short), TANDEM_RAY_DASHBOARD_PORT, TANDEM_RAY_METRICS_PORT, TANDEM_RAY_START_TIMEOUT (seconds the
+head may take to answer, default 240), TANDEM_RAY_GCS_PORT (default 6380,
 because Redis already owns 6379 on these machines), TANDEM_SERVE_HTTP_PORT (only reported: Serve's HTTP
 proxy port is set by http_options in the serve config PUT to the dashboard), TANDEM_RAY_NUM_CPUS (logical CPUs,
 default two per core: room for two deployments of the tiny model side by side).
@@ -281,7 +282,7 @@ def main() -> int:
                     default=int(os.environ.get("TANDEM_RAY_NUM_CPUS", 2 * (os.cpu_count() or 2))))
     ap.add_argument("--pool-units", type=int, default=100,
                     help="units of prefill_pool / decode_pool custom resource on the head (default 100)")
-    ap.add_argument("--timeout", type=float, default=120.0)
+    ap.add_argument("--timeout", type=float, default=float(os.environ.get("TANDEM_RAY_START_TIMEOUT", 240)))
     a = ap.parse_args()
     return {"start": cmd_start, "stop": cmd_stop, "status": cmd_status}[a.command](a)
 

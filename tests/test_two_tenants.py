@@ -113,10 +113,11 @@ def _refs(w, *, missing: bool) -> dict:
     them. One place: a new kind of parameter needs a line here (the tests below say which)."""
     if missing:
         return {"deployment": MISSING_ID, "team": "no-such-team-zz", "user": "no-such-user-zz", "key": MISSING_ID,
-                "token": MISSING_ID, "member": MISSING_ID, "event": MISSING_ID, "name": "pwned-m"}
+                "token": MISSING_ID, "member": MISSING_ID, "event": MISSING_ID, "name": "pwned-m",
+                "recommendation": "0000deadbeef"}
     return {"deployment": w["running"].pk, "team": w["victim"].slug, "user": w["bob"].username,
             "key": w["key"].pk, "token": w["token"].pk, "member": w["carol_m"].pk, "event": w["event"].pk,
-            "name": "pwned-v"}
+            "name": "pwned-v", "recommendation": "a1b2c3d4e5f6"}
 
 
 def _body(w, refs: dict, *, own_team: bool) -> dict:
@@ -158,7 +159,8 @@ def _schema_operations() -> list[tuple[str, str]]:
 REST_OPERATIONS = _schema_operations()
 # Path parameters of the schema, by resource (the path's segment before it) → which victim object fills them.
 REST_PARAMS = {"deployments": "deployment", "teams": "team", "members": "member", "api-keys": "key",
-               "tokens": "token", "users": "user", "events": "event", "clusters": None}
+               "tokens": "token", "users": "user", "events": "event", "clusters": None,
+               "recommendations": "recommendation"}
 
 
 def _rest_path(path: str, refs: dict, cluster: str) -> tuple[str, bool]:

@@ -7,7 +7,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from deployments.conditions import condition_set, conformance_passed, endpoint_ready
-from deployments.lifecycle import SETTLED, Status
+from deployments.lifecycle import PROGRESSING, SETTLED, Status
 from deployments.model_sources import source_roots_of
 from deployments.models import Deployment
 from deployments.redaction import internal_redact
@@ -25,11 +25,16 @@ log = logging.getLogger(__name__)
 MAX_BACKOFF = 60.0
 
 
+class LockLost(Exception):
+    """The pass no longer holds the deployment's reconcile lock (workers.reconcile): it must not touch the target."""
+
+
 class _Pass:
     """State for one pass: the deployment, the conditions it sets and the step events."""
 
-    def __init__(self, d: Deployment):
+    def __init__(self, d: Deployment, fence):
         self.d = d
+        self.fence = fence  # raises LockLost; run before each step, since steps call the target
         self.updates: dict[str, dict] = {}  # the conditions this pass set, merged into the row when written
 
     def cond(self, type, ok, reason, message=""):
@@ -37,6 +42,7 @@ class _Pass:
 
     def step(self, kind: str, fn):
         """Run one step; write an event with its duration when its outcome differs from the last one."""
+        self.fence()
         started = time.monotonic()
         result = fn()
         ms = int((time.monotonic() - started) * 1000)
@@ -56,30 +62,41 @@ def _backoff(attempt: int, hint: float | None) -> float:
     return max(hint or 0.0, base * (0.5 + random.random() / 2))
 
 
-def reconcile_pass(deployment_id: int) -> float | None:
-    """One pass of the numbered pipeline; returns seconds until the next pass, or None when settled."""
+def reconcile_pass(deployment_id: int, *, fence=lambda: None) -> float | None:
+    """One pass of the numbered pipeline; returns seconds until the next pass, or None when settled.
+
+    `fence` raises LockLost when the pass has lost its lock; it runs before every step that calls the target."""
     d = Deployment.objects.select_related("team", "cluster").filter(pk=deployment_id).first()
     if d is None or d.status in SETTLED:  # 1 load
         return None
-    p = _Pass(d)
+    p = _Pass(d, fence)
     try:
         return _run(p)
     except TransientError as e:
         # Counted on the row (the event is history): `d` is the row as this pass found it.
         deployment_observe(deployment_id=d.pk, transient_errors=d.transient_errors + 1)
         event_record(kind="transient_error", deployment=d, message=str(e))
-        _fail_if_stuck(p, str(e))
+        fail_if_stuck(d.pk, str(e))
         return _backoff(d.transient_errors, e.retry_after)
     except PermanentError as e:
         deployment_transition(deployment=d, to=Status.FAILED, reason=str(e))
         return None
 
 
-def _fail_if_stuck(p: _Pass, last_reason: str) -> None:
-    age = (timezone.now() - p.d.status_changed_at).total_seconds()
-    if p.d.status != Status.DELETING and age > settings.TANDEM_STUCK_AFTER_SECONDS:
-        deployment_transition(deployment=p.d, to=Status.FAILED,
-                              reason=f"Stuck for {int(age)} s; last observed: {last_reason}")
+def fail_if_stuck(deployment_id: int, last_reason: str) -> bool:
+    """Fail a deployment on its way somewhere (PROGRESSING) whose status has not changed for
+    TANDEM_STUCK_AFTER_SECONDS, saying what was last seen; True when it did. The one rule for "stuck", used when a
+    pass keeps meeting transient errors and when a pass cannot start because another never finishes."""
+    d = Deployment.objects.filter(pk=deployment_id, status__in=PROGRESSING).first()
+    if d is None:
+        return False
+    age = (timezone.now() - d.status_changed_at).total_seconds()
+    if age <= settings.TANDEM_STUCK_AFTER_SECONDS:
+        return False
+    deployment_transition(deployment=d, to=Status.FAILED,
+                          reason=f"Stuck for {int(age)} s while {d.status}; last observed: {last_reason.rstrip('.')}. "
+                                 "Retry it once that is fixed.")
+    return True
 
 
 def _run(p: _Pass) -> float | None:

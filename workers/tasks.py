@@ -1,11 +1,11 @@
 """Celery tasks: thin wrappers that take ids and call the reconciler."""
-from celery import shared_task
+from celery import current_app, shared_task
 from django.utils import timezone
 
 from deployments.services.budgets import budgets_check
 from deployments.services.pause import deployment_wake, deployments_pause_idle
 from gateway.selectors import last_request_by_deployment
-from workers import reconcile
+from workers import reconcile, resync
 
 
 @shared_task(acks_late=True, ignore_result=True)
@@ -18,10 +18,12 @@ def reconcile_deployment(deployment_id: int) -> None:
 
 @shared_task(ignore_result=True)
 def resync_deployments() -> int:
-    """Beat: re-enqueue every unsettled deployment, so a lost message only delays work."""
-    ids = reconcile.unsettled_deployment_ids()
-    for deployment_id in ids:
-        reconcile_deployment.delay(deployment_id)
+    """Beat: re-enqueue unsettled deployments and a rotating slice of running ones, so a lost message only delays
+    work; never more than the workers finish in one interval (workers.resync)."""
+    ids = resync.resync_slice(budget=resync.resync_budget())
+    with current_app.producer_or_acquire() as producer:  # one connection for the batch, not one per message
+        for deployment_id in ids:
+            reconcile_deployment.apply_async((deployment_id,), producer=producer)
     return len(ids)
 
 

@@ -115,9 +115,11 @@ AXES_LOCKOUT_CALLABLE = "frontend.views.auth.locked_out"  # 429, the wait, Retry
 AXES_CLIENT_IP_CALLABLE = "controlplane.client_ip.client_ip"
 
 # --- Database and Redis ----------------------------------------------------------------------------
+# Connections are kept for a minute and checked before their first use in each request or task, so a
+# PostgreSQL restart costs a reconnect, not a 500 on the first request of every web process.
 DATABASES = {
     "default": dj_database_url.parse(
-        env("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/tandem"), conn_max_age=60
+        env("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/tandem"), conn_max_age=60, conn_health_checks=True
     )
 }
 REDIS_URL = env("REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -195,6 +197,10 @@ TANDEM_CREDENTIAL_MAX_DAYS = env_int("TANDEM_CREDENTIAL_MAX_DAYS", 365)
 TANDEM_GATEWAY_BASE_URL = env("TANDEM_GATEWAY_BASE_URL", "http://127.0.0.1:8001/v1")
 TANDEM_RECONCILE_REQUEUE_SECONDS = env_float("TANDEM_RECONCILE_REQUEUE_SECONDS", 5.0)
 TANDEM_STUCK_AFTER_SECONDS = env_int("TANDEM_STUCK_AFTER_SECONDS", 1800)
+# Reconcile passes beat's resync (every 30 s) enqueues at most, less what still waits on the queue: keep it below
+# what the workers finish in 30 s (bench/scale.py measures a pass). Running deployments beyond it are looked at
+# in turn, each within ceil(running / batch) ticks.
+TANDEM_RESYNC_BATCH = env_int("TANDEM_RESYNC_BATCH", 300)
 TANDEM_ROLLUP_RETENTION_DAYS = env_int("TANDEM_ROLLUP_RETENTION_DAYS", 14)
 TANDEM_CONFORMANCE_RETENTION_DAYS = env_int("TANDEM_CONFORMANCE_RETENTION_DAYS", 30)
 # A running deployment still waiting for its first conformance result this long has its run started again.

@@ -6,6 +6,9 @@ from deployments.lifecycle import TERMINAL, Status
 from deployments.quota_rules import quota_gpus
 from deployments.spec import DeploymentSpec, spec_load
 
+# Waits for an approver: a request, or a proposed update of a running or failed one (the queue and its index).
+AWAITING_APPROVAL = models.Q(status=Status.PENDING_APPROVAL) | models.Q(proposed_spec__isnull=False)
+
 
 class Deployment(models.Model):
     """A team's PD deployment: the approved spec, a proposed change awaiting approval, and observed status.
@@ -44,7 +47,7 @@ class Deployment(models.Model):
     ready_estimate_seconds = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
-        ordering = ["-created_at"]
+        ordering = ["-created_at", "-id"]  # newest first; the id breaks ties, so pages never overlap
         constraints = [
             models.UniqueConstraint(
                 fields=["team", "name"],
@@ -52,7 +55,15 @@ class Deployment(models.Model):
                 name="unique_live_deployment_name_per_team",
             )
         ]
-        indexes = [models.Index(fields=["status"])]
+        indexes = [
+            models.Index(fields=["status"]),
+            # Every list is newest first, a page at a time: all deployments (platform admins), a team's (portal, API).
+            models.Index(fields=["-created_at", "-id"], name="deployment_newest"),
+            models.Index(fields=["team", "-created_at", "-id"], name="deployment_team_newest"),
+            # The approvals queue, oldest first: only what waits is indexed (the same condition as the queue's).
+            models.Index(fields=["created_at", "id"], name="deployment_awaiting",
+                         condition=AWAITING_APPROVAL),
+        ]
 
     def __str__(self):
         return f"{self.team}/{self.name}"

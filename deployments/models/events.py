@@ -23,6 +23,9 @@ class Event(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        # The audit trail is read newest first, for a deployment (its page and API) and for a team (the API).
+        indexes = [models.Index(fields=["deployment", "-created_at", "-id"], name="event_deployment_newest"),
+                   models.Index(fields=["team", "-created_at", "-id"], name="event_team_newest")]
 
     def save(self, *args, **kwargs):
         if self.pk is not None:

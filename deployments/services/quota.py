@@ -1,18 +1,37 @@
 """GPU quota: what a team holds, and the check made at request and at approval."""
+from django.db.models import Count
+from django.db.models.fields.json import KT
+
 from deployments.errors import QuotaExceeded
 from deployments.lifecycle import HOLDS_QUOTA
 from deployments.models import Deployment, Team
-from deployments.quota_rules import quota_gpus
-from deployments.spec import spec_load
+from deployments.quota_rules import pools_quota_gpus
+from deployments.serve_config import STAGES
+
+# What the count depends on, per stage: deployments alike in these are counted once, times how many there are.
+_POOL_FIELDS = {f"{stage}_{field}": KT(f"spec__{stage}__{field}")
+                for stage in STAGES for field in ("instance_type", "nodes", "gpus_per_node")}
+
+
+def teams_gpus_held(*, team_ids, exclude_id: int | None = None) -> dict[int, int]:
+    """GPUs each team's deployments hold now (those in a status that holds quota), optionally but one, counted
+    as provisioned (deployments.quota_rules). One query for any number of teams and deployments: PostgreSQL
+    groups the deployments by the pools' shape and cluster kind, and each shape is counted once."""
+    qs = Deployment.objects.filter(team_id__in=team_ids, status__in=HOLDS_QUOTA)
+    if exclude_id is not None:
+        qs = qs.exclude(pk=exclude_id)
+    rows = qs.values("team_id", "cluster__kind", **_POOL_FIELDS).annotate(n=Count("id")).order_by()
+    held = dict.fromkeys(team_ids, 0)
+    for row in rows:
+        pools = {stage: (row[f"{stage}_instance_type"], int(row[f"{stage}_nodes"]), int(row[f"{stage}_gpus_per_node"]))
+                 for stage in STAGES}
+        held[row["team_id"]] += row["n"] * pools_quota_gpus(pools, target_kind=row["cluster__kind"])
+    return held
 
 
 def team_gpus_held(*, team: Team, exclude_id: int | None = None) -> int:
-    """GPUs the team's deployments hold now (those in a status that holds quota), optionally but one, counted
-    as provisioned (deployments.quota_rules)."""
-    qs = Deployment.objects.filter(team=team, status__in=HOLDS_QUOTA)
-    if exclude_id is not None:
-        qs = qs.exclude(pk=exclude_id)
-    return sum(quota_gpus(spec_load(s), target_kind=kind) for s, kind in qs.values_list("spec", "cluster__kind"))
+    """GPUs one team holds now (teams_gpus_held)."""
+    return teams_gpus_held(team_ids=[team.pk], exclude_id=exclude_id)[team.pk]
 
 
 def quota_check(*, team: Team, gpus: int, exclude_id: int | None = None) -> None:

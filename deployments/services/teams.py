@@ -38,7 +38,7 @@ def _lifetime_errors(default_days, max_days) -> None:
 @transaction.atomic
 def team_create(*, actor, slug: str, name: str, gpu_quota: int = 0, allow_self_approval: bool = False,
                 credential_default_days: int = 90, credential_max_days: int = 365,
-                monthly_budget_usd: int | None = None) -> Team:
+                monthly_budget_usd: int | None = None, auto_apply_recommendations: bool = False) -> Team:
     """Create a team (platform admins only)."""
     if not is_platform_admin(actor):
         raise NotAllowed("Only platform admins can create teams.")
@@ -47,7 +47,7 @@ def team_create(*, actor, slug: str, name: str, gpu_quota: int = 0, allow_self_a
     _lifetime_errors(credential_default_days, credential_max_days)
     settings_ = {"gpu_quota": gpu_quota, "allow_self_approval": allow_self_approval,
                  "credential_default_days": credential_default_days, "credential_max_days": credential_max_days,
-                 "monthly_budget_usd": monthly_budget_usd}
+                 "monthly_budget_usd": monthly_budget_usd, "auto_apply_recommendations": auto_apply_recommendations}
     team = Team.objects.create(slug=slug, name=name, **settings_)
     event_record(kind="team_created", team=team, actor=actor, after={"slug": slug, **settings_})
     return team

@@ -1,34 +1,47 @@
 """The approvals queue: requests and proposed updates this user may decide, with what changed, plan, cost and
 quota impact; each decision is bound to the generation (and proposed spec) shown here."""
 from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
 
 from deployments import selectors
+from deployments.lifecycle import HOLDS_QUOTA
 from deployments.model_sources import source_roots_of
 from deployments.quota_rules import quota_gpus
+from deployments.services.quota import teams_gpus_held
 from deployments.spec import spec_load
 from deployments.spec_diff import spec_changes, spec_hourly_cost
 from frontend import planning
 from frontend.views.base import render_page
 
+QUEUE_PAGE_SIZE = 20
+
 
 @login_required
 def approval_queue(request):
-    """What waits for this user's decision (team admins: their teams; platform admins: everything)."""
-    items = []
-    for d in selectors.deployments_awaiting_approval_by(request.user).order_by("created_at"):
-        is_update = d.proposed_spec is not None
-        spec = spec_load(d.proposed_spec) if is_update else d.spec_typed
-        kind = d.cluster.kind
-        plan, note = planning.plan_for_stored(spec, source_roots=source_roots_of(cluster=d.cluster, team=d.team))
-        note = f"{note} GPUs, quota and cost are below." if plan is None else note
-        gpus = quota_gpus(spec, target_kind=kind)
-        items.append({
-            "d": d, "spec": spec, "is_update": is_update, "current_gpus": d.quota_gpus,
-            "changes": spec_changes(d.spec_typed, spec) if is_update else [],
-            "cost_before": spec_hourly_cost(d.spec_typed) if is_update else None,
-            "plan": plan, "plan_note": note, "cost": spec_hourly_cost(spec),
-            "author": d.proposed_by or d.requested_by,
-            "quota": planning.quota_view(team=d.team, gpus=gpus, exclude_id=d.pk,
-                                         basis=planning.stored_quota_basis(spec, target_kind=kind)),
-        })
-    return render_page(request, "approvals/queue.html", {"items": items})
+    """What waits for this user's decision (team admins: their teams; platform admins: everything), oldest first,
+    a page at a time."""
+    queue = selectors.deployments_awaiting_approval_by(request.user).order_by("created_at", "id")
+    page = Paginator(queue, QUEUE_PAGE_SIZE).get_page(request.GET.get("page"))
+    held = teams_gpus_held(team_ids={d.team_id for d in page})  # one query for the page, not one per item
+    return render_page(request, "approvals/queue.html", {"items": [_item(d, held[d.team_id]) for d in page],
+                                                          "page": page})
+
+
+def _item(d, team_held: int) -> dict:
+    """One request or proposed update as an approver reviews it; `team_held` is what its team holds in all."""
+    is_update = d.proposed_spec is not None
+    spec = spec_load(d.proposed_spec) if is_update else d.spec_typed
+    kind = d.cluster.kind
+    plan, note = planning.plan_for_stored(spec, source_roots=source_roots_of(cluster=d.cluster, team=d.team))
+    note = f"{note} GPUs, quota and cost are below." if plan is None else note
+    gpus = quota_gpus(spec, target_kind=kind)
+    held_by_others = team_held - (d.quota_gpus if d.status in HOLDS_QUOTA else 0)
+    return {
+        "d": d, "spec": spec, "is_update": is_update, "current_gpus": d.quota_gpus,
+        "changes": spec_changes(d.spec_typed, spec) if is_update else [],
+        "cost_before": spec_hourly_cost(d.spec_typed) if is_update else None,
+        "plan": plan, "plan_note": note, "cost": spec_hourly_cost(spec),
+        "author": d.proposed_by or d.requested_by,
+        "quota": planning.quota_view(team=d.team, gpus=gpus, held=held_by_others,
+                                     basis=planning.stored_quota_basis(spec, target_kind=kind)),
+    }

@@ -2,6 +2,7 @@
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
 from django.db.models import Q
 from django.shortcuts import get_object_or_404, redirect
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -23,13 +24,15 @@ from frontend.views.advice import targets_context
 from frontend.views.base import render_page, require_team, team_required
 from frontend.views.status import deployment_state, timeline
 
+LIST_PAGE_SIZE = 50
 STATUS_FILTERS = [("", "Any status")] + [(s.value, s.label) for s in Status]
 
 
 @login_required
 @team_required
 def deployment_list(request):
-    """The current team's deployments, filtered by status and cluster and searched by name or model."""
+    """The current team's deployments, newest first, a page at a time, filtered by status and cluster and searched
+    by name or model."""
     team = require_team(request)
     qs = selectors.deployments_visible_to(request.user).filter(team=team)
     status, cluster, q = (request.GET.get(k, "").strip() for k in ("status", "cluster", "q"))
@@ -39,9 +42,10 @@ def deployment_list(request):
         qs = qs.filter(cluster__name=cluster)
     if q:
         qs = qs.filter(Q(name__icontains=q) | Q(spec__model_id__icontains=q))
-    rows = [{"d": d, "gpus": d.quota_gpus} for d in qs]
+    page = Paginator(qs.order_by("-created_at", "-id"), LIST_PAGE_SIZE).get_page(request.GET.get("page"))
+    rows = [{"d": d, "gpus": d.quota_gpus} for d in page]
     context = {
-        "team": team, "rows": rows, "filters": {"status": status, "cluster": cluster, "q": q},
+        "team": team, "rows": rows, "page": page, "filters": {"status": status, "cluster": cluster, "q": q},
         "filtered": bool(status or cluster or q), "status_choices": STATUS_FILTERS,
         "clusters": Cluster.objects.order_by("name").values_list("name", flat=True),
     }

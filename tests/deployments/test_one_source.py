@@ -15,7 +15,7 @@ from gateway.routing import Route
 from gateway.store import Store
 from tests.factories import ClusterFactory, DeploymentFactory, TeamFactory
 from workers.pipeline import reconcile_pass
-from workers.reconcile import unsettled_deployment_ids
+from workers.resync import resync_slice
 
 ROOT = Path(__file__).resolve().parents[2]
 APPS = ("controlplane", "deployments", "workers", "observability", "gateway", "frontend", "bench", "local")
@@ -54,9 +54,9 @@ def test_the_gateway_routes_exactly_the_live_set_and_serves_exactly_the_serving_
     assert serving == set(SERVING)
 
 
-def test_the_reconciler_resyncs_the_reconciled_set_and_stops_at_once_for_settled_ones(one_per_status):
+def test_the_reconciler_resyncs_the_reconciled_set_and_stops_at_once_for_settled_ones(one_per_status, redis_client):
     _, by_status = one_per_status
-    resynced = set(unsettled_deployment_ids())
+    resynced = set(resync_slice(budget=len(by_status)))
     assert {d.status for d in by_status.values() if d.pk in resynced} == set(RECONCILED)
     for status in SETTLED:
         d = by_status[status]

@@ -7,10 +7,12 @@ Extensions (kept here, never in the product code):
 - bearer-token auth (401 without the right token, or without the EKS token prefix);
 - injected faults: the next N requests matching a method and path get a status (409/429/500/410...);
 - a stall: a RayService create is stored, then its answer held back (to kill a worker mid-provision);
+- a hold: the next N requests matching a method and path wait before they are handled (a slow call in flight);
 - "KubeRay": a RayService reads as Ready with its Serve application RUNNING `ready_after` seconds after its
   spec last changed (or DEPLOY_FAILED when `fail_apps` is set).
 """
 import asyncio
+import functools
 import itertools
 import json
 import logging
@@ -51,6 +53,16 @@ class Fault:
     headers: dict = attrs.field(factory=dict)
 
 
+@attrs.define
+class Hold:
+    method: str
+    path: re.Pattern
+    seconds: float
+    count: int = 1
+    started: threading.Event = attrs.field(factory=threading.Event)  # a matching request arrived and waits
+    done: threading.Event = attrs.field(factory=threading.Event)  # its wait is over; it is handled now
+
+
 @attrs.define(kw_only=True)
 class KubeRayEmulator(kmock.KubernetesEmulator):
     """KubernetesEmulator + real-server metadata, PUT, auth, faults, stalls and a stand-in KubeRay."""
@@ -61,9 +73,11 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
     operator_enabled: bool = True
     token: str | None = None
     token_prefix: str | None = None
+    token_max_age: float | None = None  # EKS-style tokens signed longer ago than this are refused (expired)
     stall_rayservice_create: float = 0.0
     stalled: threading.Event = attrs.field(factory=threading.Event)
     faults: list[Fault] = attrs.field(factory=list)
+    holds: list[Hold] = attrs.field(factory=list)
     hits: list[tuple[str, str]] = attrs.field(factory=list)
     namespaces: dict[str, dict] = attrs.field(factory=dict)
     authorizations: list[str] = attrs.field(factory=list)  # what clients sent, for auth assertions
@@ -85,6 +99,13 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
         """The next `count` requests with this method whose path matches the regex get `status`."""
         self.faults.append(Fault(method.upper(), re.compile(path), status, count, headers or {}))
 
+    def hold(self, method: str, path: str, seconds: float, *, count: int = 1) -> Hold:
+        """The next `count` requests with this method whose path matches the regex wait `seconds`, then are
+        handled as usual (nothing is stored before the wait ends)."""
+        held = Hold(method.upper(), re.compile(path), seconds, count)
+        self.holds.append(held)
+        return held
+
     def rayservices(self) -> list[dict]:
         """Every RayService that exists now."""
         return [obj.raw for (res, _, _), obj in list(self.objects.items()) if res == RAYSERVICES and not obj.deleted]
@@ -97,6 +118,13 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
 
     # --- request handling -----------------------------------------------------------------------------
     async def __call__(self, raw_request):
+        for held in self.holds:
+            if held.count > 0 and held.method == raw_request.method and held.path.search(raw_request.path):
+                held.count -= 1
+                held.started.set()
+                await asyncio.sleep(held.seconds)
+                held.done.set()
+                break
         # kmock parses /api/v1/namespaces[/name] as a namespace prefix, not as the Namespace resource;
         # namespaces are served here instead.
         if match := NAMESPACE_PATH.match(raw_request.path):
@@ -143,8 +171,9 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
         if (refused := self._guard(request.method.value, request.url.path, request.headers)) is not None:
             return refused
         if request.resource == RAYSERVICES and request.action in (kmock.action.FETCH, kmock.action.LIST):
-            async with self._lock:
-                self._operate()
+            async with self._lock:  # a read of one RayService brings that one up to date (a list: all of them)
+                self._operate(only=(request.namespace, request.name) if request.action == kmock.action.FETCH
+                              else None)
         if request.method == kmock.method.PUT and request.name:
             return await self._replace(request)
         creating = request.action == kmock.action.CREATE and isinstance(request.data, dict)
@@ -169,7 +198,20 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
         given = headers.get("Authorization", "")
         ok = given == f"Bearer {self.token}" if self.token is not None else \
             given.startswith(f"Bearer {self.token_prefix}")
+        if ok and self.token_max_age is not None and self._signed_age(given) > self.token_max_age:
+            ok = False  # as EKS refuses a presigned token past its lifetime
         return None if ok else self._status(401, "Unauthorized", "Unauthorized")
+
+    @staticmethod
+    def _signed_age(authorization: str) -> float:
+        """Seconds since an EKS token (a presigned STS URL, base64) was signed: its X-Amz-Date."""
+        import base64
+        from urllib.parse import parse_qs, urlsplit
+
+        token = authorization.removeprefix("Bearer k8s-aws-v1.")
+        url = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
+        signed = datetime.strptime(parse_qs(urlsplit(url).query)["X-Amz-Date"][0], "%Y%m%dT%H%M%SZ")
+        return (datetime.now(UTC) - signed.replace(tzinfo=UTC)).total_seconds()
 
     def _fault(self, method: str, path: str):
         for fault in self.faults:
@@ -221,17 +263,17 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
                 self._changed[(request.namespace, request.name)] = time.monotonic()
             return aiohttp.web.json_response(new)
 
-    def _operate(self) -> None:
-        """The stand-in KubeRay: write each RayService's status from how long ago its spec changed."""
+    def _operate(self, *, only: tuple | None = None) -> None:
+        """The stand-in KubeRay: write each RayService's status (or only that of `(namespace, name)`) from how
+        long ago its spec changed."""
         if not self.operator_enabled:
             return
         for (res, ns, name), obj in list(self.objects.items()):
-            if res != RAYSERVICES or obj.deleted:
+            if res != RAYSERVICES or obj.deleted or (only is not None and (ns, name) != only):
                 continue
             raw = obj.raw
             generation = raw.get("metadata", {}).get("generation", 1)
-            apps = [a["name"] for a in yaml.safe_load(raw.get("spec", {}).get("serveConfigV2") or "{}")
-                    .get("applications", [])]
+            apps = _app_names(raw.get("spec", {}).get("serveConfigV2") or "{}")
             ready = time.monotonic() - self._changed.get((ns, name), 0) >= self.ready_after
             app_status = ("DEPLOY_FAILED" if self.fail_apps else "RUNNING") if ready else "DEPLOYING"
             now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -249,6 +291,13 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
             if raw.get("status") != status:
                 obj.patch({"status": None})
                 obj.patch({"status": status})
+
+
+@functools.lru_cache(maxsize=4096)
+def _app_names(serve_config: str) -> tuple[str, ...]:
+    """The Serve applications a RayService's config names (parsed once per config: every fetch operates on
+    every RayService, and a bench holds hundreds)."""
+    return tuple(a["name"] for a in yaml.safe_load(serve_config).get("applications", []))
 
 
 class EmulatorThread:

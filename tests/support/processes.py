@@ -38,17 +38,26 @@ def worker_environment(tmp_path: Path, **overrides) -> dict:
 class Worker:
     """A real `celery worker` subprocess on the test database and Redis."""
 
-    def __init__(self, env: dict):
+    def __init__(self, env: dict, *, concurrency: int = 0):
+        """concurrency 0: `--pool=solo` (one task at a time, in the process); N: the prefork pool production runs,
+        N child processes."""
         self.env = env
+        self.concurrency = concurrency
         self.proc: subprocess.Popen | None = None
         self.log = open(env["TANDEM_WORKER_LOG"], "ab")
 
     def start(self) -> "Worker":
-        cmd = [sys.executable, "-m", "celery", "-A", "controlplane", "worker", "--pool=solo", "-l", "WARNING",
+        pool = ["--pool=prefork", f"--concurrency={self.concurrency}"] if self.concurrency else ["--pool=solo"]
+        cmd = [sys.executable, "-m", "celery", "-A", "controlplane", "worker", *pool, "-l", "WARNING",
                "--without-heartbeat", "--without-gossip", "--without-mingle"]
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=self.log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
         return self
+
+    def children(self) -> list[int]:
+        """The prefork pool's child processes (the ones that run tasks)."""
+        path = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
+        return [int(pid) for pid in path.read_text().split()] if path.exists() else []
 
     def kill(self) -> None:
         """SIGKILL: no cleanup, no ack, connections dropped by the kernel."""

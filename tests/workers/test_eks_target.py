@@ -1,5 +1,6 @@
 """The eks driver over real HTTP: boto3 against moto's server (EKS, STS) and the emulated Kubernetes API."""
 import base64
+import time
 
 import boto3
 import pytest
@@ -7,6 +8,7 @@ import pytest
 from deployments.models import Cluster
 from tests.factories import ClusterFactory, DeploymentFactory, TeamFactory
 from tests.support.moto_server import eks_cluster_create
+from tests.support.processes import wait_for
 from tests.workers.conftest import gpu_spec
 from workers.targets.base import PermanentError, TransientError
 from workers.targets.eks import EksTarget
@@ -186,3 +188,84 @@ def test_a_node_group_named_before_ids_is_kept_by_its_own_deployment(aws, deploy
     assert target.node_selectors(deployment)["decode"] == {"eks.amazonaws.com/nodegroup": legacy["decode"]}
     _torn_down(EksTarget(deployment.cluster), deployment)
     assert _eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"] == []
+
+
+# --- faults EKS reports: injected into moto's own state, driven through the reconcile pipeline ------------------
+@pytest.fixture
+def approved(eks_cluster, redis_client):
+    """An approved deployment the pipeline drives onto the EKS cluster (whose model sources allow the spec)."""
+    from deployments.lifecycle import Status
+    from tests.factories import MODEL_SOURCES
+
+    eks_cluster.config["model_sources"] = MODEL_SOURCES
+    eks_cluster.save()
+    spec = gpu_spec(prefill=_pool("p5.48xlarge", 8, 8), decode=_pool("g6e.xlarge", 1, 1, nodes=2))
+    return DeploymentFactory(team=TeamFactory(slug="ml-research"), cluster=eks_cluster, name="llama", spec=spec,
+                             status=Status.APPROVED)
+
+
+def _moto_cluster(name: str = "gpu-prod"):
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.eks.models import eks_backends
+
+    return eks_backends[DEFAULT_ACCOUNT_ID][REGION].clusters[name]
+
+
+def _passed(d):
+    from deployments.models import Deployment
+    from workers.pipeline import reconcile_pass
+
+    reconcile_pass(d.pk)
+    return Deployment.objects.get(pk=d.pk)
+
+
+@pytest.mark.parametrize(("status", "advice"), [
+    ("CREATE_FAILED", "Check the instance type's availability and quota in the cluster's subnets, then retry."),
+    ("DEGRADED", "fix it in the EKS console, then retry."),
+])
+def test_a_node_group_that_fails_or_degrades_fails_the_deployment_with_eks_words_and_what_to_do(
+        aws, approved, status, advice):
+    assert _passed(approved).status == "provisioning"  # the node groups are asked for
+    group = _moto_cluster().nodegroups[f"tandem-d{approved.pk}-prefill"]
+    group.status = status
+    group.health = {"issues": [{"code": "InsufficientFreeAddresses", "resourceIds": ["subnet-1"],
+                                "message": "Subnet subnet-1 has no free addresses"}]}
+    d = _passed(approved)
+    assert d.status == "failed"
+    assert f"Node group tandem-d{approved.pk}-prefill " in d.status_reason
+    assert "InsufficientFreeAddresses: Subnet subnet-1 has no free addresses" in d.status_reason
+    assert d.status_reason.endswith(advice)
+
+
+def test_a_cluster_that_is_not_active_is_waited_for_and_a_failed_one_fails_the_deployment(aws, approved):
+    _moto_cluster().status = "UPDATING"
+    d = _passed(approved)
+    assert d.status == "provisioning" and d.transient_errors == 1, d.status_reason
+    assert d.events.filter(kind="transient_error").get().message == \
+        "EKS cluster gpu-prod is UPDATING; waiting for ACTIVE."
+    _moto_cluster().status = "FAILED"
+    d = _passed(approved)
+    assert d.status == "failed"
+    assert d.status_reason == ("EKS cluster gpu-prod is FAILED: nothing can run on it. Fix or recreate it in the "
+                               "EKS console (or register another cluster), then retry.")
+
+
+def test_a_provision_longer_than_the_token_lives_keeps_its_credentials(aws, emulator, approved):
+    """EKS refuses a presigned token some time after it was signed (15 minutes; 2 s here). Each pass signs its own
+    (a pass lasts at most the task time limit, under the token's life), so a provision that takes longer than
+    the token lives reaches running without a 401."""
+    emulator.token_max_age, emulator.ready_after = 2.0, 4.0
+    started = time.monotonic()
+    d = wait_for(lambda: (r := _passed(approved)).status in ("running", "failed") and r, timeout=30, every=0.3,
+                 what="running")
+    assert d.status == "running", d.status_reason
+    assert time.monotonic() - started > emulator.token_max_age
+    assert len(set(emulator.authorizations)) > 1  # tokens signed at different times
+
+
+def test_a_token_eks_refuses_fails_the_deployment_saying_what_the_worker_needs(aws, emulator, approved):
+    emulator.token_max_age = -1.0  # every token refused, as for an IAM role the cluster does not let in
+    d = wait_for(lambda: (r := _passed(approved)).status == "failed" and r, timeout=20, every=0.2, what="failed")
+    assert d.status_reason.startswith("Kubernetes refused Tandem's credentials on eks-prod (401)")
+    assert "give the worker's IAM role access to the cluster (an EKS access entry" in d.status_reason
+    assert "kubeconfig" not in d.status_reason

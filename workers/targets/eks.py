@@ -24,6 +24,7 @@ THROTTLING = {"Throttling", "ThrottlingException", "TooManyRequestsException", "
 DENIED = {"AccessDeniedException", "UnauthorizedOperation", "UnrecognizedClientException",
           "InvalidClientTokenId", "ExpiredTokenException"}
 WAITING = {"CREATING", "UPDATING", "DELETING"}
+CLUSTER_BROKEN = {"FAILED", "DELETING"}  # an EKS cluster in these will not become ACTIVE by waiting
 NODEGROUP_LABEL = "eks.amazonaws.com/nodegroup"  # EKS puts it on every node of a managed node group
 # A paused deployment's node groups: no nodes, kept so a resume resizes them rather than creating them (EKS wants
 # maxSize of at least 1).
@@ -52,14 +53,24 @@ def _scaling(pool: PoolSpec) -> dict:
     return {"minSize": pool.nodes, "maxSize": pool.nodes, "desiredSize": pool.nodes}
 
 
+def _issues(ng: dict) -> str:
+    """What EKS reports wrong with a node group, in its own words."""
+    return "; ".join(f"{i.get('code', '')}: {i.get('message', '')}".strip(": ")
+                     for i in ng.get("health", {}).get("issues", [])) or "EKS gives no detail"
+
+
 class EksTarget(KubernetesTarget):
     """Drives a deployment onto an EKS cluster, managing the prefill and decode node groups."""
+
+    ACCESS = ("give the worker's IAM role access to the cluster (an EKS access entry, or its aws-auth mapping) "
+              "and check the worker's clock (a token signed by a skewed clock reads as expired)")
 
     def __init__(self, cluster, *, api=None, session=None):
         super().__init__(cluster, api=api)
         self._session = session
         self._eks = None
         self._names: dict[tuple[int, str], str] = {}
+        self._cluster_info: dict | None = None
 
     @property
     def region(self) -> str:
@@ -83,12 +94,24 @@ class EksTarget(KubernetesTarget):
         except (ClientError, BotoCoreError) as e:
             raise aws_error(e, doing=doing) from None
 
+    def _active_cluster(self) -> dict:
+        """DescribeCluster, once per pass: an ACTIVE cluster, else wait for it (creating, updating) or fail (failed,
+        deleting). EKS refuses node group changes on a cluster that is not ACTIVE, so this comes first."""
+        if self._cluster_info is None:
+            info = self._aws(f"describing EKS cluster {self.eks_name}", self.eks.describe_cluster,
+                             name=self.eks_name)["cluster"]
+            status = info.get("status")
+            if status in CLUSTER_BROKEN:
+                raise PermanentError(f"EKS cluster {self.eks_name} is {status}: nothing can run on it. Fix or "
+                                     "recreate it in the EKS console (or register another cluster), then retry.")
+            if status != "ACTIVE":  # creating, updating, pending: it comes back by itself
+                raise TransientError(f"EKS cluster {self.eks_name} is {status}; waiting for ACTIVE.")
+            self._cluster_info = info
+        return self._cluster_info
+
     def build_api(self):
         """Endpoint and CA from DescribeCluster, a fresh STS-presigned bearer token; no kubeconfig, no CLI."""
-        info = self._aws(f"describing EKS cluster {self.eks_name}", self.eks.describe_cluster,
-                         name=self.eks_name)["cluster"]
-        if info.get("status") != "ACTIVE":
-            raise TransientError(f"EKS cluster {self.eks_name} is {info.get('status')}; waiting for ACTIVE.")
+        info = self._active_cluster()
         host = self.cluster.config.get("kubernetes_endpoint_url") or info["endpoint"]
         try:
             token = clients.eks_bearer_token(session=self._session, cluster_name=self.eks_name, region=self.region,
@@ -180,9 +203,8 @@ class EksTarget(KubernetesTarget):
         self._require_owned(deployment, ng, doing="use, resize or replace")
         status = ng.get("status")
         if status == "CREATE_FAILED":
-            issues = "; ".join(i.get("message", "") for i in ng.get("health", {}).get("issues", [])) or "no detail"
-            raise PermanentError(f"Node group {name} could not be created ({issues}). Check the instance type's "
-                                 "availability and quota in the cluster's subnets, then retry.")
+            raise PermanentError(f"Node group {name} could not be created ({_issues(ng)}). Check the instance "
+                                 "type's availability and quota in the cluster's subnets, then retry.")
         if status in WAITING:
             return False, f"{name}: {status.lower()}"
         if pool.instance_type not in (ng.get("instanceTypes") or []):
@@ -196,12 +218,14 @@ class EksTarget(KubernetesTarget):
             self._aws(f"resizing node group {name}", self.eks.update_nodegroup_config, clusterName=self.eks_name,
                       nodegroupName=name, scalingConfig=want)
             return False, f"{name}: resizing to {pool.nodes} node(s)"
-        if status != "ACTIVE":
-            raise PermanentError(f"Node group {name} is {status}; fix it in the EKS console, then retry.")
+        if status != "ACTIVE":  # DEGRADED, DELETE_FAILED: EKS says why in its health issues
+            raise PermanentError(f"Node group {name} is {status} ({_issues(ng)}); fix it in the EKS console, then "
+                                 "retry.")
         return True, f"{name}: {pool.nodes} × {pool.instance_type} active"
 
     def ensure_node_pools(self, deployment) -> Step:
         """Both stages' node groups exist, ACTIVE, with the requested instance type and size."""
+        self._active_cluster()
         results = [self._ensure_one(deployment, stage) for stage in STAGES]
         return Step(ready=all(ok for ok, _ in results), message="; ".join(m for _, m in results))
 

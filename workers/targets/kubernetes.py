@@ -22,7 +22,10 @@ GROUP, VERSION, PLURAL = "ray.io", "v1", "rayservices"
 TIMEOUT = (5, 20)  # connect, read seconds for every API call
 
 
-def api_error(e: Exception, *, doing: str, cluster: str) -> Exception:
+KUBECONFIG_ACCESS = "check the kubeconfig's user and its RBAC"
+
+
+def api_error(e: Exception, *, doing: str, cluster: str, access: str = KUBECONFIG_ACCESS) -> Exception:
     """Classify a Kubernetes client failure as transient (retry) or permanent (tell the user)."""
     if isinstance(e, (urllib3.exceptions.HTTPError, OSError)):
         return TransientError(f"Cannot reach the Kubernetes API of {cluster} while {doing}: {type(e).__name__}.")
@@ -37,8 +40,7 @@ def api_error(e: Exception, *, doing: str, cluster: str) -> Exception:
         return TransientError(f"Kubernetes answered {status} while {doing} on {cluster}: {reason}; retrying.")
     if status in (401, 403):
         return PermanentError(f"Kubernetes refused Tandem's credentials on {cluster} ({status}) while {doing}: "
-                              "check the kubeconfig's user and its RBAC (Tandem needs to manage namespaces, "
-                              "services and ray.io rayservices).")
+                              f"{access} (Tandem needs to manage namespaces, services and ray.io rayservices).")
     if status in (400, 422):
         return PermanentError(f"Kubernetes rejected the manifest while {doing} on {cluster}: {reason}")
     return PermanentError(f"Kubernetes answered {status} while {doing} on {cluster}: {reason}")
@@ -58,6 +60,8 @@ def _status_message(e: ApiException) -> str:
 
 class KubernetesTarget(Target):
     """Drives a deployment onto a Kubernetes cluster that runs KubeRay."""
+
+    ACCESS = KUBECONFIG_ACCESS  # what to check when the API server refuses the credentials
 
     def __init__(self, cluster, *, api: k8s.ApiClient | None = None):
         super().__init__(cluster)
@@ -79,7 +83,7 @@ class KubernetesTarget(Target):
         try:
             return fn(*args, _request_timeout=TIMEOUT, **kwargs)
         except (ApiException, urllib3.exceptions.HTTPError, OSError) as e:
-            raise api_error(e, doing=doing, cluster=self.cluster.name) from None
+            raise api_error(e, doing=doing, cluster=self.cluster.name, access=self.ACCESS) from None
 
     def _get(self, doing: str, fn: Callable, *args):
         """Read one object as a dict, or None when it does not exist."""
@@ -88,9 +92,9 @@ class KubernetesTarget(Target):
         except ApiException as e:
             if e.status == 404:
                 return None
-            raise api_error(e, doing=doing, cluster=self.cluster.name) from None
+            raise api_error(e, doing=doing, cluster=self.cluster.name, access=self.ACCESS) from None
         except (urllib3.exceptions.HTTPError, OSError) as e:
-            raise api_error(e, doing=doing, cluster=self.cluster.name) from None
+            raise api_error(e, doing=doing, cluster=self.cluster.name, access=self.ACCESS) from None
         return result if isinstance(result, dict) else self.api.sanitize_for_serialization(result)
 
     # --- names ----------------------------------------------------------------------------------------
@@ -206,9 +210,9 @@ class KubernetesTarget(Target):
             # A namespace made since we read it is fine if it is ours (another worker); anyone else's is refused.
             if e.status == 409 and kind == "Namespace" and (current := self._read(obj)) is not None:
                 return self._require_our_namespace(current, obj)
-            raise api_error(e, doing=f"creating the {kind}", cluster=self.cluster.name) from None
+            raise api_error(e, doing=f"creating the {kind}", cluster=self.cluster.name, access=self.ACCESS) from None
         except (urllib3.exceptions.HTTPError, OSError) as e:
-            raise api_error(e, doing=f"creating the {kind}", cluster=self.cluster.name) from None
+            raise api_error(e, doing=f"creating the {kind}", cluster=self.cluster.name, access=self.ACCESS) from None
 
     def _replace(self, obj: dict, current: dict) -> None:
         kind, meta = obj["kind"], obj["metadata"]
@@ -253,9 +257,9 @@ class KubernetesTarget(Target):
             fn()
         except ApiException as e:
             if e.status != 404:
-                raise api_error(e, doing=doing, cluster=self.cluster.name) from None
+                raise api_error(e, doing=doing, cluster=self.cluster.name, access=self.ACCESS) from None
         except (urllib3.exceptions.HTTPError, OSError) as e:
-            raise api_error(e, doing=doing, cluster=self.cluster.name) from None
+            raise api_error(e, doing=doing, cluster=self.cluster.name, access=self.ACCESS) from None
 
     def _namespace_release(self, namespace: str, team_slug: str) -> bool:
         """Delete the team namespace when it is this team's and no RayService of Tandem's is left in it; whether
