@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import os
 import re
-import shutil
 import signal
 import statistics
 import subprocess
@@ -25,7 +24,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PG_BIN = Path("/usr/local/bin")
 SCENARIOS = {"fast": "", "paced": "chunks=16,gap=0.02"}
 MAX_STALE_S = 6.0  # the gateway's TANDEM_GATEWAY_KEY_MAX_STALE_S here: longer than a PostgreSQL restart
 
@@ -36,48 +34,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-class Postgres:
-    """A throwaway PostgreSQL cluster on a free port (run as the `postgres` user when this runs as root)."""
-
-    def __init__(self, base: Path):
-        self.dir, self.port = base / "pg", free_port()
-        self.url = f"postgres://postgres@127.0.0.1:{self.port}/soak"
-        self.as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-        self.log = base / "postgres.log"
-
-    def _run(self, *args):
-        subprocess.run([*self.as_user, *args], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-    def start(self):
-        self.dir.mkdir()
-        if self.as_user:
-            shutil.chown(self.dir, "postgres")
-            self.log.touch()
-            shutil.chown(self.log, "postgres")
-        self._run(str(PG_BIN / "initdb"), "-D", str(self.dir), "-U", "postgres", "--auth=trust", "-E", "UTF8")
-        self._ctl("start")
-        import psycopg
-
-        with psycopg.connect(host="127.0.0.1", port=self.port, user="postgres", autocommit=True) as conn:
-            conn.execute("CREATE DATABASE soak")
-
-    def _ctl(self, action: str, *extra):
-        self._run(str(PG_BIN / "pg_ctl"), action, "-D", str(self.dir), "-w", "-l", str(self.log), *extra,
-                  "-o", f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.dir} -c max_connections=200")
-
-    def restart(self):
-        self._ctl("restart", "-m", "fast")
-
-    def stop(self):
-        try:
-            self._run(str(PG_BIN / "pg_ctl"), "stop", "-D", str(self.dir), "-m", "immediate")
-        except subprocess.CalledProcessError:
-            pass
-
-    def pid(self) -> int:
-        return int((self.dir / "postmaster.pid").read_text().split()[0])
 
 
 def sample(pid: int) -> tuple[int, int]:
@@ -98,7 +54,7 @@ def setup_world(mock_url: str) -> dict:
 
 
 class Soak:
-    def __init__(self, args, gw_url: str, world: dict, redis_server, pg: Postgres, procs: dict):
+    def __init__(self, args, gw_url: str, world: dict, redis_server, pg, procs: dict):
         self.args, self.gw, self.world, self.redis, self.pg, self.procs = args, gw_url, world, redis_server, pg, procs
         self.answered: dict[str, int] = {}  # request id -> HTTP status, for answers to a valid key
         self.refused_revoked = self.failed_closed = self.unconfirmed = 0
@@ -224,7 +180,7 @@ class Soak:
 
     def pids(self) -> dict[str, int]:
         return {**{name: p.pid for name, p in self.procs.items()}, "redis-server": self.redis.proc.pid,
-                "postgres (postmaster)": self.pg.pid()}
+                "postgres (postmaster)": int((self.pg.data / "postmaster.pid").read_text().split()[0])}
 
     async def run(self):
         import aiohttp
@@ -277,15 +233,19 @@ def main():
     base = Path(tempfile.mkdtemp(prefix="tandem-soak-"))
     logs = Path(args.logs) if args.logs else base
     logs.mkdir(parents=True, exist_ok=True)
-    os.chmod(base, 0o755)
-    pg = Postgres(base)
-    pg.start()
     sys.path.insert(0, str(ROOT))
+    import psycopg
+
+    from tests.support.private_pg import PrivatePostgres
     from tests.support.processes import RedisServer
+
+    pg = PrivatePostgres().start()
+    with psycopg.connect(pg.url(), autocommit=True) as conn:
+        conn.execute("CREATE DATABASE soak")
 
     (base / "redis").mkdir()
     redis_server = RedisServer(base / "redis").start()
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "controlplane.settings.test", "DATABASE_URL": pg.url,
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "controlplane.settings.test", "DATABASE_URL": pg.url("soak"),
            "REDIS_URL": redis_server.url, "CELERY_BROKER_URL": redis_server.url, "PYTHONPATH": str(ROOT)}
     os.environ.update({k: env[k] for k in ("DJANGO_SETTINGS_MODULE", "DATABASE_URL", "REDIS_URL",
                                            "CELERY_BROKER_URL")})
