@@ -7,6 +7,10 @@ as a path prefix, so tests need no extra headers:  http://127.0.0.1:9100/o/ttft=
     ttft, gap   seconds before the first chunk / between chunks      chunks  content chunks to send
     fail        answer this HTTP status before any byte              drop    close the connection after N chunks
     pad         bytes of filler per content chunk (slow-reader tests)
+    stall       after N content chunks, send nothing more (the connection stays open)
+    retry_after with `fail`, a Retry-After header of this many seconds
+
+--keepalive-timeout closes a connection idle that long between requests (as Ray Serve's proxy does after 5 s).
 
 With --record, every request is remembered by its X-Request-ID (usage sent, upstream auth, cancellation) and
 served at GET /_mock/requests for tests to compare against what the gateway recorded.
@@ -54,7 +58,8 @@ class Mock:
                 orjson.dumps(body)
             except orjson.JSONEncodeError:  # nested deeper than orjson writes: keep that it came, not what
                 body = {"unrecordable": True}
-            entry = self.requests.setdefault(rid, {"auth": request.headers.get("Authorization"), "body": body})
+            entry = self.requests.setdefault(rid, {"auth": request.headers.get("Authorization"), "body": body,
+                                                   "peer_port": request.transport.get_extra_info("peername")[1]})
             entry.update(fields)
             return entry
         return {}
@@ -75,6 +80,7 @@ class Mock:
         entry = self._log(request, body, started=time.time(), cancelled=False, finished=False)
         if options["fail"]:
             return web.Response(status=options["fail"], content_type="application/json",
+                                headers={"Retry-After": str(options["retry_after"])} if options["retry_after"] else None,
                                 body=orjson.dumps({"error": {"message": "mock failure", "type": "server_error",
                                                              "param": None, "code": None}}))
         try:
@@ -154,6 +160,9 @@ class Mock:
         for i, piece in enumerate(pieces):
             if i and options["gap"]:
                 await asyncio.sleep(options["gap"])
+            if options["stall"] and sent == options["stall"]:
+                entry.update(stalled=True)
+                await asyncio.sleep(3600)  # until the client gives up and closes the connection
             if options["drop"] and sent == options["drop"]:
                 entry.update(dropped=True)
                 request.transport.close()  # mid-stream, without the closing chunk: a broken upstream
@@ -191,8 +200,9 @@ def build_app(defaults: dict, record: bool) -> web.Application:
     return app
 
 
-async def serve(host: str, port: int, defaults: dict, record: bool) -> None:
-    runner = web.AppRunner(build_app(defaults, record), handler_cancellation=True, access_log=None)
+async def serve(host: str, port: int, defaults: dict, record: bool, keepalive_timeout: float = 75.0) -> None:
+    runner = web.AppRunner(build_app(defaults, record), handler_cancellation=True, access_log=None,
+                           keepalive_timeout=keepalive_timeout)
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=4096)
     await site.start()
@@ -209,8 +219,10 @@ def main(argv=None) -> None:
     parser.add_argument("--chunks", type=int, default=16)
     parser.add_argument("--gap", type=float, default=0.0)
     parser.add_argument("--record", action="store_true")
+    parser.add_argument("--keepalive-timeout", type=float, default=75.0, help="seconds an idle connection is kept")
     args = parser.parse_args(argv)
-    defaults = {"ttft": args.ttft, "chunks": args.chunks, "gap": args.gap, "fail": 0, "drop": 0, "pad": 0}
+    defaults = {"ttft": args.ttft, "chunks": args.chunks, "gap": args.gap, "fail": 0, "drop": 0, "pad": 0, "stall": 0,
+                "retry_after": 0}
     try:
         import uvloop
 
@@ -218,7 +230,7 @@ def main(argv=None) -> None:
     except ImportError:
         pass
     try:
-        asyncio.run(serve(args.host, args.port, defaults, args.record))
+        asyncio.run(serve(args.host, args.port, defaults, args.record, args.keepalive_timeout))
     except KeyboardInterrupt:
         sys.exit(0)
 

@@ -15,6 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 VAR = ROOT / "var"
 REDIS_PORT = 6381  # an embedded Redis stays off the usual port (and off 6380, the local Ray's GCS)
+TEST_REDIS_DB = 15  # the suite flushes its Redis database: never db 0, the one `./tandem up` uses
 
 
 def _listening(port: int) -> bool:
@@ -67,6 +68,19 @@ def _embedded_redis() -> str:
     return f"redis://127.0.0.1:{REDIS_PORT}/0"
 
 
+def redis_db(url: str) -> int:
+    """The database number in a Redis URL (`redis://host:port/N`; none means 0)."""
+    path = urlsplit(url).path.strip("/")
+    return int(path) if path.isdigit() else 0
+
+
+def redis_url_for_tests(url: str) -> str:
+    """The same server on the suite's own database when `url` names db 0; any other number is kept."""
+    if redis_db(url) != 0:
+        return url
+    return urlsplit(url)._replace(path=f"/{TEST_REDIS_DB}").geturl()
+
+
 def _ensure_database(url: str) -> None:
     import psycopg
 
@@ -87,6 +101,8 @@ def main() -> None:
         "postgres://postgres@127.0.0.1:5432/tandem" if _listening(5432) else _embedded_postgres())
     redis_url = os.environ.get("REDIS_URL") or (
         "redis://127.0.0.1:6379/0" if _listening(6379) else _embedded_redis())
+    if "--tests" in sys.argv[1:]:
+        redis_url = redis_url_for_tests(redis_url)
     _ensure_database(db)
     print(f"export DATABASE_URL={db}\nexport REDIS_URL={redis_url}")
 

@@ -73,7 +73,7 @@ class Gateway:
         metrics.IN_FLIGHT.set_function(lambda: self.in_flight)
         # One pooled client for every deployment; no connection limit (streams are long-lived and many).
         self.session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30),
+            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=self.config.upstream_keepalive_s),
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.config.connect_timeout_s,
                                           sock_read=self.config.upstream_timeout_s),
             skip_auto_headers=("Accept-Encoding", "User-Agent"), auto_decompress=False)

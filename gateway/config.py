@@ -26,6 +26,7 @@ class GatewayConfig:
     connect_timeout_s: float
     upstream_timeout_s: float
     access_log: bool
+    upstream_keepalive_s: float = 4.0  # below Ray Serve's 5 s: never reuse a connection upstream is closing
     drain_timeout_s: float = 30.0  # on SIGTERM: how long in-flight streams may run before they are cut
     metrics_host: str = "127.0.0.1"
     metrics_port: int = 9801
@@ -64,6 +65,7 @@ def config_from_settings(**overrides) -> GatewayConfig:
         connect_timeout_s=getattr(settings, "TANDEM_GATEWAY_CONNECT_TIMEOUT_S", 5.0),
         upstream_timeout_s=getattr(settings, "TANDEM_GATEWAY_UPSTREAM_TIMEOUT_S", 600.0),
         access_log=getattr(settings, "TANDEM_GATEWAY_ACCESS_LOG", True),
+        upstream_keepalive_s=getattr(settings, "TANDEM_GATEWAY_UPSTREAM_KEEPALIVE_S", 4.0),
         drain_timeout_s=getattr(settings, "TANDEM_GATEWAY_DRAIN_SECONDS", 30.0),
         metrics_host=getattr(settings, "TANDEM_GATEWAY_METRICS_HOST", "127.0.0.1"),
         metrics_port=getattr(settings, "TANDEM_GATEWAY_METRICS_PORT", 9801),

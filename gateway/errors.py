@@ -93,11 +93,18 @@ def upstream_error_event(message: str, code: str) -> bytes:
     return b"data: " + error_body(message, "upstream_error", None, code) + b"\n\ndata: [DONE]\n\n"
 
 
-def from_upstream(status: int, payload: bytes) -> GatewayError:
+def _retry_after(value: str | None) -> list[tuple[bytes, bytes]]:
+    """Upstream's Retry-After, passed on when it is a plain number of seconds (anything else is dropped)."""
+    value = (value or "").strip()
+    return [(b"retry-after", value.encode())] if value.isdigit() and len(value) <= 6 else []
+
+
+def from_upstream(status: int, payload: bytes, retry_after: str | None = None) -> GatewayError:
     """An upstream error answer: the client's own mistakes keep their status, the rest become 502/503/504.
 
     401/403/404 from upstream mean the gateway and the deployment disagree (token, model name), not that the
-    client erred, so they are 502s as well.
+    client erred, so they are 502s as well. A 429's or 503's Retry-After (seconds) is passed on: the OpenAI
+    SDKs wait that long before their retry.
     """
     message, raw = "", None
     try:
@@ -114,10 +121,12 @@ def from_upstream(status: int, payload: bytes) -> GatewayError:
         message = payload[:200].decode(errors="replace").strip()
     if status in (400, 413, 422, 429):
         return GatewayError(400 if status == 422 else status, message or "The deployment refused the request.",
-                            type="rate_limit_error" if status == 429 else "invalid_request_error", raw=raw)
+                            type="rate_limit_error" if status == 429 else "invalid_request_error", raw=raw,
+                            headers=_retry_after(retry_after) if status == 429 else None)
     # Server-side failures can quote internal addresses (an engine's proxy, a Ray node): not for key holders.
     message = internal_redact(message)
     if status in (503, 504):
         return GatewayError(status, f"The deployment is unavailable ({status}): {message}"[:500],
-                            type="service_unavailable" if status == 503 else "timeout", code="upstream_unavailable")
+                            type="service_unavailable" if status == 503 else "timeout", code="upstream_unavailable",
+                            headers=_retry_after(retry_after) if status == 503 else None)
     return bad_gateway(f"The deployment answered {status}: {message}"[:500])

@@ -166,7 +166,7 @@ async def _upstream_error(resp) -> GatewayError:
         payload = await resp.content.read(64 * 1024)
     except (aiohttp.ClientError, asyncio.TimeoutError):
         payload = b""
-    return from_upstream(resp.status, payload)
+    return from_upstream(resp.status, payload, resp.headers.get("Retry-After"))
 
 
 def _read_usage(payload: bytes, rec) -> None:

@@ -8,7 +8,7 @@ import time
 import orjson
 import redis
 from celery import shared_task
-from django.db import transaction
+from django.db import close_old_connections, transaction
 from django.db.models import Q
 
 from controlplane.redis_client import redis_client
@@ -33,6 +33,8 @@ def _ensure_group(r) -> None:
 def _rows(entries) -> list[RequestRecord]:
     parsed = []
     for _, fields in entries:  # `b`: a list of records (one entry per gateway flush); `r`: one record
+        if not fields:  # a pending entry trimmed from the stream meanwhile: nothing left to read
+            continue
         try:
             parsed.extend(orjson.loads(fields[b"b"]) if b"b" in fields else [orjson.loads(fields[b"r"])])
         except (KeyError, orjson.JSONDecodeError):
@@ -66,10 +68,13 @@ def _store(rows: list[RequestRecord]) -> None:
 
 
 def drain_batch(r, consumer: str, *, count: int = 50) -> int:
-    """Move one batch of `count` entries, each up to RECORDS_PER_ENTRY records (reclaimed from a dead drainer
-    first, else new entries) into PostgreSQL; returns how many entries it moved."""
-    _, claimed, *_ = r.xautoclaim(RECORD_STREAM, GROUP, consumer, min_idle_time=CLAIM_IDLE_MS, count=count)
-    entries = claimed
+    """Move one batch of `count` entries, each up to RECORDS_PER_ENTRY records, into PostgreSQL: this drainer's
+    own unacknowledged entries first (a pass that failed, e.g. while PostgreSQL restarted, is retried at once, not
+    after CLAIM_IDLE_MS), then entries reclaimed from a dead drainer, then new ones. Returns how many it moved."""
+    answer = r.xreadgroup(GROUP, consumer, {RECORD_STREAM: "0"}, count=count)
+    entries = answer[0][1] if answer else []
+    if not entries:
+        _, entries, *_ = r.xautoclaim(RECORD_STREAM, GROUP, consumer, min_idle_time=CLAIM_IDLE_MS, count=count)
     if not entries:
         answer = r.xreadgroup(GROUP, consumer, {RECORD_STREAM: ">"}, count=count)
         entries = answer[0][1] if answer else []
@@ -103,6 +108,9 @@ def drain_forever(*, interval: float = 1.0) -> None:
     """The same drain as a loop, for deployments without Celery beat (`python -m gateway drain`)."""
     log.info("draining %s every %.1fs", RECORD_STREAM, interval)
     while True:
+        # A connection PostgreSQL dropped (a restart, a failover) is closed here and the next pass opens a new
+        # one; without this, every pass after a restart failed on the dead connection for ever.
+        close_old_connections()
         try:
             if drain_request_records() == 0:
                 time.sleep(interval)

@@ -4,6 +4,7 @@ import redis as redis_lib
 from django.conf import settings
 from rest_framework.test import APIClient
 
+from controlplane.devservices import redis_db
 from deployments.models import Membership
 from tests.factories import ClusterFactory, MembershipFactory, TeamFactory, UserFactory
 from tests.support.k8s_emulator import EmulatorThread, KubeRayEmulator, kubeconfig_text
@@ -13,6 +14,9 @@ EMULATOR_TOKEN = "emulator-token-not-a-secret"
 
 @pytest.fixture
 def redis_client():
+    """The suite's Redis database, flushed before and after. Refuses db 0, the one `./tandem up` uses."""
+    if redis_db(settings.REDIS_URL) == 0:
+        pytest.fail("refusing to flush Redis db 0 (`./tandem up`'s): point REDIS_URL at another database number")
     client = redis_lib.Redis.from_url(settings.REDIS_URL)
     client.flushdb()
     yield client

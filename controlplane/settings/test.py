@@ -5,6 +5,8 @@ import tempfile
 os.environ.setdefault("DJANGO_SECRET_KEY", "test-only-not-secret")
 # Tests write kubeconfigs and tokens under pytest's temporary directories (and subprocesses inherit this).
 os.environ.setdefault("TANDEM_CLUSTER_SECRETS_DIR", tempfile.gettempdir())
+# The suite flushes its Redis database: by default one of its own, never db 0 (see tests/conftest.py's guard).
+os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
 
 from controlplane.settings.base import *  # noqa: E402,F403
 

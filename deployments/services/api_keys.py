@@ -4,8 +4,10 @@ Revocation is announced on the Redis channel `KEY_EVENTS_CHANNEL` after commit, 
 drops the key from its cache at once.
 """
 import datetime as dt
+import logging
 
 from django.db import transaction
+from redis.exceptions import RedisError
 
 from controlplane.redis_client import redis_client
 from deployments.credential_format import KEY_EVENTS_CHANNEL
@@ -15,10 +17,18 @@ from deployments.services.credentials import credential_expiry, credential_mint,
 from deployments.services.events import event_record
 from deployments.services.teams import team_role
 
+log = logging.getLogger(__name__)
+
 
 def _announce(key_id: str) -> None:
     def publish():
-        redis_client().publish(KEY_EVENTS_CHANNEL, key_id)
+        # Redis away must not fail a committed revocation: the gateways re-read every key from PostgreSQL and
+        # refuse it within their staleness limit (TANDEM_GATEWAY_KEY_MAX_STALE_S) without the announcement.
+        try:
+            redis_client(timeout=2).publish(KEY_EVENTS_CHANNEL, key_id)
+        except RedisError:
+            log.warning("could not announce the revocation of key %s on Redis; gateways refuse it within their "
+                        "staleness limit", key_id)
 
     transaction.on_commit(publish)
 

@@ -1,12 +1,14 @@
 """Operations: health, readiness against the real services, metrics, request ids, and the embedded services."""
 import json
 import logging
+import os
 import subprocess
 import sys
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from controlplane.devservices import redis_url_for_tests
 from controlplane.request_id import JsonFormatter, RequestIdFilter
 from tests.factories import DeploymentFactory
 
@@ -66,3 +68,13 @@ def test_devservices_prints_urls_for_running_services():
     out = subprocess.run([sys.executable, "-m", "controlplane.devservices"], capture_output=True, text=True,
                          check=True).stdout
     assert "export DATABASE_URL=postgres://" in out and "export REDIS_URL=redis://" in out
+
+
+def test_the_suite_never_gets_redis_db_0_from_devservices():
+    env = {**os.environ, "REDIS_URL": "redis://127.0.0.1:6379/0"}
+    out = subprocess.run([sys.executable, "-m", "controlplane.devservices", "--tests"], capture_output=True, text=True,
+                         check=True, env=env).stdout
+    assert "export REDIS_URL=redis://127.0.0.1:6379/15\n" in out
+    assert redis_url_for_tests("rediss://:pw@cache:6379?ssl_cert_reqs=required") == \
+        "rediss://:pw@cache:6379/15?ssl_cert_reqs=required"
+    assert redis_url_for_tests("redis://127.0.0.1:6379/3") == "redis://127.0.0.1:6379/3"

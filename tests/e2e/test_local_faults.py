@@ -9,7 +9,7 @@ from tests.e2e.test_local_pd import ray_apps
 from tests.factories import MembershipFactory, TeamFactory, local_spec_input
 from tests.support.processes import Worker, free_port, wait_for, worker_environment
 
-pytestmark = [pytest.mark.pd, pytest.mark.e2e]
+pytestmark = [pytest.mark.pd, pytest.mark.e2e, pytest.mark.timeout(1800)]
 
 
 def approve_and_settle(cluster: Cluster, spec: dict, name: str) -> Deployment:

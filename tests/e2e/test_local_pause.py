@@ -16,7 +16,7 @@ from tests.e2e.test_local_pd import ray_apps, status_of
 from tests.factories import MembershipFactory, TeamFactory, UserFactory, local_spec_input
 from tests.support.processes import Worker, start_gateway, wait_for, worker_environment
 
-pytestmark = [pytest.mark.pd, pytest.mark.e2e]
+pytestmark = [pytest.mark.pd, pytest.mark.e2e, pytest.mark.timeout(1800)]
 PROMPT = [{"role": "user", "content": "Wake up."}]
 WAKE_TO_ANSWER_BOUND_S = 900  # generous: a cold start of both vLLM engines on CPU is a few minutes here
 

@@ -25,7 +25,7 @@ from tests.e2e.conftest import MODEL, local_cluster_config
 from tests.factories import MembershipFactory, TeamFactory, local_spec_input
 from tests.support.processes import Worker, start_gateway, wait_for, worker_environment
 
-pytestmark = [pytest.mark.pd, pytest.mark.e2e]
+pytestmark = [pytest.mark.pd, pytest.mark.e2e, pytest.mark.timeout(1800)]
 PROMPT = "The disaggregated serving of language models moves the KV cache from prefill to decode. " * 3
 ADDED_TTFT_MARGIN_S = 0.050  # gateway TTFT p50 minus direct TTFT p50 on the local stack
 

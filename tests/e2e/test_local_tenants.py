@@ -17,7 +17,7 @@ from tests.e2e.test_local_pd import ray_apps, status_of
 from tests.factories import MembershipFactory, TeamFactory, UserFactory, local_spec_input
 from tests.support.processes import Worker, start_gateway, wait_for, worker_environment
 
-pytestmark = [pytest.mark.pd, pytest.mark.e2e]
+pytestmark = [pytest.mark.pd, pytest.mark.e2e, pytest.mark.timeout(1800)]
 PROMPT = [{"role": "user", "content": "Tell me about the cluster."}]
 
 

@@ -144,7 +144,9 @@ def test_request_approve_watch_and_key(browser, live_server, worker, kubeconfig)
     page.get_by_role("button", name="p95").click()
     usage = page.locator("[data-usage-panel]")
     usage.get_by_text("support-bot").wait_for()
-    assert "24" in usage.inner_text()  # requests made with the key
+    headers = [h.strip() for h in usage.locator("thead th").all_text_contents()]  # DOM text: CSS uppercases it
+    cells = usage.locator("tbody tr").filter(has=page.get_by_text("support-bot", exact=True)).locator("td")
+    assert cells.nth(headers.index("Requests")).text_content().strip() == "24"  # requests made with the key
     # The worker ran the real conformance suite once the deployment was running; no gateway runs in this test,
     # so the portal must show it failing, check by check, rather than looking fine.
     conformance = page.locator("[data-conformance-panel]")

@@ -182,3 +182,52 @@ def start_mock_upstream(tmp: Path, *args: str) -> Proc:
         proc.kill()
         raise RuntimeError(f"mock upstream did not start: {line!r} {log.read_text()[-2000:]}")
     return Proc(proc, f"http://127.0.0.1:{match[1]}", log)
+
+
+class RedisServer:
+    """A private `redis-server` on a free port, with an append-only file under `tmp`, that a test can kill and
+    start again on the same port and data (as a crashed and restarted Redis would come back)."""
+
+    BINARY = "/usr/bin/redis-server"
+
+    def __init__(self, tmp: Path, port: int | None = None):
+        self.dir, self.port = tmp, port or free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "RedisServer":
+        import redis
+
+        self.proc = subprocess.Popen(
+            [self.BINARY, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir), "--save", "",
+             "--appendonly", "yes", "--appendfsync", "everysec", "--logfile", str(self.dir / "redis.log")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        client = redis.Redis(port=self.port, socket_connect_timeout=0.5)
+        try:
+            wait_for(lambda: _pings(client), timeout=10, what=f"redis-server on port {self.port}")
+        finally:
+            client.close()
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown, connections dropped by the kernel; what reached the append-only file stays."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def _pings(client) -> bool:
+    import redis
+
+    try:
+        return client.ping()
+    except redis.RedisError:
+        return False
