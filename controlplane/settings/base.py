@@ -57,6 +57,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "deployments.api.query.one_value_per_parameter",  # /api/v1/: ?x=1&x=2 is a 400
     "axes.middleware.AxesMiddleware",  # last, as django-axes asks: it answers for locked-out sign-ins
 ]
 

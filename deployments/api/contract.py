@@ -65,6 +65,9 @@ def error_responses_hook(result, generator, request, public):
     retry_after = {"Retry-After": {"schema": {"type": "integer"}, "description": "Seconds to wait."}}
     for path_item in result.get("paths", {}).values():
         for method, operation in path_item.items():
+            for param in operation.get("parameters", []):
+                if param["in"] == "query" and param.get("schema", {}).get("type") == "string":
+                    param["schema"].setdefault("minLength", 1)  # an empty value is refused (api/query.py)
             responses = operation.setdefault("responses", {})
             # An error is rendered as the success would be: JSON, or text where the client asked for text (CSV).
             content = {"application/json": {"schema": ref}}

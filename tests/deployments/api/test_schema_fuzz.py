@@ -19,7 +19,7 @@ from tests.support.processes import start_web
 
 CONFIG = Path(__file__).with_name("schemathesis.toml")
 SEED = 20261201
-ALL_PHASES = "examples,coverage,fuzzing,stateful"
+POSITIVE_PHASES = "examples,coverage,fuzzing"
 EXAMPLES = int(os.environ.get("TANDEM_FUZZ_EXAMPLES", "20"))
 
 
@@ -51,12 +51,12 @@ def _fresh_admin_token() -> str:
     return credential_mint(model=AccessToken, user=admin, name="fuzz")[1]
 
 
-def _schemathesis(web, token: str, config: Path, mode: str, report: Path, phases: str):
+def _schemathesis(web, token: str, config: Path, mode: str, report: Path, phases: str, *extra: str):
     return subprocess.run(
         [sys.executable, "-m", "schemathesis.cli", "--no-color", "--config-file", str(config),
          "run", f"{web.base_url}/api/schema/?format=json", "--checks", "all", "--mode", mode, "--seed", str(SEED),
          "--max-examples", str(EXAMPLES), "--workers", "1", "--suppress-health-check", "all", "--phases", phases,
-         "--header", f"Authorization: Bearer {token}", "--report-dir", str(report)],
+         "--header", f"Authorization: Bearer {token}", "--report-dir", str(report), *extra],
         capture_output=True, text=True, timeout=600)
 
 
@@ -66,15 +66,23 @@ def test_the_api_keeps_its_schema(world, tmp_path):
     # 404. Negative cases: ids as generated (a fixed id would stand in for the invalid one they must send).
     positive = tmp_path / "positive.toml"
     positive.write_text(CONFIG.read_text() + '\n[[operations]]\ninclude-path-regex = "^/api/v1/deployments/\\\\{id\\\\}/"\n'
-                        f'parameters = {{ "path.id" = {deployment_id} }}\n')
+                        f'parameters = {{ "path.id" = {deployment_id} }}\n'
+                        # Revoking a token by a guessed id could revoke the run's own and sign it out half-way
+                        # (ids are not reset between tests); the negative run still sends it invalid ids.
+                        '\n[[operations]]\ninclude-name = "DELETE /api/v1/tokens/{id}/"\nenabled = false\n')
     web = start_web(tmp_path)
     try:
-        runs = [_schemathesis(web, token, positive, "positive", tmp_path / "positive", ALL_PHASES)]
+        runs = [_schemathesis(web, token, positive, "positive", tmp_path / "positive", POSITIVE_PHASES),
+                # Stateful steps are valid requests, so "schema-violating request accepted" has nothing to judge
+                # there; schemathesis 4.32 still applied it to positive steps ("Invalid component: positive test
+                # case" on a 200). Every other check runs on them.
+                _schemathesis(web, token, positive, "positive", tmp_path / "stateful", "stateful",
+                              "--exclude-checks", "negative_data_rejection")]
         # It tested signed in to the end (no 401 took over half-way: its token was out of its own reach).
         assert AccessToken.objects.filter(user__username="fuzz-admin", name="fuzz", revoked_at=None).exists()
         # Stateful sequences are for valid data: a chain of invalid requests reaches nothing.
         runs.append(_schemathesis(web, _fresh_admin_token(), CONFIG, "negative", tmp_path / "negative",
-                                  "examples,coverage,fuzzing"))
+                                  POSITIVE_PHASES))
     finally:
         web.stop()
     for run in runs:
