@@ -30,6 +30,8 @@ from workers.pipeline import LockLost, fail_if_stuck, reconcile_pass
 log = logging.getLogger(__name__)
 LOCK_BUSY_RETRY_SECONDS = 2.0
 LOCK_CLASS = 0x7A4D  # first key of the two-key advisory lock: "Tandem reconcile"; the second is the id
+# The granted lock of (LOCK_CLASS, deployment id) in pg_locks (a two-key advisory lock has objsubid 2).
+HELD = "l.locktype = 'advisory' AND l.classid = %s AND l.objid = %s AND l.objsubid = 2 AND l.granted"
 
 
 def _try_lock(deployment_id: int) -> bool:
@@ -42,8 +44,7 @@ def _holds_lock(deployment_id: int) -> bool:
     """This session still holds the lock (False when its connection is gone, e.g. PostgreSQL restarted)."""
     try:
         with connection.cursor() as cursor:
-            cursor.execute("SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND classid = %s "
-                           "AND objid = %s AND objsubid = 2 AND pid = pg_backend_pid() AND granted)",
+            cursor.execute(f"SELECT EXISTS (SELECT 1 FROM pg_locks l WHERE {HELD} AND l.pid = pg_backend_pid())",
                            [LOCK_CLASS, deployment_id])
             return bool(cursor.fetchone()[0])
     except DatabaseError:
@@ -55,8 +56,7 @@ def _holder_idle_seconds(deployment_id: int) -> float | None:
     queries between steps, so a holder idle longer than the stuck limit is not making progress."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT extract(epoch FROM now() - a.state_change) FROM pg_locks l JOIN pg_stat_activity a "
-                       "ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.classid = %s AND l.objid = %s "
-                       "AND l.objsubid = 2 AND l.granted AND a.state = 'idle'", [LOCK_CLASS, deployment_id])
+                       f"ON a.pid = l.pid WHERE {HELD} AND a.state = 'idle'", [LOCK_CLASS, deployment_id])
         row = cursor.fetchone()
     return float(row[0]) if row else None
 
