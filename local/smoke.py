@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """End-to-end smoke test of the local PD target over plain HTTP (httpx), like the control plane does.
 
-    $TANDEM_RUNTIME_DIR/venv/bin/python local/smoke.py [--bad model|engine|schema ...] [--save-examples]
+    $TANDEM_RUNTIME_DIR/venv/bin/python local/smoke.py [--bad model|engine|schema|architecture ...] [--save-examples]
 
 Needs a running head (local/ray_cluster.py start) and the tiny model (local/build_tiny_model.py).
 Steps: PUT local/pd_serve_config.json to the dashboard (Authorization: Bearer <token from the token file>),
@@ -9,7 +9,8 @@ poll GET /api/serve/applications/ until RUNNING, one chat completion and one str
 stream_options.include_usage to Serve's HTTP port, scrape the metrics port and assert KV really moved over
 NIXL (decode's prompt tokens from external_kv_transfer > 0, NIXL bytes > 0), DELETE the application and
 confirm none are left. With --bad KIND it then PUTs a broken variant (model: a model path that does not
-exist; engine: max_model_len beyond the model; schema: an LLMConfig that fails validation) and times
+exist; engine: max_model_len beyond the model; schema: an LLMConfig that fails validation; architecture: a
+model whose config.json names an architecture vLLM does not have) and times
 DEPLOY_FAILED. With --save-examples it writes local/examples/*.json and *.prom.
 Exit status 0 only when every assertion held.
 """
@@ -61,6 +62,20 @@ class MemSampler(threading.Thread):
 
     def stop(self) -> None:
         self._stop.set()
+
+
+def unsupported_model(model: Path) -> Path:
+    """A copy of `model` whose config.json names an architecture vLLM does not know: its config reads (so a
+    control plane's preflight passes), and vLLM refuses it when it builds the engine config."""
+    import shutil
+
+    copy_dir = model.parent / f"{model.name}-unsupported"
+    shutil.rmtree(copy_dir, ignore_errors=True)
+    shutil.copytree(model, copy_dir)
+    config = json.loads((copy_dir / "config.json").read_text())
+    config["architectures"] = ["TandemUnsupportedForCausalLM"]
+    (copy_dir / "config.json").write_text(json.dumps(config, indent=2))
+    return copy_dir
 
 
 def redact(obj, token: str):
@@ -178,7 +193,7 @@ def main() -> int:
     ap.add_argument("--model-path", default=str(RT / "models" / "tiny-llama"))
     ap.add_argument("--state", default=str(RT / "ray-cluster.json"))
     ap.add_argument("--timeout", type=float, default=600)
-    ap.add_argument("--bad", action="append", default=[], choices=["model", "engine", "schema"],
+    ap.add_argument("--bad", action="append", default=[], choices=["model", "engine", "schema", "architecture"],
                     help="after the good run, PUT a broken variant and time DEPLOY_FAILED (repeatable)")
     ap.add_argument("--save-examples", action="store_true")
     ap.add_argument("--requests", type=int, default=3, help="extra streamed requests for latency numbers")
@@ -396,6 +411,10 @@ def main() -> int:
             what = "engine_kwargs.max_model_len=65536"
             for stage in ("prefill_config", "decode_config"):
                 args[stage]["engine_kwargs"]["max_model_len"] = 65536
+        elif kind == "architecture":  # a model whose config.json names an architecture vLLM does not have
+            what = str(unsupported_model(Path(a.model_path)))
+            for stage in ("prefill_config", "decode_config"):
+                args[stage]["model_loading_config"]["model_source"] = what
         elif kind == "schema":  # an LLMConfig that fails validation when the app is built
             what = "placement_group_config with both bundles and bundle_per_worker"
             for stage in ("prefill_config", "decode_config"):

@@ -28,7 +28,10 @@ def local_ray(tmp_path_factory):
         pytest.fail(f"The local PD runtime is not installed in {RUNTIME}: run `./tandem test`, which installs it "
                     "(local/install_runtime.sh) and builds the tiny model (local/build_tiny_model.py).")
     script = str(ROOT / "local" / "ray_cluster.py")
-    subprocess.run([sys.executable, script, "start"], check=True, timeout=300)
+    # Serve tries a replica whose constructor fails 3 times before DEPLOY_FAILED, each try loading vLLM (minutes
+    # on 2 cores); one try is enough to see Serve's own failure, and every other test's engines start first time.
+    subprocess.run([sys.executable, script, "start"], check=True, timeout=300,
+                   env={**os.environ, "RAY_SERVE_MAX_PER_REPLICA_RETRY_COUNT": "1"})
     try:
         state = json.loads((RUNTIME / "ray-cluster.json").read_text())
         token = tmp_path_factory.mktemp("cluster-secrets") / "ray-token"

@@ -1,9 +1,10 @@
 """Bad input and faults on the local target fail the deployment with a reason a user can act on, fast, and leave
-no application behind on Ray. A real worker drives each one."""
+no application behind on Ray. A real worker drives each one, against real Ray Serve."""
 import pytest
 
 from deployments.models import Cluster, Deployment, Membership
 from deployments.services import actions
+from local.smoke import unsupported_model
 from tests.e2e.conftest import MODEL, local_cluster_config
 from tests.e2e.test_local_pd import ray_apps
 from tests.factories import MembershipFactory, TeamFactory, local_spec_input
@@ -12,13 +13,13 @@ from tests.support.processes import Worker, free_port, wait_for, worker_environm
 pytestmark = [pytest.mark.pd, pytest.mark.e2e, pytest.mark.timeout(1800)]
 
 
-def approve_and_settle(cluster: Cluster, spec: dict, name: str) -> Deployment:
+def approve_and_settle(cluster: Cluster, spec: dict, name: str, *, timeout: float = 120) -> Deployment:
     team = TeamFactory(gpu_quota=0)
     member = MembershipFactory(team=team, role=Membership.Role.MEMBER).user
     admin = MembershipFactory(team=team, role=Membership.Role.ADMIN).user
     d = actions.deployment_request(actor=member, team=team, cluster=cluster, name=name, spec=spec)
     actions.deployment_approve(actor=admin, deployment=d, generation=d.generation)
-    wait_for(lambda: Deployment.objects.get(pk=d.pk).status in ("running", "failed"), timeout=120, every=0.5,
+    wait_for(lambda: Deployment.objects.get(pk=d.pk).status in ("running", "failed"), timeout=timeout, every=0.5,
              what=f"{name} to settle")
     return Deployment.objects.get(pk=d.pk)
 
@@ -50,6 +51,26 @@ def test_an_engine_setting_the_model_cannot_take(worker, local_cluster, local_ra
     assert d.status == "failed"
     assert "max_model_len (65536) is greater than the model's max_position_embeddings (2048)" in d.status_reason
     assert f"tdm-{d.pk}-too-long" not in ray_apps(local_ray)
+
+
+def test_a_model_vllm_refuses_fails_with_serves_own_reason_and_leaves_no_application(worker, local_cluster,
+                                                                                      local_ray):
+    """Tandem's preflight passes (config.json is there, max_model_len fits), so the app reaches real Serve; vLLM
+    refuses the architecture when it builds the engine config, Serve says DEPLOY_FAILED, and the user reads
+    vLLM's reason, not Serve's "Failed to update the deployments [...]"."""
+    broken = unsupported_model(MODEL)  # beside the model, inside the cluster's allowed model sources
+    spec = local_spec_input(model={"id": "tiny-llama", "source": str(broken)}, engine={"max_model_len": 1024})
+    d = approve_and_settle(local_cluster, spec, "unsupported", timeout=900)
+    assert d.status == "failed", d.status_reason
+    assert d.status_reason.startswith("Ray Serve could not deploy the application: Prefill:tiny-llama"), \
+        d.status_reason
+    assert ("Model architectures ['TandemUnsupportedForCausalLM'] are not supported for now. Supported "
+            "architectures: dict_keys([…])") in d.status_reason
+    assert d.status_reason.endswith("The application was removed; fix the spec, then retry.")
+    kinds = list(d.events.values_list("kind", flat=True))
+    assert "applied" in kinds and "teardown" in kinds, kinds  # it did reach Serve, and was taken off again
+    wait_for(lambda: f"tdm-{d.pk}-unsupported" not in ray_apps(local_ray), timeout=120, every=1,
+             what="the failed application to go")
 
 
 def test_ray_not_running(worker, transactional_db):

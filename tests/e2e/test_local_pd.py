@@ -1,20 +1,25 @@
-"""The whole path on the real local PD stack: request → approve → a real worker deploys the Ray Serve LLM
-prefill/decode app (vLLM on CPU, KV over NIXL) → an API key → the official `openai` client through the gateway →
-usage, per-stage latency, a missed latency target diagnosed by stage, conformance → the app is removed
-out-of-band and comes back → deletion leaves nothing."""
+"""The whole path on the real local PD stack, driven as a pipeline would: `tandemctl apply` of a manifest →
+`tandemctl approve` → a real worker deploys the Ray Serve LLM prefill/decode app (vLLM on CPU, KV over NIXL) →
+`tandemctl wait` → conformance → `tandemctl keys create` → the official `openai` client through the gateway →
+usage, per-stage latency, a missed latency target diagnosed by stage → the app is removed out-of-band and comes
+back → pause frees the app and the quota, and a request wakes it → deletion leaves nothing."""
+import json
 import time
 
 import httpx
 import pytest
+import yaml
 from django.utils import timezone
-from openai import OpenAI
+from openai import InternalServerError, OpenAI
 from prometheus_client.parser import text_string_to_metric_families
 from rest_framework.test import APIClient
 
 from bench.local_pd_latency import latency_p50, latency_table
 from deployments.conditions import condition_get
+from deployments.lifecycle import HOLDS_QUOTA
 from deployments.model_sources import source_roots_of
-from deployments.models import Cluster, Deployment, Membership
+from deployments.models import AccessToken, Cluster, Deployment, Membership
+from deployments.services.credentials import credential_mint
 from gateway.models import RequestRecord
 from gateway.tasks import drain_request_records
 from observability.models import ConformanceRun
@@ -22,12 +27,15 @@ from observability.planner import plan_for_spec
 from observability.scraper import scrape_deployment, scrape_snapshot
 from observability.snapshot import snapshot_increase
 from tests.e2e.conftest import MODEL, local_cluster_config
+from tandemctl import errors
 from tests.factories import MembershipFactory, TeamFactory, local_spec_input
-from tests.support.processes import Worker, start_gateway, wait_for, worker_environment
+from tests.support.processes import Worker, start_gateway, start_web, wait_for, worker_environment
+from tests.support.tandemctl import tandemctl
 
 pytestmark = [pytest.mark.pd, pytest.mark.e2e, pytest.mark.timeout(1800)]
 PROMPT = "The disaggregated serving of language models moves the KV cache from prefill to decode. " * 3
 ADDED_TTFT_MARGIN_S = 0.050  # gateway TTFT p50 minus direct TTFT p50 on the local stack
+WAKE_TO_ANSWER_BOUND_S = 900  # generous: a cold start of both vLLM engines on CPU is a few minutes here
 
 
 def ray_apps(state: dict) -> dict:
@@ -67,6 +75,18 @@ def status_of(pk: int) -> str:
     return Deployment.objects.values_list("status", flat=True).get(pk=pk)
 
 
+def greedy_answer(base_url: str, key: str) -> str | None:
+    """A short greedy chat through the gateway, or None while it answers 503 (paused, waking, being checked)."""
+    try:
+        chat = OpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=120).chat.completions.create(
+            model="tiny-llama", messages=[{"role": "user", "content": "Wake up."}], max_tokens=8, temperature=0)
+    except InternalServerError as e:
+        if e.status_code == 503:
+            return None
+        raise
+    return chat.choices[0].message.content
+
+
 def test_pd_deployment_end_to_end(transactional_db, redis_client, local_ray, tmp_path):
     team = TeamFactory(slug="ml-research", gpu_quota=0)
     member = MembershipFactory(team=team, role=Membership.Role.MEMBER).user
@@ -76,32 +96,43 @@ def test_pd_deployment_end_to_end(transactional_db, redis_client, local_ray, tmp
     gateway = start_gateway(tmp_path)
     worker = Worker(worker_environment(tmp_path, TANDEM_GATEWAY_BASE_URL=f"{gateway.base_url}/v1",
                                        TANDEM_TASK_TIME_LIMIT="300")).start()
+    web = start_web(tmp_path)
+    # Personal access tokens, as a pipeline holds them; tandemctl reads TANDEM_TOKEN and TANDEM_URL.
+    as_member, as_admin = ({"token": credential_mint(model=AccessToken, user=user, name="ci")[1],
+                            "server": web.base_url, "home": tmp_path} for user in (member, admin))
     api = APIClient()
+    times = {}
     try:
-        # A member requests the tiny model on the local cluster; a team admin approves.
-        spec = local_spec_input(model={"id": "tiny-llama", "source": str(MODEL)})
-        spec["engine"] = {"max_model_len": 1024, "dtype": "bfloat16"}
-        spec["targets"] = {"ttft_p95_ms": 1}  # deliberately out of reach: the advisor must say which stage misses
-        api.force_authenticate(member)
-        r = api.post("/api/v1/deployments/", {"team": team.slug, "cluster": "local", "name": "tiny",
-                                              "spec": spec}, format="json")
-        assert r.status_code == 201, r.json()
-        pk = r.json()["id"]
-        api.force_authenticate(admin)
-        reviewed = {"generation": r.json()["generation"]}
-        assert api.post(f"/api/v1/deployments/{pk}/approve/", reviewed, format="json").json()["status"] == "approved"
+        # A member applies a manifest kept in git; a team admin approves the generation they see.
+        spec = local_spec_input(model={"id": "tiny-llama", "source": str(MODEL)},
+                                engine={"max_model_len": 1024, "dtype": "bfloat16"},
+                                # deliberately out of reach: the advisor must say which stage misses
+                                targets={"ttft_p95_ms": 1},
+                                pause={"wake_on_request": True})
+        manifest = tmp_path / "tiny.yaml"
+        manifest.write_text(yaml.safe_dump({"apiVersion": "tandem.dev/v1", "kind": "Deployment",
+                                            "metadata": {"team": team.slug, "name": "tiny", "cluster": "local"},
+                                            "spec": spec}))
+        created = tandemctl("apply", "-f", manifest, **as_member, check_rc=errors.PENDING_APPROVAL)
+        assert f"deployment {team.slug}/tiny created (pending_approval" in created.stdout, created.stdout
+        pk = Deployment.objects.get(team=team, name="tiny").pk
+        tandemctl("approve", f"{team.slug}/tiny", "--comment", "e2e", **as_admin, check_rc=errors.OK)
         approved_at = time.monotonic()
 
-        # A real worker reconciles it to running, with step events.
-        wait_for(lambda: status_of(pk) in ("running", "failed"), timeout=900, every=2, what="running")
+        # A real worker reconciles it to running, with step events; tandemctl waits for it.
+        tandemctl("wait", f"{team.slug}/tiny", "--for", "running", "--timeout", 900, **as_member,
+                  check_rc=errors.OK, timeout=960)
         d = Deployment.objects.get(pk=pk)
         assert d.status == "running", d.status_reason
-        print(f"\napproval → running: {time.monotonic() - approved_at:.0f} s")
+        times["approval_to_running_s"] = round(time.monotonic() - approved_at)
         kinds = list(d.events.order_by("created_at", "id").values_list("kind", flat=True))
         for step in ("approved", "status_provisioning", "applied", "serve_status", "endpoint", "status_running"):
             assert step in kinds, kinds
         assert d.endpoint_url == f"{local_ray['serve_http_url']}/d/{pk}"  # its own route prefix on the cluster
         assert scrape_deployment(deployment_id=pk, client=httpx.Client(timeout=10), now=timezone.now()) is not None
+        # The same file applied again changes nothing and says so.
+        again = tandemctl("apply", "-f", manifest, **as_member, check_rc=errors.OK)
+        assert f"deployment {team.slug}/tiny unchanged" in again.stdout, again.stdout
 
         # The conformance suite runs through the gateway once it is running, and passes on the real stack.
         run = wait_for(lambda: ConformanceRun.objects.filter(deployment_id=pk).first(), timeout=300, every=2,
@@ -113,9 +144,12 @@ def test_pd_deployment_end_to_end(transactional_db, redis_client, local_ray, tmp
         ready = condition_get(Deployment.objects.get(pk=pk).conditions, "EndpointReady")
         assert ready["status"] == "True" and ready["reason"] == "Answering", ready
 
-        # The member creates an API key; the official client changes only base_url and api_key.
+        # The member creates an API key with tandemctl (its secret printed once); the official client changes
+        # only base_url and api_key.
+        key = json.loads(tandemctl("keys", "create", "--team", team.slug, "--name", "e2e", "--deployment", "tiny",
+                                   "-o", "json", **as_member, check_rc=errors.OK).stdout)
+        secret = key["secret"]
         api.force_authenticate(member)
-        secret = api.post("/api/v1/api-keys/", {"team": team.slug, "name": "e2e"}, format="json").json()["secret"]
         client = OpenAI(base_url=f"{gateway.base_url}/v1", api_key=secret, max_retries=0, timeout=120)
         # Gateways cache routes for 2 s: the model shows in the user's /v1/models once they see it open.
         wait_for(lambda: [m.id for m in client.models.list().data] == ["tiny-llama"], timeout=10, what="opened")
@@ -206,14 +240,50 @@ def test_pd_deployment_end_to_end(transactional_db, redis_client, local_ray, tmp
         wait_for(lambda: status_of(pk) in ("running", "failed"), timeout=900, every=2, what="running again")
         assert status_of(pk) == "running"
         assert Deployment.objects.get(pk=pk).events.filter(message__contains="disappeared").exists()
-        again = client.chat.completions.create(model="tiny-llama", max_tokens=4,
-                                               messages=[{"role": "user", "content": "Again?"}])
-        assert again.choices[0].message.content is not None
+        base = f"{gateway.base_url}/v1"
+        before_pause = wait_for(lambda: greedy_answer(base, secret), timeout=120, every=1, what="answered again")
+
+        # Pause: the Serve application goes; the deployment, its key and its name stay; no quota is held.
+        app = f"tdm-{pk}-tiny"
+        started = time.monotonic()
+        assert api.post(f"/api/v1/deployments/{pk}/pause/").status_code == 202
+        wait_for(lambda: status_of(pk) == "paused", timeout=300, every=1, what="paused")
+        times["pause_s"] = round(time.monotonic() - started, 1)
+        assert app not in ray_apps(local_ray)
+        assert not Deployment.objects.filter(team=team, status__in=HOLDS_QUOTA).exists()
+
+        # A request wakes it: 503 deployment_paused with Retry-After from its own history. Until the gateway's
+        # route cache (2 s) sees the pause, a request still goes where the application was (502: Serve has no
+        # such route any more) or finds it pausing (503 deployment_not_running), and wakes nothing.
+        def paused_answer():
+            r = httpx.post(f"{base}/chat/completions", headers={"Authorization": f"Bearer {secret}"},
+                           json={"model": "tiny-llama", "messages": [{"role": "user", "content": "Hi"}]}, timeout=30)
+            assert r.status_code in (502, 503), r.text
+            return r if r.status_code == 503 and r.json()["error"]["code"] == "deployment_paused" else None
+
+        r = wait_for(paused_answer, timeout=10, every=0.5, what="the gateway sees it paused")
+        woke = time.monotonic()
+        assert "waking it" in r.json()["error"]["message"] and int(r.headers["retry-after"]) >= 1
+        times["retry_after_s"] = int(r.headers["retry-after"])
+        wait_for(lambda: status_of(pk) in ("provisioning", "running"), timeout=30, every=0.5, what="woken")
+
+        # Back to running, checked again by conformance, then answered through the gateway as before the pause.
+        wait_for(lambda: status_of(pk) in ("running", "failed"), timeout=WAKE_TO_ANSWER_BOUND_S, every=2,
+                 what="running again")
+        assert status_of(pk) == "running"
+        after_wake = wait_for(lambda: greedy_answer(base, secret), timeout=WAKE_TO_ANSWER_BOUND_S, every=1,
+                              what="answered after the wake")
+        times["wake_to_first_answer_s"] = round(time.monotonic() - woke, 1)
+        assert after_wake == before_pause  # the same weights, greedy
+        assert ray_apps(local_ray)[app]["status"] == "RUNNING"
+        assert Deployment.objects.get(pk=pk).events.filter(kind="woken").count() == 1
 
         # Deletion tears it down: Ray has no application left.
-        assert api.delete(f"/api/v1/deployments/{pk}/").status_code == 202
+        tandemctl("delete", f"{team.slug}/tiny", **as_member, check_rc=errors.OK)
         wait_for(lambda: status_of(pk) == "deleted", timeout=180, every=1, what="deleted")
         assert ray_apps(local_ray) == {}
     finally:
+        print(f"\nPD end to end: {times}")
         worker.stop()
+        web.stop()
         gateway.stop()

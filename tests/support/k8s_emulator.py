@@ -9,7 +9,7 @@ Extensions (kept here, never in the product code):
 - a stall: a RayService create is stored, then its answer held back (to kill a worker mid-provision);
 - a hold: the next N requests matching a method and path wait before they are handled (a slow call in flight);
 - "KubeRay": a RayService reads as Ready with its Serve application RUNNING `ready_after` seconds after its
-  spec last changed (or DEPLOY_FAILED when `fail_apps` is set).
+  spec last changed (or DEPLOY_FAILED when `fail_apps` is set, with Serve's recorded failure).
 """
 import asyncio
 import functools
@@ -26,6 +26,8 @@ import aiohttp.web
 import attrs
 import kmock
 import yaml
+
+from tests.support.serve_examples import kuberay_deploy_failed
 
 RAYSERVICES = kmock.resource("ray.io", "v1", "rayservices")
 NAMESPACE_PATH = re.compile(r"^/api/v1/namespaces(?:/([^/]+))?/?$")
@@ -284,8 +286,9 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
                                 "reason": "RayServiceReady" if serving else "Initializing",
                                 "message": "" if serving else "waiting for Serve", "lastTransitionTime": now}],
                 "activeServiceStatus": {"applicationStatuses": {
-                    a: {"status": app_status, "message": "boom: import failed" if self.fail_apps else ""}
-                    for a in apps}},
+                    # a failure is what Serve said for a bad engine setting (recorded), as KubeRay copies it
+                    a: kuberay_deploy_failed(model_id=a) if app_status == "DEPLOY_FAILED" else
+                    {"status": app_status, "message": ""} for a in apps}},
                 "numServeEndpoints": 1 if serving else 0,
             }
             if raw.get("status") != status:

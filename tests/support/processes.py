@@ -215,8 +215,16 @@ class RedisServer:
             self.proc.kill()
             self.proc.wait(10)
 
+    def pause(self) -> None:
+        """SIGSTOP: the server hangs with every connection open; nothing answers and nothing is refused."""
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self.proc.send_signal(signal.SIGCONT)
+
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
+            self.resume()  # a stopped process would not act on SIGTERM
             self.proc.terminate()
             try:
                 self.proc.wait(10)

@@ -13,11 +13,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-
-# What Ray 2.60 reports for a bad engine setting: colour codes and a traceback (local/README.md).
-FAILURE = ("Failed to update the deployments ['Prefill:tiny-llama'].\n\x1b[36mray::ServeReplica\x1b[39m "
-           "Traceback (most recent call last):\n  File \"engine.py\", line 1\n"
-           "ValueError: max_model_len (65536) is greater than the derived max_model_len\n")
+from tests.support.serve_examples import deploy_failed
 
 
 class RayDashboard:
@@ -88,8 +84,11 @@ class RayDashboard:
             if status is None:
                 continue
             config = {**self.apps[name]["config"], "runtime_env": self.apps[name]["config"].get("runtime_env", {})}
-            apps[name] = {"name": name, "status": status, "message": FAILURE if status == "DEPLOY_FAILED" else "",
+            apps[name] = {"name": name, "status": status, "message": "", "deployments": {},
                           "route_prefix": config.get("route_prefix"), "deployed_app_config": config}
+            if status == "DEPLOY_FAILED":  # what Serve said for a bad engine setting, recorded
+                model_id = config["args"]["prefill_config"]["model_loading_config"]["model_id"]
+                apps[name].update(deploy_failed(model_id=model_id))
         return {"http_options": self.http_options, "proxy_location": "HeadOnly", "applications": apps}
 
     def models(self, prefix: str) -> list[str]:

@@ -137,7 +137,10 @@ def test_failure_messages_lose_ansi_colours_and_keep_the_cause(dashboard, deploy
     time.sleep(0.25)
     observed = target.observe(deployment)
     assert observed.serve_status == "DEPLOY_FAILED"
-    assert observed.message.endswith("ValueError: max_model_len (65536) is greater than the derived max_model_len")
+    # Serve's recorded answer: the cause from both stages' tracebacks, not its "Failed to update ..." summary
+    assert observed.message.startswith("Decode:tiny-llama and Prefill:tiny-llama: RuntimeError: Failed to create "
+                                       "vLLM engine config"), observed.message
+    assert "User-specified max_model_len (65536) is greater than" in observed.message
     assert "\x1b" not in observed.message and "Failed to update" not in observed.message
 
 

@@ -141,7 +141,11 @@ def test_a_serve_deploy_failure_fails_the_deployment(people, k8s_cluster, emulat
     emulator.fail_apps = True
     d = _request_and_approve(people, k8s_cluster)
     wait_for(lambda: _status(d) == Status.FAILED, timeout=60, what="failed")
-    assert "Ray Serve could not deploy" in Deployment.objects.get(pk=d.pk).status_reason
+    reason = Deployment.objects.get(pk=d.pk).status_reason
+    # KubeRay's copy of what Serve said (recorded): the stages and vLLM's reason, then what to do
+    assert reason.startswith("Ray Serve could not deploy the application: Decode:llama and Prefill:llama: "
+                             "RuntimeError: Failed to create vLLM engine config"), reason
+    assert "User-specified max_model_len (65536)" in reason and reason.endswith("fix the spec, then retry.")
 
 
 def test_update_reapplies_only_what_changed_and_delete_cleans_up_and_frees_quota(people, k8s_cluster, emulator,

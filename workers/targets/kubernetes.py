@@ -17,6 +17,7 @@ from deployments.manifests import (HASH_ANNOTATION, MANAGED_BY, TEAM_LABEL, endp
                                   namespace_name)
 from workers import clients
 from workers.targets.base import Observed, PermanentError, Step, Target, TransientError
+from workers.targets.serve_status import serve_app_message
 
 GROUP, VERSION, PLURAL = "ray.io", "v1", "rayservices"
 TIMEOUT = (5, 20)  # connect, read seconds for every API call
@@ -150,7 +151,7 @@ class KubernetesTarget(Target):
         is_ready = bool(ready and ready.get("status") == "True")
         if app_status.get("status") == "RUNNING" and is_ready:
             return "RUNNING", ready.get("message", ""), True
-        message = app_status.get("message") or (ready or {}).get("message") or "Waiting for KubeRay."
+        message = serve_app_message(app_status) or (ready or {}).get("message") or "Waiting for KubeRay."
         return app_status.get("status") or "DEPLOYING", message, is_ready
 
     def _require_crd(self) -> None:

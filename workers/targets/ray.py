@@ -7,7 +7,6 @@ Several teams share one cluster: each deployment is its own application, named b
 with its own NIXL ports, so Tandem only ever writes or removes the application that is this deployment's.
 """
 import json
-import re
 from contextlib import contextmanager
 from urllib.parse import urlsplit
 
@@ -19,18 +18,12 @@ from deployments.model_sources import not_allowed_message, source_roots_of
 from deployments.serve_config import ray_nixl_ports, ray_route_prefix, serve_app_name, serve_config_build
 from workers import clients
 from workers.targets.base import Observed, PermanentError, Step, Target, TransientError
+from workers.targets.serve_status import failure_cause, serve_app_message
 
 APPS = "/api/serve/applications/"
 # First key of the two-key advisory lock that serialises writes to one Ray cluster's applications (second: its id).
 CLUSTER_LOCK_CLASS = 0x7A4E
-ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
-
-
-def _clean(message: str, *, limit: int = 600) -> str:
-    """Ray's messages carry ANSI colours and whole tracebacks: keep the plain last lines, where the cause is."""
-    lines = [line for line in ANSI.sub("", message or "").strip().splitlines() if line.strip()]
-    return "\n".join(lines[-3:])[-limit:]
 
 
 def http_error(e: Exception, *, doing: str, cluster: str) -> Exception:
@@ -39,7 +32,7 @@ def http_error(e: Exception, *, doing: str, cluster: str) -> Exception:
         return TransientError(f"Cannot reach the Ray dashboard of {cluster} while {doing}: {type(e).__name__}.")
     if not isinstance(e, httpx.HTTPStatusError):
         return e
-    status, text = e.response.status_code, _clean(e.response.text, limit=500)
+    status, text = e.response.status_code, failure_cause(e.response.text, limit=500)
     if status == 429 or status >= 500:
         retry_after = e.response.headers.get("Retry-After", "")
         return TransientError(f"The Ray dashboard of {cluster} answered {status} while {doing}; retrying.",
@@ -120,7 +113,7 @@ class RayTarget(Target):
         wanted = config["applications"][0]
         applied = content_hash(_project(app.get("deployed_app_config") or {}, wanted))
         return Observed(exists=True, applied_hash=applied, serve_status=app.get("status", ""),
-                        message=_clean(app.get("message", "")), endpoint_url=self.endpoint_url(deployment))
+                        message=serve_app_message(app), endpoint_url=self.endpoint_url(deployment))
 
     @staticmethod
     def _others(deployed: dict, name: str) -> list[dict]:
