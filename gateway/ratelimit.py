@@ -11,6 +11,7 @@ from gateway.errors import rate_limited
 log = logging.getLogger(__name__)
 
 SYNC_S = 0.5  # counts older than this are read again before a request is checked against them
+READ_WAIT_S = 0.25  # the longest a request waits for that read (Redis hung): then this replica's counts decide
 
 
 def _keys(key_id: str, window: int) -> tuple[str, str]:
@@ -21,14 +22,14 @@ class _Window:
     """One key's counts in one minute: the totals every replica had reached at the last sync, and this
     replica's requests since."""
 
-    __slots__ = ("window", "requests", "tokens", "pending", "dirty", "ready", "synced_at")
+    __slots__ = ("window", "requests", "tokens", "pending", "dirty", "ready", "read_since", "synced_at")
 
     def __init__(self, window: int):
         self.window = window
         self.requests = self.tokens = self.pending = 0
         self.dirty = False
         self.ready: asyncio.Future | None = None
-        self.synced_at = 0.0
+        self.read_since = self.synced_at = 0.0
 
 
 class RateLimiter:
@@ -63,8 +64,13 @@ class RateLimiter:
             counts = self._live[key.key_id] = _Window(window)
         if counts.ready is None and time.monotonic() - counts.synced_at > SYNC_S:
             counts.ready = asyncio.ensure_future(self._read(key.key_id, counts))
+            counts.read_since = time.monotonic()
         if counts.ready is not None:
-            await asyncio.shield(counts.ready)
+            # A Redis that hangs (rather than refusing) answers nothing: wait for the totals a little, then count
+            # what this replica has seen, as when Redis is away; the read finishes whenever Redis answers.
+            wait = READ_WAIT_S - (time.monotonic() - counts.read_since)
+            if wait > 0:
+                await asyncio.wait([asyncio.shield(counts.ready)], timeout=wait)
         counts.pending += 1
         counts.dirty = True
         retry_after = max(1, math.ceil(60 - (now % 60)))

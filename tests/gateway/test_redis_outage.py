@@ -202,9 +202,9 @@ def test_redis_that_hangs_under_load_neither_hangs_requests_nor_loses_records(wo
         failed = [r for r in results if not r["complete"]]
         assert not failed, failed[:5]
         during = [r for r in results if marks["hung"] < r["started"] < marks["resumed"] and not r["stream"]]
-        assert len(during) > 10, len(during)
         slowest = max(r["ended"] - r["started"] for r in during)
-        assert slowest < HUNG_ANSWER_BOUND_S, slowest
+        assert slowest < HUNG_ANSWER_BOUND_S, slowest  # a request waiting on Redis waits until it answers again
+        assert len(during) > 10, len(during)
         assert "revoked_refused" in marks, "the key revoked while Redis hung was never refused"
         refused_after = marks["revoked_refused"] - marks["revoked"]
         assert refused_after < MAX_STALE_S + 0.5, refused_after

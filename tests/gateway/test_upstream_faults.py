@@ -90,13 +90,14 @@ def test_the_gateway_lets_idle_upstream_connections_go_before_upstream_does(worl
     """Reusing a connection at the moment upstream closes it for idleness sends the request into a closing socket
     (a 502 for the user; `python -m bench.keepalive_race`: 3 of 300 requests sent about 0.5 s apart to an upstream
     with a 0.5 s keep-alive). So the gateway lets its idle connections go first: after TANDEM_GATEWAY_UPSTREAM_KEEPALIVE_S (4 s by
-    default, under Ray Serve's 5 s; 0.3 s here) the next request opens a new one."""
+    default, under Ray Serve's 5 s; 1 s here, far above two back-to-back requests on a loaded machine) the next
+    request opens a new one."""
     world.deployment("idle")
     _, raw = world.key()
-    gw = start_gateway(tmp_path, TANDEM_GATEWAY_UPSTREAM_KEEPALIVE_S="0.3")
+    gw = start_gateway(tmp_path, TANDEM_GATEWAY_UPSTREAM_KEEPALIVE_S="1")
     try:
         ports = []
-        for pause in (0, 0, 0.6):
+        for pause in (0, 0, 1.6):
             time.sleep(pause)
             r = httpx.post(gw.base_url + "/v1/chat/completions", json={"model": "idle", **CHAT}, timeout=10,
                            headers={"Authorization": f"Bearer {raw}", "X-Request-ID": f"idle-{len(ports)}"})
