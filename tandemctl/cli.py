@@ -98,7 +98,7 @@ def cmd_diff(api: Client, args) -> int:
     found = []
     for m in manifests_load(args.file):
         current, preview = _preview(api, m)
-        found.append({"deployment": m.ref, "id": current and current["id"]} | preview)
+        found.append({"deployment": m.ref, "id": current["id"] if current else None} | preview)
         if args.output == "table":
             print("\n".join(_preview_lines(m, preview)))
     if args.output != "table":
