@@ -45,6 +45,7 @@ def main() -> None:
     call_command("migrate", verbosity=0)
     redis.Redis.from_url(settings.REDIS_URL).flushdb()
 
+    from deployments.event_kinds import EventKind
     from deployments.models import Cluster, Event, Membership
     from deployments.services.actions import deployment_approve, deployment_request
     from tests.factories import MembershipFactory, TeamFactory, spec_input
@@ -79,8 +80,8 @@ def main() -> None:
             _wait_applied(Event, requested)
             latencies = []
             for d in requested:
-                approved = Event.objects.get(deployment=d, kind="approved").created_at
-                applied = Event.objects.filter(deployment=d, kind="applied").order_by("id").first().created_at
+                approved = Event.objects.get(deployment=d, kind=EventKind.APPROVED).created_at
+                applied = Event.objects.filter(deployment=d, kind=EventKind.APPLIED).order_by("id").first().created_at
                 latencies.append((applied - approved).total_seconds() * 1000)
         finally:
             worker.stop()
@@ -94,10 +95,13 @@ def main() -> None:
 
 
 def _wait_applied(Event, deployments, timeout: float = 120.0) -> None:
+    from deployments.event_kinds import EventKind
+
     deadline = time.monotonic() + timeout
     ids = [d.pk for d in deployments]
     while time.monotonic() < deadline:
-        done = Event.objects.filter(deployment_id__in=ids, kind="applied").values("deployment_id").distinct().count()
+        done = (Event.objects.filter(deployment_id__in=ids, kind=EventKind.APPLIED).values("deployment_id")
+                .distinct().count())
         if done == len(ids):
             return
         time.sleep(0.02)

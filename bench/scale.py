@@ -264,6 +264,7 @@ class Bench:
     def measure_approvals(self) -> None:
         import httpx
 
+        from deployments.event_kinds import EventKind
         from deployments.models import Event
 
         w = self.world
@@ -282,7 +283,7 @@ class Bench:
         self.add(f"approvals through the API ({len(todo)}, one after another)", f"{len(todo) / elapsed:.1f} /s")
         ids = [d.pk for d in todo]
         deadline = time.monotonic() + 300
-        while Event.objects.filter(deployment_id__in=ids, kind="applied").values("deployment_id").distinct() \
+        while Event.objects.filter(deployment_id__in=ids, kind=EventKind.APPLIED).values("deployment_id").distinct() \
                 .count() < len(ids):
             if time.monotonic() > deadline:
                 raise SystemExit(f"not every RayService applied in 300 s; see {self.workdir / 'worker.log'}")
@@ -290,8 +291,8 @@ class Bench:
         cpu = _group_cpu_seconds(self.worker.pid) - cpu
         latencies = []
         for d in todo:
-            approved = Event.objects.get(deployment=d, kind="approved").created_at
-            applied = Event.objects.filter(deployment=d, kind="applied").order_by("id").first().created_at
+            approved = Event.objects.get(deployment=d, kind=EventKind.APPROVED).created_at
+            applied = Event.objects.filter(deployment=d, kind=EventKind.APPLIED).order_by("id").first().created_at
             latencies.append((applied - approved).total_seconds())
         self.add(f"approval → RayService applied, {len(todo)} at once, 2 prefork workers",
                  f"p50 {percentile(latencies, 50):.1f} s, p95 {percentile(latencies, 95):.1f} s, "
@@ -370,6 +371,7 @@ class Bench:
         from django.conf import settings
         from django.db import connection
 
+        from deployments.event_kinds import EventKind
         from observability.rollups import GATEWAY_BOUNDS_MS, STAGE_VIEW
         from observability.snapshot import GAUGES
 
@@ -389,18 +391,21 @@ class Bench:
             c.execute("SELECT id, team_id FROM deployments_deployment ORDER BY id LIMIT 1000")
             sample = c.fetchall()
             ids = [r[0] for r in sample]
+            # Declared kinds only (deployments.event_kinds): the API's schema lists them.
+            kinds = [EventKind.APPLIED, EventKind.STATUS_RUNNING, EventKind.UPDATED, EventKind.CONFORMANCE_PASSED,
+                     EventKind.BUDGET_WARNING, EventKind.RECOMMENDATION_AUTO_APPLIED]
             start = time.perf_counter()
             c.execute(f"""
                 INSERT INTO deployments_event (team_id, deployment_id, actor_id, kind, message, before, after,
                                                duration_ms, created_at)
                 SELECT d.team_id, d.id, NULL,
-                       (ARRAY['applied', 'status_changed', 'scaled', 'conformance', 'budget_warning', 'advice'])[1 + mod(g, 6)],
+                       (%s::text[])[1 + mod(g, 6)],
                        'Serve application RUNNING on cluster-07: 2 of 2 deployments healthy (generation 3).',
                        '{{"replicas": 1, "max_model_len": 8192}}'::jsonb, '{{"replicas": 2, "max_model_len": 8192}}'::jsonb,
                        20 + mod(g, 500),
                        now() - g * interval '{1440 // EVENTS_PER_DAY} minutes'
                 FROM deployments_deployment d, generate_series(1, {30 * EVENTS_PER_DAY}) g
-                WHERE d.id = ANY(%s)""", [ids])
+                WHERE d.id = ANY(%s)""", [kinds, ids])
             events_s = time.perf_counter() - start
             engine_bounds = [1, 2, 5, 10, 20, 50, 100, 200, 300, 500, 750, 1000, 1500, 2000, 3000, 5000, 7500, 10000,
                              20000, 30000, 60000]

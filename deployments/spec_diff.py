@@ -68,6 +68,11 @@ def spec_changes(old: DeploymentSpec, new: DeploymentSpec) -> list[FieldChange]:
     return changes
 
 
+def spec_created(new: DeploymentSpec) -> list[FieldChange]:
+    """A new request as changes: every field None → its value, all of it waiting for the request's approval."""
+    return [FieldChange(field, None, value, True) for field, value in _flat(new).items()]
+
+
 def changes_needing_approval(old: DeploymentSpec, new: DeploymentSpec) -> list[str]:
     """The fields (dotted paths) whose change from `old` to `new` needs an approver; empty: apply at once."""
     return [c.field for c in spec_changes(old, new) if c.needs_approval]

@@ -12,7 +12,7 @@ from tandemctl.client import Client
 from tandemctl.config import settings_load
 from tandemctl.errors import CliError
 from tandemctl.manifest import manifests_load
-from tandemctl.output import diff_lines, emit, note
+from tandemctl.output import change_line, cost_line, emit, note
 
 PENDING = "pending_approval"
 
@@ -53,42 +53,88 @@ def _row(d: dict) -> list:
 HEADER = ["TEAM", "NAME", "CLUSTER", "STATUS", "GEN", "MODEL", "ENDPOINT"]
 
 
+# What the server's dry run says applying a manifest would do (its `outcome`), as the preview's first line.
+WOULD = {
+    "created": "would be created: a request that waits for approval",
+    "edited": "would be edited: the request still waits for approval",
+    "updated": "would be updated at once (nothing in it needs approval)",
+    "proposed": "would get a proposed update that waits for approval; the approved spec keeps running",
+}
+
+
+def _create_body(m) -> dict:
+    return {"team": m.team, "cluster": m.cluster, "name": m.name, "spec": m.spec} | (
+        {} if m.purpose is None else {"purpose": m.purpose})
+
+
+def _update_body(m) -> dict:
+    return {"spec": m.spec} | ({} if m.purpose is None else {"purpose": m.purpose})
+
+
+def _preview(api: Client, m) -> tuple[dict | None, dict]:
+    """The team's live deployment the manifest names (None: there is none yet) and what applying the manifest
+    would do: the server's dry run of the create or update apply sends, under the same rules."""
+    current = _find(api, m.team, m.name)
+    if current is None:
+        return None, api.call("deployments.preview_create", body=_create_body(m))
+    if current["cluster"] != m.cluster:
+        raise CliError(f"{m.source}: {m.ref} runs on cluster {current['cluster']}; a deployment does not "
+                       f"move to {m.cluster}. Delete it first, or name the new one differently.", errors.INVALID)
+    return current, api.call("deployments.preview_update", body=_update_body(m), id=current["id"])
+
+
+def _preview_lines(m, preview: dict) -> list[str]:
+    if preview["outcome"] == "unchanged":
+        return [f"deployment {m.ref} unchanged ({preview['status']}, generation {preview['generation']})"]
+    created = preview["outcome"] == "created"
+    lines = [f"deployment {m.ref} {WOULD[preview['outcome']]}"]
+    lines += [change_line(c, created=created) for c in preview["changes"]]
+    return lines + list(filter(None, [cost_line(preview)]))
+
+
+def cmd_diff(api: Client, args) -> int:
+    """What apply would do to each manifest's deployment, field by field (also `apply --dry-run`); writes nothing.
+    Exit CHANGES when applying would change anything."""
+    found = []
+    for m in manifests_load(args.file):
+        current, preview = _preview(api, m)
+        found.append({"deployment": m.ref, "id": current["id"] if current else None} | preview)
+        if args.output == "table":
+            print("\n".join(_preview_lines(m, preview)))
+    if args.output != "table":
+        emit(found, args.output)
+    return errors.CHANGES if any(p["outcome"] != "unchanged" for p in found) else errors.OK
+
+
 def cmd_apply(api: Client, args) -> int:
-    """Create or update each manifest's deployment; unchanged ones are left alone and said so."""
+    """Create or update each manifest's deployment, each preceded by its preview (the server's dry run);
+    unchanged ones are left alone and said so. --dry-run stops after the previews."""
+    if args.dry_run:
+        cmd_diff(api, args)
+        return errors.OK
     results, code = [], errors.OK
     for m in manifests_load(args.file):
-        current = _find(api, m.team, m.name)
-        if current is None:
-            body = {"team": m.team, "cluster": m.cluster, "name": m.name, "spec": m.spec}
-            if m.purpose is not None:
-                body["purpose"] = m.purpose
-            d, action, changes = api.call("deployments.create", body=body), "created", []
+        current, preview = _preview(api, m)
+        if preview["outcome"] == "unchanged":
+            d, action = current, "unchanged"
         else:
-            if current["cluster"] != m.cluster:
-                raise CliError(f"{m.source}: {m.ref} runs on cluster {current['cluster']}; a deployment does not "
-                               f"move to {m.cluster}. Delete it first, or name the new one differently.",
-                               errors.INVALID)
-            body = {"spec": m.spec} | ({} if m.purpose is None else {"purpose": m.purpose})
-            d = api.call("deployments.update", body=body, id=current["id"])
-            same = all(d[k] == current[k] for k in ("generation", "proposed_spec_hash", "purpose", "spec"))
-            action = "unchanged" if same else ("update proposed" if d["proposed_spec_hash"] else "updated")
-            if d["proposed_spec_hash"] and d["proposed_spec_hash"] != current["proposed_spec_hash"]:
-                changes = [f"  {c['field']}: {c['old']} → {c['new']}" + (" (needs approval)" if c["needs_approval"]
-                                                                          else "")
-                           for c in d["proposal"]["changes"]]
+            if args.output == "table":
+                print("\n".join(_preview_lines(m, preview)))
+            if current is None:
+                d, action = api.call("deployments.create", body=_create_body(m)), "created"
             else:
-                changes = diff_lines({"spec": current["spec"], "purpose": current["purpose"]},
-                                     {"spec": d["spec"], "purpose": d["purpose"]})
+                d = api.call("deployments.update", body=_update_body(m), id=current["id"])
+                same = all(d[k] == current[k] for k in ("generation", "proposed_spec_hash", "purpose", "spec"))
+                action = "unchanged" if same else ("update proposed" if d["proposed_spec_hash"] else "updated")
         if action != "unchanged" and _waits(d):
             code = errors.PENDING_APPROVAL
-        results.append({"deployment": f"{m.team}/{m.name}", "id": d["id"], "action": action,
-                        "status": d["status"], "generation": d["generation"], "changes": changes})
+        changes = [change_line(c, created=action == "created") for c in preview["changes"]]
+        results.append({"deployment": m.ref, "id": d["id"], "action": action, "status": d["status"],
+                        "generation": d["generation"], "changes": changes, "preview": preview})
         if args.output == "table":
-            print(f"deployment {m.team}/{m.name} {action} ({d['status']}, generation {d['generation']})")
-            for line in changes:
-                print(line)
+            print(f"deployment {m.ref} {action} ({d['status']}, generation {d['generation']})")
             if action != "unchanged" and _waits(d):
-                print(f"  waiting for approval: tandemctl approve {m.team}/{m.name}")
+                print(f"  waiting for approval: tandemctl approve {m.ref}")
     if args.output != "table":
         emit(results, args.output)
     return code
@@ -119,7 +165,7 @@ def cmd_describe(api: Client, args) -> int:
     if d.get("proposal"):
         print("Proposed update (waiting for approval):")
         for c in d["proposal"]["changes"]:
-            print(f"  {c['field']}: {c['old']} → {c['new']}")
+            print(change_line(c))
     print("Conditions:")
     emit(None, "table", table=[["TYPE", "STATUS", "REASON", "MESSAGE"]] + [
         [c.get("type"), c.get("status"), c.get("reason"), c.get("message")] for c in d.get("conditions") or []])
@@ -242,7 +288,8 @@ def cmd_keys_revoke(api: Client, args) -> int:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tandemctl", description="Drive Tandem from a terminal or a pipeline.",
                                 epilog="Exit codes: 0 done, 1 failed, 2 usage, 3 auth, 4 invalid, 5 waiting for "
-                                       "approval, 6 timed out, 7 not found, 8 conflict, 9 schema drift.")
+                                       "approval, 6 timed out, 7 not found, 8 conflict, 9 schema drift, 10 diff: "
+                                       "something would change.")
     # --server and --output go before or after the command; given after it, they win.
     for parser_, default in ((p, None), (common := argparse.ArgumentParser(add_help=False), argparse.SUPPRESS)):
         parser_.add_argument("--server", default=default,
@@ -259,7 +306,13 @@ def parser() -> argparse.ArgumentParser:
             c.add_argument("--team")
         return c
 
-    c = command("apply", cmd_apply, "create or update deployments from a manifest file or directory", ref=False)
+    c = command("apply", cmd_apply, "create or update deployments from a manifest file or directory, each after "
+                "its preview", ref=False)
+    c.add_argument("-f", "--file", required=True)
+    c.add_argument("--dry-run", action="store_true",
+                   help="print what apply would do (the server's dry run) and change nothing; exit 0")
+    c = command("diff", cmd_diff, "what apply would do: each changed field old → new and whether it needs "
+                "approval; exit 0 when nothing would change, 10 when something would", ref=False)
     c.add_argument("-f", "--file", required=True)
     c = command("plan", cmd_plan, "the capacity plan of a manifest's spec, without a request", ref=False)
     c.add_argument("-f", "--file", required=True)

@@ -10,6 +10,8 @@ OPERATIONS = {
     "deployments.create": ("post", "/api/v1/deployments/"),
     "deployments.read": ("get", "/api/v1/deployments/{id}/"),
     "deployments.update": ("patch", "/api/v1/deployments/{id}/"),
+    "deployments.preview_create": ("post", "/api/v1/deployments/preview/"),
+    "deployments.preview_update": ("post", "/api/v1/deployments/{id}/preview/"),
     "deployments.delete": ("delete", "/api/v1/deployments/{id}/"),
     "deployments.approve": ("post", "/api/v1/deployments/{id}/approve/"),
     "deployments.reject": ("post", "/api/v1/deployments/{id}/reject/"),

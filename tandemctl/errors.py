@@ -10,6 +10,7 @@ TIMED_OUT = 6  # `wait` ran out of time
 NOT_FOUND = 7  # no such deployment, key or team (404)
 CONFLICT = 8  # it changed since it was read, or the action does not apply now (409)
 SCHEMA_DRIFT = 9  # the server's /api/schema/ lacks an operation this client uses
+CHANGES = 10  # `diff`: applying would change something (kubectl diff's 1; here 1 means failed)
 
 BY_STATUS = {400: INVALID, 401: AUTH, 403: AUTH, 404: NOT_FOUND, 409: CONFLICT, 415: USAGE}
 

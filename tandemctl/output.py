@@ -27,18 +27,22 @@ def note(message: str) -> None:
     print(message, file=sys.stderr)
 
 
-def flatten(value, prefix: str = "") -> dict:
-    """{"a": {"b": 1}} → {"a.b": 1}: the fields a diff compares."""
-    if isinstance(value, dict) and value:
-        out = {}
-        for k, v in value.items():
-            out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
-        return out
-    return {prefix: value}
+def change_line(change: dict, *, created: bool = False) -> str:
+    """One changed field as people read it: `  field: old → new (needs approval)`; of a new deployment, its
+    value only (all of a new request waits for approval)."""
+    if created:
+        return f"  {change['field']}: {json.dumps(change['new'])}"
+    line = f"  {change['field']}: {json.dumps(change['old'])} → {json.dumps(change['new'])}"
+    return line + (" (needs approval)" if change["needs_approval"] else "")
 
 
-def diff_lines(before: dict, after: dict) -> list[str]:
-    """One line per changed field: `  field: old → new`."""
-    old, new = flatten(before or {}), flatten(after or {})
-    return [f"  {k}: {json.dumps(old.get(k))} → {json.dumps(new.get(k))}"
-            for k in sorted(old.keys() | new.keys()) if old.get(k) != new.get(k)]
+def _usd(value) -> str:
+    return "unknown" if value is None else f"${value:,.2f}/h"
+
+
+def cost_line(preview: dict) -> str | None:
+    """Cost per hour and GPUs against quota before → after, when either changes."""
+    if (preview["hourly_usd_before"], preview["gpus_before"]) == (preview["hourly_usd_after"], preview["gpus_after"]):
+        return None
+    return (f"  cost: {_usd(preview['hourly_usd_before'])} → {_usd(preview['hourly_usd_after'])}, GPUs against quota: "
+            f"{preview['gpus_before']} → {preview['gpus_after']}")

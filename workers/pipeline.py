@@ -7,6 +7,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from deployments.conditions import condition_set, conformance_passed, endpoint_ready
+from deployments.event_kinds import EventKind
 from deployments.lifecycle import PROGRESSING, SETTLED, Status
 from deployments.model_sources import source_roots_of
 from deployments.models import Deployment
@@ -40,7 +41,7 @@ class _Pass:
     def cond(self, type, ok, reason, message=""):
         self.updates[type] = {"status": ok, "reason": reason, "message": message, "generation": self.d.generation}
 
-    def step(self, kind: str, fn):
+    def step(self, kind: EventKind, fn):
         """Run one step; write an event with its duration when its outcome differs from the last one."""
         self.fence()
         started = time.monotonic()
@@ -49,7 +50,7 @@ class _Pass:
         self.note(kind, getattr(result, "message", "") or "", duration_ms=ms)
         return result
 
-    def note(self, kind: str, message: str, *, duration_ms: int | None = None) -> None:
+    def note(self, kind: EventKind, message: str, *, duration_ms: int | None = None) -> None:
         """Record an event unless the last event of this kind said the same (passes repeat; events do not)."""
         last = self.d.events.filter(kind=kind).order_by("-created_at", "-id").values_list("message", flat=True).first()
         if last != internal_redact(message, cluster=self.d.cluster):  # as event_record stores it
@@ -75,7 +76,7 @@ def reconcile_pass(deployment_id: int, *, fence=lambda: None) -> float | None:
     except TransientError as e:
         # Counted on the row (the event is history): `d` is the row as this pass found it.
         deployment_observe(deployment_id=d.pk, transient_errors=d.transient_errors + 1)
-        event_record(kind="transient_error", deployment=d, message=str(e))
+        event_record(kind=EventKind.TRANSIENT_ERROR, deployment=d, message=str(e))
         fail_if_stuck(d.pk, str(e))
         return _backoff(d.transient_errors, e.retry_after)
     except PermanentError as e:
@@ -105,7 +106,7 @@ def _run(p: _Pass) -> float | None:
     requeue = settings.TANDEM_RECONCILE_REQUEUE_SECONDS
 
     if d.status == Status.DELETING:  # 2 deletion
-        step = p.step("teardown", lambda: target.teardown(d))
+        step = p.step(EventKind.TEARDOWN, lambda: target.teardown(d))
         if not step.ready:
             _write(p)
             return requeue
@@ -114,7 +115,7 @@ def _run(p: _Pass) -> float | None:
         return None
 
     if d.status == Status.PAUSING:  # 2b pause: the serving part goes; the deployment, its keys and history stay
-        step = p.step("pause", lambda: target.pause(d))
+        step = p.step(EventKind.PAUSE, lambda: target.pause(d))
         if not step.ready:
             _write(p)
             return requeue
@@ -134,7 +135,7 @@ def _run(p: _Pass) -> float | None:
     if d.status == Status.APPROVED:
         d = p.d = deployment_transition(deployment=d, to=Status.PROVISIONING, reason="Provisioning started.")
 
-    pools = p.step("node_pools", lambda: target.ensure_node_pools(d))  # 4 node pools
+    pools = p.step(EventKind.NODE_POOLS, lambda: target.ensure_node_pools(d))  # 4 node pools
     p.cond("NodePoolsReady", pools.ready, "Ready" if pools.ready else "Waiting", pools.message)
     if not pools.ready:
         _write(p)
@@ -148,24 +149,24 @@ def _run(p: _Pass) -> float | None:
                 else "The cluster drifted from the spec; re-applying."
             d = p.d = deployment_transition(deployment=d, to=Status.PROVISIONING, reason=reason)
         target.preflight(d)
-        p.step("applied", lambda: _apply(target, d, desired))
+        p.step(EventKind.APPLIED, lambda: _apply(target, d, desired))
         deployment_observe(deployment_id=d.pk, applied_hash=desired_hash)
         observed = target.observe(d)
     p.cond("Applied", True, "Applied", f"spec hash {desired_hash[:12]}")
 
     serve_ok = observed.serve_status == "RUNNING"  # 8 derive
-    p.note("serve_status", f"{observed.serve_status or 'Unknown'}: {observed.message}".rstrip(": "))
+    p.note(EventKind.SERVE_STATUS, f"{observed.serve_status or 'Unknown'}: {observed.message}".rstrip(": "))
     p.cond("ServeRunning", serve_ok, observed.serve_status or "Unknown", observed.message)
     if observed.serve_status == "DEPLOY_FAILED":
         _write(p)
         # Leave nothing half-deployed behind: the reason is kept on the deployment, and retry re-applies.
-        p.step("teardown", lambda: target.teardown(d))
+        p.step(EventKind.TEARDOWN, lambda: target.teardown(d))
         raise PermanentError(f"Ray Serve could not deploy the application: {observed.message} "
                              "The application was removed; fix the spec, then retry.")
     if not serve_ok:
         _write(p, endpoint_url=observed.endpoint_url)
         return requeue
-    answers = p.step("endpoint", lambda: target.endpoint_answers(d, observed))
+    answers = p.step(EventKind.ENDPOINT, lambda: target.endpoint_answers(d, observed))
     checked = _conformance_checked(p)
     ready = endpoint_ready(checked, generation=d.generation, answers=answers.ready, message=answers.message)
     p.cond("EndpointReady", ready["status"], ready["reason"], ready["message"])
@@ -182,7 +183,7 @@ def _run(p: _Pass) -> float | None:
         deployment_transition(deployment=d, to=Status.RUNNING, reason="Serving.")
         _conformance_enqueue(d.pk)
     elif overdue:
-        event_record(kind="conformance_requeued", deployment=d,
+        event_record(kind=EventKind.CONFORMANCE_REQUEUED, deployment=d,
                      message=f"No conformance result {settings.TANDEM_CONFORMANCE_OVERDUE_SECONDS} s after the "
                              "run was started; running the suite again.")
         _conformance_enqueue(d.pk)

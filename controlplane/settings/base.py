@@ -189,7 +189,10 @@ SPECTACULAR_SETTINGS = {
     # Every operation's error statuses and their body, from one place (deployments/api/contract.py).
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
                              "deployments.api.contract.error_responses_hook"],
-    "ENUM_NAME_OVERRIDES": {"DeploymentStatusEnum": "deployments.lifecycle.Status"},
+    # Each enum named for what it is; clusters keep the name they had before events' kinds had an enum too.
+    "ENUM_NAME_OVERRIDES": {"DeploymentStatusEnum": "deployments.lifecycle.Status",
+                            "EventKindEnum": "deployments.event_kinds.EventKind",
+                            "KindEnum": "deployments.models.clusters.Cluster.Kind"},
     # Swagger UI and Redoc from the drf-spectacular-sidecar package: no CDN, pinned by the lock.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",

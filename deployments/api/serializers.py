@@ -9,9 +9,10 @@ from rest_framework import serializers
 
 from deployments import selectors
 from deployments.cluster_config import cluster_config_errors
-from deployments.lifecycle import SERVING
+from deployments.lifecycle import SERVING, Status
 from deployments.models import AccessToken, ApiKey, Cluster, Deployment, Event, Membership, Team
 from deployments.quota_rules import quota_gpus
+from deployments.services.previews import Outcome
 from deployments.services.quota import team_gpus_held
 from deployments.secret_refs import secret_ref_errors
 from deployments.spec import DNS1123_LABEL, dns_label_errors, spec_load
@@ -218,6 +219,30 @@ class DeploymentCreateSerializer(serializers.Serializer):
 class DeploymentEditSerializer(serializers.Serializer):
     purpose = StrictCharField(required=False, allow_blank=True, max_length=2000)
     spec = serializers.JSONField(required=False)
+
+
+class FieldChangeSerializer(serializers.Serializer):
+    field = serializers.CharField(help_text="A dotted path in the spec (`decode.nodes`), or `purpose`.")
+    old = serializers.JSONField(allow_null=True)
+    new = serializers.JSONField(allow_null=True)
+    needs_approval = serializers.BooleanField(help_text="This change waits for an admin's approval.")
+
+
+class DeploymentPreviewSerializer(serializers.Serializer):
+    """What the write would do, as the write's own rules decide it; nothing was kept."""
+
+    outcome = serializers.ChoiceField(
+        choices=Outcome.choices, help_text="`created`: a request that waits for approval; `edited`: the pending "
+        "request changes and still waits; `updated`: applied at once; `proposed`: an update that waits for approval "
+        "while the approved spec keeps running.")
+    waits_for_approval = serializers.BooleanField(help_text="Afterwards, something waits for an admin's decision.")
+    status = serializers.ChoiceField(choices=Status.choices, help_text="The deployment's status afterwards.")
+    generation = serializers.IntegerField(help_text="The deployment's generation afterwards.")
+    changes = FieldChangeSerializer(many=True, help_text="Each changed field old → new (a new request: every field).")
+    hourly_usd_before = serializers.FloatField(allow_null=True)
+    hourly_usd_after = serializers.FloatField(allow_null=True)
+    gpus_before = serializers.IntegerField(help_text="GPUs held against quota now (provisioned).")
+    gpus_after = serializers.IntegerField(help_text="GPUs held against quota once what is previewed runs.")
 
 
 class DecisionSerializer(serializers.Serializer):

@@ -10,10 +10,11 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
 from deployments import selectors
+from deployments.event_kinds import EventKind
 from deployments.lifecycle import LIVE, Status
 from deployments.api import serializers as s
 from deployments.models import AccessToken, ApiKey, Cluster, Deployment, Event, Membership, Team
-from deployments.services import actions, api_keys, clusters, pause, teams
+from deployments.services import actions, api_keys, clusters, pause, previews, teams
 from deployments.api.spend import SpendRendering, team_spend_response
 from deployments.services.access_tokens import access_token_create, access_token_revoke
 
@@ -146,25 +147,52 @@ class DeploymentViewSet(viewsets.ReadOnlyModelViewSet):
         deployment.refresh_from_db()
         return Response(s.DeploymentSerializer(deployment, context={"request": self.request}).data, status=code)
 
-    @extend_schema(request=s.DeploymentCreateSerializer, responses={201: s.DeploymentSerializer})
-    def create(self, request):
+    def _request_arguments(self, request) -> dict:
+        """A create's body as the request service takes it (shared with its preview)."""
         data = s.DeploymentCreateSerializer(data=request.data, context={"request": request})
         data.is_valid(raise_exception=True)
         v = data.validated_data
-        d = actions.deployment_request(actor=request.user, team=v["team"], cluster=v["cluster"], name=v["name"],
-                                         spec=v["spec"], purpose=v["purpose"])
-        return self._respond(d, status.HTTP_201_CREATED)
+        return {"actor": request.user, "team": v["team"], "cluster": v["cluster"], "name": v["name"],
+                "spec": v["spec"], "purpose": v["purpose"]}
+
+    def _update_arguments(self, request) -> dict:
+        """The object first (another team's is a 404 whatever the body), then a PATCH's body as the update service
+        takes it (shared with its preview)."""
+        d = self.get_object()
+        data = s.DeploymentEditSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+        return {"actor": request.user, "deployment": d, "spec": v.get("spec"), "purpose": v.get("purpose")}
+
+    @extend_schema(request=s.DeploymentCreateSerializer, responses={201: s.DeploymentSerializer})
+    def create(self, request):
+        return self._respond(actions.deployment_request(**self._request_arguments(request)),
+                             status.HTTP_201_CREATED)
 
     @extend_schema(request=s.DeploymentEditSerializer, responses=s.DeploymentSerializer)
     def partial_update(self, request, pk=None):
         """Edit a pending request, or update a running one: a change to anything that costs or that an approver
         judged becomes a proposed update waiting for approval (`proposal` shows it); the rest applies at once."""
-        d = self.get_object()
-        data = s.DeploymentEditSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        v = data.validated_data
-        d = actions.deployment_update(actor=request.user, deployment=d, spec=v.get("spec"), purpose=v.get("purpose"))
-        return self._respond(d)
+        return self._respond(actions.deployment_update(**self._update_arguments(request)))
+
+    @extend_schema(request=s.DeploymentCreateSerializer, responses=s.DeploymentPreviewSerializer,
+                   operation_id="api_v1_deployments_preview_create")
+    @action(detail=False, methods=["post"], url_path="preview", url_name="preview-create")
+    def preview_create(self, request):
+        """Dry run of `POST /deployments/` with this body: what it would do, or the 400, 403 or 409 it would get.
+        Nothing is written (no deployment, event or reconcile request)."""
+        preview = previews.deployment_request_preview(**self._request_arguments(request))
+        return Response(s.DeploymentPreviewSerializer(preview).data)
+
+    @extend_schema(request=s.DeploymentEditSerializer, responses=s.DeploymentPreviewSerializer,
+                   operation_id="api_v1_deployments_preview_update")
+    @action(detail=True, methods=["post"], url_path="preview", url_name="preview-update")
+    def preview_update(self, request, pk=None):
+        """Dry run of `PATCH /deployments/{id}/` with this body: unchanged, edited, updated at once or proposed for
+        approval, each changed field old → new, or the error it would get. Nothing is written (no generation,
+        event or reconcile request)."""
+        preview = previews.deployment_update_preview(**self._update_arguments(request))
+        return Response(s.DeploymentPreviewSerializer(preview).data)
 
     @extend_schema(request=None, responses={202: s.DeploymentSerializer})
     def destroy(self, request, pk=None):
@@ -227,7 +255,7 @@ class DeploymentViewSet(viewsets.ReadOnlyModelViewSet):
 
 
 @extend_schema(parameters=[OpenApiParameter("team", str), OpenApiParameter("deployment", int),
-                           OpenApiParameter("kind", str)])
+                           OpenApiParameter("kind", str, enum=EventKind.values)])
 class EventViewSet(viewsets.ReadOnlyModelViewSet):
     """The audit trail of your teams."""
 
@@ -238,7 +266,8 @@ class EventViewSet(viewsets.ReadOnlyModelViewSet):
 
     def get_queryset(self):
         qs = selectors.events_visible_to(self.request.user)
-        return _filter(qs, self.request, team="team__slug", deployment="deployment_id", kind="kind")
+        return _filter(qs, self.request, choices={"kind": EventKind.values}, team="team__slug",
+                       deployment="deployment_id", kind="kind")
 
 
 class AccessTokenViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.DestroyModelMixin,

@@ -1,6 +1,8 @@
 from django.conf import settings
 from django.db import models
 
+from deployments.event_kinds import EventKind
+
 
 class Event(models.Model):
     """One immutable line of the audit trail: who did what, when, and what changed."""
@@ -14,7 +16,7 @@ class Event(models.Model):
     actor = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
-    kind = models.CharField(max_length=40)
+    kind = models.CharField(max_length=40, choices=EventKind.choices)
     message = models.TextField(blank=True)
     before = models.JSONField(null=True, blank=True)
     after = models.JSONField(null=True, blank=True)

@@ -3,6 +3,7 @@ import datetime as dt
 
 from django.db import transaction
 
+from deployments.event_kinds import EventKind
 from deployments.models import AccessToken
 from deployments.services.credentials import credential_expiry, credential_mint, credential_revoke, user_lifetimes
 from deployments.services.events import event_record
@@ -14,7 +15,7 @@ def access_token_create(*, user, name: str, expires_at: dt.datetime | None = Non
     user's teams (credentials.user_lifetimes): their default when none is named, never beyond their longest."""
     expires_at = credential_expiry(expires_at, user_lifetimes(user))
     token, raw = credential_mint(model=AccessToken, user=user, name=name, expires_at=expires_at)
-    event_record(kind="access_token_created", actor=user, after={"name": token.name, "key_id": token.key_id,
+    event_record(kind=EventKind.ACCESS_TOKEN_CREATED, actor=user, after={"name": token.name, "key_id": token.key_id,
                                                                 "expires_at": expires_at.isoformat()})
     return token, raw
 
@@ -24,5 +25,5 @@ def access_token_revoke(*, user, token: AccessToken, message: str = "") -> None:
     """Revoke once; `user` is who revokes it: the owner, a platform admin in Django admin, or the team admin who
     removes the owner from a team."""
     if credential_revoke(row=token):
-        event_record(kind="access_token_revoked", actor=user, message=message,
+        event_record(kind=EventKind.ACCESS_TOKEN_REVOKED, actor=user, message=message,
                      before={"key_id": token.key_id, "user": token.user.get_username()})

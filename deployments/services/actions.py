@@ -7,6 +7,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from deployments.errors import ActionError, Conflict, NotAllowed
+from deployments.event_kinds import EventKind, status_kind
 from deployments.lifecycle import UNSETTLED, UPDATABLE, Status, can_transition
 from deployments.model_sources import source_roots_of
 from deployments.models import Cluster, Deployment, Membership, Team
@@ -72,7 +73,7 @@ def deployment_request(*, actor, team: Team, cluster: Cluster, name: str, spec: 
             )
     except IntegrityError:
         raise Conflict(f"Team {team.slug} already has a deployment named {name!r}.", field="name") from None
-    event_record(kind="requested", deployment=deployment, actor=actor,
+    event_record(kind=EventKind.REQUESTED, deployment=deployment, actor=actor,
                  after={"name": name, "cluster": cluster.name, "spec": parsed})
     return deployment
 
@@ -97,7 +98,8 @@ def deployment_edit(*, actor, deployment: Deployment, spec: dict | None = None, 
         d.proposed_by = actor  # whoever changed what waits is one of its authors: four-eyes counts them
     d.spec, d.purpose = new_spec, new_purpose
     d.save(update_fields=["spec", "purpose", "generation", "proposed_by", "updated_at"])
-    event_record(kind="edited", deployment=d, actor=actor, before=before, after={"spec": new_spec, "purpose": new_purpose})
+    event_record(kind=EventKind.EDITED, deployment=d, actor=actor, before=before,
+                 after={"spec": new_spec, "purpose": new_purpose})
     return d
 
 
@@ -153,7 +155,8 @@ def deployment_approve(*, actor, deployment: Deployment, generation: int, propos
         before, proposer = d.spec, d.proposed_by
         d.spec, d.proposed_spec, d.proposed_by, d.generation = d.proposed_spec, None, None, d.generation + 1
         d.save(update_fields=["spec", "proposed_spec", "proposed_by", "generation", "updated_at"])
-        event_record(kind="update_approved", deployment=d, actor=actor, message=comment, before={"spec": before},
+        event_record(kind=EventKind.UPDATE_APPROVED, deployment=d, actor=actor, message=comment,
+                     before={"spec": before},
                      after={"spec": d.spec, "proposed_by": proposer.get_username() if proposer else None})
         return deployment_transition(deployment=d, to=Status.UPDATING if d.status == Status.RUNNING else Status.APPROVED,
                                      actor=actor, reason="Update approved.")
@@ -163,7 +166,8 @@ def deployment_approve(*, actor, deployment: Deployment, generation: int, propos
     quota_check(team=team, gpus=quota_gpus(approved, target_kind=d.cluster.kind), exclude_id=d.pk)
     d.proposed_by = None
     d.save(update_fields=["proposed_by", "updated_at"])
-    return deployment_transition(deployment=d, to=Status.APPROVED, actor=actor, reason=comment, event_kind="approved")
+    return deployment_transition(deployment=d, to=Status.APPROVED, actor=actor, reason=comment,
+                                 event_kind=EventKind.APPROVED)
 
 
 @transaction.atomic
@@ -177,11 +181,13 @@ def deployment_reject(*, actor, deployment: Deployment, generation: int, propose
     if _proposal_waits(d):
         before, d.proposed_spec, d.proposed_by = d.proposed_spec, None, None
         d.save(update_fields=["proposed_spec", "proposed_by", "updated_at"])
-        event_record(kind="update_rejected", deployment=d, actor=actor, message=comment, before={"proposed_spec": before})
+        event_record(kind=EventKind.UPDATE_REJECTED, deployment=d, actor=actor, message=comment,
+                     before={"proposed_spec": before})
         return d
     if d.status != Status.PENDING_APPROVAL:
         raise Conflict(f"Nothing to reject: the deployment is {d.status}.")
-    return deployment_transition(deployment=d, to=Status.REJECTED, actor=actor, reason=comment, event_kind="rejected")
+    return deployment_transition(deployment=d, to=Status.REJECTED, actor=actor, reason=comment,
+                                 event_kind=EventKind.REJECTED)
 
 
 @transaction.atomic
@@ -192,11 +198,11 @@ def deployment_withdraw(*, actor, deployment: Deployment) -> Deployment:
     if _proposal_waits(d):
         before, d.proposed_spec, d.proposed_by = d.proposed_spec, None, None
         d.save(update_fields=["proposed_spec", "proposed_by", "updated_at"])
-        event_record(kind="update_withdrawn", deployment=d, actor=actor, before={"proposed_spec": before})
+        event_record(kind=EventKind.UPDATE_WITHDRAWN, deployment=d, actor=actor, before={"proposed_spec": before})
         return d
     if d.status != Status.PENDING_APPROVAL:
         raise Conflict(f"Only a pending request can be withdrawn; this one is {d.status}. Delete it instead.")
-    return deployment_transition(deployment=d, to=Status.WITHDRAWN, actor=actor, event_kind="withdrawn")
+    return deployment_transition(deployment=d, to=Status.WITHDRAWN, actor=actor, event_kind=EventKind.WITHDRAWN)
 
 
 @transaction.atomic
@@ -207,7 +213,7 @@ def deployment_retry(*, actor, deployment: Deployment) -> Deployment:
     if d.status != Status.FAILED:
         raise Conflict(f"Only a failed deployment can be retried; this one is {d.status}.")
     return deployment_transition(deployment=d, to=Status.APPROVED, actor=actor, reason="Retry requested.",
-                                 event_kind="retried")
+                                 event_kind=EventKind.RETRIED)
 
 
 @transaction.atomic
@@ -229,7 +235,7 @@ def deployment_update(*, actor, deployment: Deployment, spec: dict | None = None
     if purpose is not None and purpose != d.purpose:
         before, d.purpose = d.purpose, purpose
         d.save(update_fields=["purpose", "updated_at"])
-        event_record(kind="purpose_changed", deployment=d, actor=actor, before={"purpose": before},
+        event_record(kind=EventKind.PURPOSE_CHANGED, deployment=d, actor=actor, before={"purpose": before},
                      after={"purpose": purpose})
     if spec is None:
         return d
@@ -249,7 +255,7 @@ def _update_apply(*, actor, d: Deployment, new_spec: dict, message: str = "") ->
     d.save(update_fields=["spec", "proposed_spec", "proposed_by", "generation", "updated_at"])
     if dropped:
         message = " ".join(filter(None, [message, "Replaces the update that was waiting for approval."]))
-    event_record(kind="updated", deployment=d, actor=actor, before={"spec": before, "proposed_spec": dropped},
+    event_record(kind=EventKind.UPDATED, deployment=d, actor=actor, before={"spec": before, "proposed_spec": dropped},
                  after={"spec": new_spec}, message=message)
     to = Status.UPDATING if d.status == Status.RUNNING else Status.APPROVED
     return deployment_transition(deployment=d, to=to, actor=actor, reason="Update applied.")
@@ -280,7 +286,7 @@ def _update_propose(*, actor, d: Deployment, typed: DeploymentSpec, fields: list
         quota_check(team=d.team, gpus=gpus, exclude_id=d.pk)
     d.proposed_spec, d.proposed_by = new_spec, actor
     d.save(update_fields=["proposed_spec", "proposed_by", "updated_at"])
-    event_record(kind="update_requested", deployment=d, actor=actor, before={"spec": d.spec},
+    event_record(kind=EventKind.UPDATE_REQUESTED, deployment=d, actor=actor, before={"spec": d.spec},
                  after={"proposed_spec": new_spec, "needs_approval": fields},
                  message=f"Changes {', '.join(fields)}: waiting for approval; the approved spec keeps running.")
     return d
@@ -292,16 +298,16 @@ def deployment_delete(*, actor, deployment: Deployment) -> Deployment:
     d = _locked(deployment)
     _require_editor(actor=actor, deployment=d)
     if d.status == Status.PENDING_APPROVAL:
-        return deployment_transition(deployment=d, to=Status.WITHDRAWN, actor=actor, event_kind="withdrawn")
+        return deployment_transition(deployment=d, to=Status.WITHDRAWN, actor=actor, event_kind=EventKind.WITHDRAWN)
     if d.status == Status.DELETING:
         return d
     if not can_transition(d.status, Status.DELETING):
         raise Conflict(f"The deployment is already {d.status}.")
-    return deployment_transition(deployment=d, to=Status.DELETING, actor=actor, event_kind="delete_requested")
+    return deployment_transition(deployment=d, to=Status.DELETING, actor=actor, event_kind=EventKind.DELETE_REQUESTED)
 
 
 def deployment_transition(*, deployment: Deployment, to: str, actor=None, reason: str = "",
-                          event_kind: str | None = None) -> Deployment:
+                          event_kind: EventKind | None = None) -> Deployment:
     """The only writer of `status`: lock, no-op when unchanged, refuse what the state machine forbids,
     record an event and enqueue the reconciler when there is work left."""
     with transaction.atomic():
@@ -316,7 +322,7 @@ def deployment_transition(*, deployment: Deployment, to: str, actor=None, reason
         d.status, d.status_reason = to, reason
         d.status_changed_at = timezone.now()
         d.save(update_fields=["status", "status_reason", "status_changed_at", "updated_at"])
-        event_record(kind=event_kind or f"status_{to}", deployment=d, actor=actor, message=reason,
+        event_record(kind=event_kind or status_kind(to), deployment=d, actor=actor, message=reason,
                      before=before, after={"status": to, "reason": reason})
         if to in UNSETTLED:
             _enqueue_reconcile(d.pk)

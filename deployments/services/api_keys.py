@@ -12,6 +12,7 @@ from redis.exceptions import RedisError
 from controlplane.redis_client import redis_client
 from deployments.credential_format import KEY_EVENTS_CHANNEL
 from deployments.errors import ActionError, NotAllowed
+from deployments.event_kinds import EventKind
 from deployments.models import ApiKey, Deployment, Membership, Team
 from deployments.services.credentials import credential_expiry, credential_mint, credential_revoke, team_lifetimes
 from deployments.services.events import event_record
@@ -56,7 +57,7 @@ def api_key_create(*, actor, team: Team, name: str, all_deployments: bool = True
                                tokens_per_minute=tokens_per_minute)
     if deployments:
         key.deployments.set(deployments)
-    event_record(kind="api_key_created", team=team, actor=actor,
+    event_record(kind=EventKind.API_KEY_CREATED, team=team, actor=actor,
                  after=_public(key) | {"expires_at": expires_at.isoformat()})
     return key, raw
 
@@ -77,7 +78,7 @@ def api_key_revoke(*, actor, key: ApiKey, message: str = "") -> ApiKey:
     if actor is not None:
         _require_key_manager(actor=actor, key=key, doing="revoke")
     if credential_revoke(row=key):
-        event_record(kind="api_key_revoked", team=key.team, actor=actor, message=message, before=_public(key))
+        event_record(kind=EventKind.API_KEY_REVOKED, team=key.team, actor=actor, message=message, before=_public(key))
         _announce(key.key_id)
     return key
 

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from deployments.cost import spec_hourly_usd
 from deployments.errors import NotAllowed
+from deployments.event_kinds import EventKind
 from deployments.models import Deployment, Membership, Team
 from deployments.services.events import event_record
 from deployments.services.teams import is_platform_admin
@@ -90,7 +91,7 @@ def _warn(*, team: Team, month: str, state: BudgetState) -> bool:
     team.save(update_fields=["budget_warned_month"])
     admins = sorted(Membership.objects.filter(team=team, role=Membership.Role.ADMIN)
                     .values_list("user__username", flat=True))
-    event_record(kind="budget_warning", team=team,
+    event_record(kind=EventKind.BUDGET_WARNING, team=team,
                  message=f"{state.words(team)} At 100%, new requests and updates that raise the hourly cost need "
                          "a platform admin's approval; nothing running is stopped.",
                  after={"month": month, "spent_usd": round(state.spent_usd, 2), "budget_usd": state.budget_usd,

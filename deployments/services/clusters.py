@@ -2,6 +2,7 @@
 from django.db import transaction
 
 from deployments.errors import ActionError, Conflict, NotAllowed
+from deployments.event_kinds import EventKind
 from deployments.models import Cluster
 from deployments.secret_refs import secret_ref_errors
 from deployments.services.events import event_record
@@ -20,5 +21,5 @@ def cluster_register(*, actor, name: str, kind: str, config: dict | None = None,
         raise Conflict(f"A cluster named {name!r} already exists.", field="name")
     cluster = Cluster.objects.create(name=name, kind=kind, config=config, secret_ref=secret_ref)
     # The secret reference is a name, not a secret, but the audit trail does not need it either.
-    event_record(kind="cluster_registered", actor=actor, after={"name": name, "kind": kind, "config": config})
+    event_record(kind=EventKind.CLUSTER_REGISTERED, actor=actor, after={"name": name, "kind": kind, "config": config})
     return cluster

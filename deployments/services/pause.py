@@ -11,6 +11,7 @@ from collections.abc import Callable
 from django.db import transaction
 
 from deployments.errors import Conflict, QuotaExceeded
+from deployments.event_kinds import EventKind
 from deployments.lifecycle import PAUSABLE, PAUSED_OR_PAUSING, Status
 from deployments.models import Deployment, Team
 from deployments.quota_rules import quota_gpus
@@ -20,8 +21,8 @@ from deployments.services.quota import quota_check
 
 
 @transaction.atomic
-def deployment_pause(*, actor, deployment: Deployment, reason: str = "", event_kind: str = "pause_requested"
-                     ) -> Deployment:
+def deployment_pause(*, actor, deployment: Deployment, reason: str = "",
+                     event_kind: EventKind = EventKind.PAUSE_REQUESTED) -> Deployment:
     """Tear the serving part down and keep the rest (the requester or a team admin; `actor=None`: Tandem)."""
     d = _locked(deployment)
     if actor is not None:
@@ -35,7 +36,7 @@ def deployment_pause(*, actor, deployment: Deployment, reason: str = "", event_k
 
 
 @transaction.atomic
-def deployment_resume(*, actor, deployment: Deployment, event_kind: str = "resumed",
+def deployment_resume(*, actor, deployment: Deployment, event_kind: EventKind = EventKind.RESUMED,
                       reason: str = "Resume requested.") -> Deployment:
     """Bring a paused deployment back: the quota is checked again, then it provisions and runs as before.
 
@@ -62,10 +63,10 @@ def deployment_wake(*, deployment_id: int) -> Deployment | None:
     if d is None or d.status != Status.PAUSED or not d.spec_typed.pause.wake_on_request:
         return None
     try:
-        return deployment_resume(actor=None, deployment=d, event_kind="woken",
+        return deployment_resume(actor=None, deployment=d, event_kind=EventKind.WOKEN,
                                  reason="A request through the gateway woke it.")
     except (QuotaExceeded, Conflict) as e:
-        event_record(kind="wake_refused", deployment=d, message=f"A request could not wake it: {e}")
+        event_record(kind=EventKind.WAKE_REFUSED, deployment=d, message=f"A request could not wake it: {e}")
         return None
 
 
@@ -85,7 +86,7 @@ def deployments_pause_idle(*, now: dt.datetime,
         if idle is None or now - last < dt.timedelta(minutes=idle):
             continue
         try:
-            deployment_pause(actor=None, deployment=d, event_kind="idle_paused",
+            deployment_pause(actor=None, deployment=d, event_kind=EventKind.IDLE_PAUSED,
                              reason=f"No request through the gateway for {idle} minutes (since "
                                     f"{last:%Y-%m-%d %H:%M} UTC): paused to stop paying for idle GPUs.")
         except Conflict:  # its status moved on since it was read

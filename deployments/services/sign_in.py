@@ -14,6 +14,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
+from deployments.event_kinds import EventKind
 from deployments.models import Membership, Team
 from deployments.services.events import event_record
 from deployments.services.teams import membership_remove, membership_set, platform_admin_set
@@ -70,8 +71,8 @@ def sign_in_user_from_claims(*, claims: dict, user=None):
         if created:
             user.set_unusable_password()
             user.save(update_fields=["password"])
-            event_record(kind="user_created", actor=None, message="First sign-in through the identity provider.",
-                         after={"user": username})
+            event_record(kind=EventKind.USER_CREATED, actor=None,
+                         message="First sign-in through the identity provider.", after={"user": username})
     fields = (("email", "email"), ("first_name", "given_name"), ("last_name", "family_name"))
     changed = {k: claims[c] for k, c in fields if claims.get(c) and getattr(user, k) != claims[c]}
     if changed:
@@ -96,7 +97,7 @@ def sign_in_sync_memberships(*, user, groups: list[str], mapping: GroupMapping |
     for slug, role in wanted.items():
         team = teams.get(slug)
         if team is None:
-            event_record(kind="sign_in_mapping_unknown_team", actor=None,
+            event_record(kind=EventKind.SIGN_IN_MAPPING_UNKNOWN_TEAM, actor=None,
                          message=f"A group maps {user.username} to team {slug!r}, which does not exist; create it.",
                          after={"user": user.username, "team": slug})
             continue

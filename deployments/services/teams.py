@@ -2,6 +2,7 @@
 from django.db import transaction
 
 from deployments.errors import ActionError, Conflict, NotAllowed
+from deployments.event_kinds import EventKind
 from deployments.models import AccessToken, ApiKey, Membership, Team
 from deployments.services.events import event_record
 
@@ -49,7 +50,7 @@ def team_create(*, actor, slug: str, name: str, gpu_quota: int = 0, allow_self_a
                  "credential_default_days": credential_default_days, "credential_max_days": credential_max_days,
                  "monthly_budget_usd": monthly_budget_usd, "auto_apply_recommendations": auto_apply_recommendations}
     team = Team.objects.create(slug=slug, name=name, **settings_)
-    event_record(kind="team_created", team=team, actor=actor, after={"slug": slug, **settings_})
+    event_record(kind=EventKind.TEAM_CREATED, team=team, actor=actor, after={"slug": slug, **settings_})
     return team
 
 
@@ -75,7 +76,7 @@ def team_update(*, actor, team: Team, **changes) -> Team:
     for k, v in changes.items():
         setattr(team, k, v)
     team.save(update_fields=list(changes))
-    event_record(kind="team_updated", team=team, actor=actor, before=before, after=changes)
+    event_record(kind=EventKind.TEAM_UPDATED, team=team, actor=actor, before=before, after=changes)
     return team
 
 
@@ -91,7 +92,7 @@ def membership_set(*, actor, team: Team, user, role: str, message: str = "") -> 
     before = None if created else {"user": user.username, "role": m.role}
     m.role = role
     m.save(update_fields=["role"])
-    event_record(kind="member_added" if created else "member_role_changed", team=team, actor=actor,
+    event_record(kind=EventKind.MEMBER_ADDED if created else EventKind.MEMBER_ROLE_CHANGED, team=team, actor=actor,
                  message=message, before=before, after={"user": user.username, "role": role})
     return m
 
@@ -116,7 +117,7 @@ def membership_remove(*, actor, membership: Membership, message: str = "") -> No
     for token in tokens:
         access_token_revoke(user=actor, token=token, message=why)
         revoked_tokens.append(token.display)
-    event_record(kind="member_removed", team=team, actor=actor, message=message,
+    event_record(kind=EventKind.MEMBER_REMOVED, team=team, actor=actor, message=message,
                  before={"user": user.get_username(), "role": membership.role},
                  after={"api_keys_revoked": revoked_keys, "access_tokens_revoked": revoked_tokens})
     membership.delete()
@@ -132,5 +133,5 @@ def platform_admin_set(*, actor, user, is_admin: bool, message: str = "") -> Non
     before = {"user": user.get_username(), "platform_admin": user.is_staff}
     user.is_staff = user.is_superuser = is_admin
     user.save(update_fields=["is_staff", "is_superuser"])
-    event_record(kind="platform_admin_granted" if is_admin else "platform_admin_revoked", actor=actor,
+    event_record(kind=EventKind.PLATFORM_ADMIN_GRANTED if is_admin else EventKind.PLATFORM_ADMIN_REVOKED, actor=actor,
                  message=message, before=before, after={"user": user.get_username(), "platform_admin": is_admin})

@@ -7,20 +7,6 @@ TONES = {
     Status.REJECTED: "bad", Status.WITHDRAWN: "mute", Status.DELETED: "mute", Status.PAUSING: "info",
     Status.PAUSED: "wait",
 }
-# Event kinds written by services; anything else (worker steps) is shown with its kind made readable.
-STEP_LABELS = {
-    "requested": "Requested", "edited": "Request edited", "approved": "Approved", "rejected": "Rejected",
-    "withdrawn": "Withdrawn", "retried": "Retry requested", "delete_requested": "Deletion requested",
-    "update_requested": "Update requested", "update_approved": "Update approved",
-    "update_rejected": "Update rejected", "update_withdrawn": "Update withdrawn", "updated": "Updated",
-    "pause_requested": "Pause requested", "idle_paused": "Paused for idleness", "resumed": "Resume requested",
-    "woken": "Woken by a request", "pause": "Pause",
-    # Steps the reconcile worker records.
-    "node_pools": "Node pools", "applied": "Applied to the cluster", "serve_status": "Serve status",
-    "endpoint": "Endpoint check", "transient_error": "Retrying after an error", "teardown": "Teardown",
-    "conformance_passed": "Conformance passed", "conformance_warning": "Conformance warning",
-    "conformance_requested": "Conformance run requested",
-}
 
 
 def deployment_state(d) -> dict:
@@ -32,23 +18,15 @@ def deployment_state(d) -> dict:
             "label": Status(d.status).label}
 
 
-def step_label(kind: str) -> str:
-    if kind in STEP_LABELS:
-        return STEP_LABELS[kind]
-    if kind.startswith("status_"):
-        return Status(kind.removeprefix("status_")).label if kind.removeprefix("status_") in Status.values \
-            else kind.removeprefix("status_").replace("_", " ").capitalize()
-    return kind.replace("_", " ").replace(".", " · ").capitalize()
-
-
 def timeline(d) -> list[dict]:
-    """The deployment's events, oldest first, as timeline steps (the newest one marked current)."""
+    """The deployment's events, oldest first, as timeline steps (the newest one marked current), each labelled
+    with its kind's words (deployments.event_kinds)."""
     events = list(d.events.select_related("actor").order_by("created_at", "id"))
     steps = []
     for i, e in enumerate(events):
         after = e.after if isinstance(e.after, dict) else {}
         steps.append({
-            "label": step_label(e.kind), "kind": e.kind, "message": e.message, "at": e.created_at,
+            "label": e.get_kind_display(), "kind": e.kind, "message": e.message, "at": e.created_at,
             "actor": e.actor, "duration_ms": e.duration_ms, "status": after.get("status"),
             "current": i == len(events) - 1, "tone": TONES.get(after.get("status"), ""),
         })

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from controlplane.http_client import http_client
 from deployments.conditions import conformance_passed
+from deployments.event_kinds import EventKind
 from deployments.models import ApiKey, Deployment
 from deployments.redaction import internal_redact
 from deployments.services.api_keys import api_key_revoke
@@ -32,7 +33,7 @@ def service_key_mint(*, deployment: Deployment) -> tuple[ApiKey, str]:
     key, raw = credential_mint(model=ApiKey, team=deployment.team, name=SERVICE_KEY_NAME, created_by=None,
                                is_service=True, all_deployments=False, expires_at=timezone.now() + SERVICE_KEY_TTL)
     key.deployments.set([deployment])
-    event_record(kind="api_key_created", deployment=deployment, message="Service key for a conformance run.",
+    event_record(kind=EventKind.API_KEY_CREATED, deployment=deployment, message="Service key for a conformance run.",
                  after={"name": key.name, "key_id": key.key_id, "last4": key.last4})
     return key, raw
 
@@ -100,7 +101,8 @@ def conformance_run_for_deployment(*, deployment_id: int, gateway_base_url: str,
                                              for i, r in enumerate(results))
         message = conformance_passed(passed=run.passed, summary=summary, pd_health=health)["message"]
         ok = run.passed and health.get("ok") is not False
-        event_record(kind="conformance_passed" if ok else "conformance_warning", deployment=d, message=message)
+        event_record(kind=EventKind.CONFORMANCE_PASSED if ok else EventKind.CONFORMANCE_WARNING, deployment=d,
+                     message=message)
         # Users may be waiting on this run: the pass that opens the endpoint starts as soon as it is committed.
         deployment_reconcile_request(deployment_id=d.pk)
     return run

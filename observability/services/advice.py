@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from django.db import transaction
 
 from deployments.errors import Conflict
+from deployments.event_kinds import EventKind
 from deployments.lifecycle import Status
 from deployments.models import Deployment
 from deployments.services.actions import deployment_update, deployment_update_by_tandem
@@ -78,7 +79,7 @@ def recommendation_apply(*, actor, deployment: Deployment, rec_id: str, window: 
     d = deployment_update(actor=actor, deployment=deployment, spec=spec_request_shape(rec.spec))
     if (d.generation, d.proposed_spec) == before:
         return d  # asked again for what already waits: nothing new to record
-    event_record(kind="recommendation_accepted", deployment=d, actor=actor, message=rec.summary,
+    event_record(kind=EventKind.RECOMMENDATION_ACCEPTED, deployment=d, actor=actor, message=rec.summary,
                  after={"recommendation": rec.to_json(), "window": window})
     return d
 
@@ -100,6 +101,6 @@ def recommendations_auto_apply(*, deployment_id: int, now: dt.datetime) -> str |
     with transaction.atomic():
         d = deployment_update_by_tandem(deployment=d, spec=rec.spec,
                                         reason=f"Applied the advisor's recommendation: {rec.summary}.")
-        event_record(kind="recommendation_auto_applied", deployment=d, message=rec.summary,
+        event_record(kind=EventKind.RECOMMENDATION_AUTO_APPLIED, deployment=d, message=rec.summary,
                      after={"recommendation": rec.to_json(), "window": AUTO_WINDOW})
     return rec.summary

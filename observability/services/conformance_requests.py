@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from controlplane.redis_client import redis_client
 from deployments.errors import RateLimited
+from deployments.event_kinds import EventKind
 from deployments.models import Deployment
 from deployments.services.events import event_record
 
@@ -67,7 +68,7 @@ def conformance_request(*, deployment: Deployment, actor) -> None:
                           f"most a team may (each holds a worker). Ask again in {ttl} s.", retry_after=ttl)
     from observability.tasks import run_conformance  # the task module imports this one
 
-    event_record(kind="conformance_requested", deployment=d, actor=actor, message="Conformance run requested.")
+    event_record(kind=EventKind.CONFORMANCE_REQUESTED, deployment=d, actor=actor, message="Conformance run requested.")
     try:
         run_conformance.delay(d.pk, on_demand=True)
     except Exception:

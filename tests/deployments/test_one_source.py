@@ -1,6 +1,7 @@
 """Each rule several processes rely on is defined once: the status sets in `deployments.lifecycle`, the secret
-formats and the revocation channel in `deployments.credential_format`. These tests read what the gateway's SQL,
-the reconciler and the scraper actually select, and scan the code for a second definition."""
+formats and the revocation channel in `deployments.credential_format`, the event kinds in `deployments.event_kinds`.
+These tests read what the gateway's SQL, the reconciler and the scraper actually select, and scan the code for a
+second definition (or, for event kinds, a writer that does not use the declared one)."""
 import ast
 import asyncio
 from pathlib import Path
@@ -8,8 +9,10 @@ from pathlib import Path
 import pytest
 
 from deployments import lifecycle
+from deployments.event_kinds import EventKind, status_kind
 from deployments.lifecycle import LIVE, RECONCILED, SCRAPED, SERVING, SETTLED, Status
 from deployments.models import Event
+from deployments.services.events import event_record
 from gateway.config import database_conninfo
 from gateway.routing import Route
 from gateway.store import Store
@@ -120,3 +123,162 @@ def test_secret_formats_and_the_revocation_channel_are_declared_once():
             if isinstance(node, ast.Constant) and node.value in owned:
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.value!r}")
     assert found == []
+
+
+# --- Event kinds: declared once (deployments.event_kinds), written only as declared members ---
+
+def _takes_a_kind(annotation) -> bool:
+    """`EventKind`, `EventKind | None`: a parameter that carries an event kind to the audit trail."""
+    return annotation is not None and any(isinstance(n, ast.Name) and n.id == "EventKind" for n in ast.walk(annotation))
+
+
+def _kind_parameters(trees) -> dict[str, tuple[int | None, str]]:
+    """Every function of the apps that takes an event kind (event_record, deployment_transition, the pipeline's
+    step and note, pause and resume, ...), found by its annotation: name → (position in a call, keyword)."""
+    found = {}
+    for tree in trees:
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            positional = node.args.posonlyargs + node.args.args
+            skip = 1 if positional and positional[0].arg in ("self", "cls") else 0
+            for i, arg in enumerate(positional):
+                if _takes_a_kind(arg.annotation):
+                    found[node.name] = (i - skip, arg.arg)
+            for arg in node.args.kwonlyargs:
+                if _takes_a_kind(arg.annotation):
+                    found[node.name] = (None, arg.arg)
+    return found
+
+
+def _callee(call: ast.Call) -> str:
+    return call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+
+
+def _kind_problem(expr, passed_on: set[str]) -> str | None:
+    """Why `expr` is not a declared kind: a member of EventKind, status_kind(...), or a kind parameter of the
+    function it is in, passed on."""
+    if isinstance(expr, ast.IfExp):
+        return _kind_problem(expr.body, passed_on) or _kind_problem(expr.orelse, passed_on)
+    if isinstance(expr, ast.BoolOp):
+        return next(filter(None, (_kind_problem(v, passed_on) for v in expr.values)), None)
+    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "EventKind":
+        return None if expr.attr in EventKind.names else f"EventKind.{expr.attr} is not declared"
+    if isinstance(expr, ast.Call) and _callee(expr) == "status_kind":
+        return None
+    if isinstance(expr, ast.Name) and expr.id in passed_on or isinstance(expr, ast.Constant) and expr.value is None:
+        return None
+    return f"{ast.unparse(expr)} is not an EventKind member"
+
+
+def _creates_an_event(call: ast.Call) -> bool:
+    """Event(...), Event.objects.create/bulk_create/get_or_create(...), x.events.create(...)."""
+    f = call.func
+    if isinstance(f, ast.Name):
+        return f.id == "Event"
+    if not isinstance(f, ast.Attribute) or f.attr not in ("create", "bulk_create", "get_or_create",
+                                                          "update_or_create"):
+        return False
+    owner = f.value
+    return isinstance(owner, ast.Attribute) and (
+        owner.attr == "events" or owner.attr == "objects" and isinstance(owner.value, ast.Name)
+        and owner.value.id == "Event")
+
+
+def event_kind_writes(sources: dict[str, str]) -> list[str]:
+    """Each place in `sources` ({name: code}) that writes an event kind other than a declared EventKind member,
+    or creates an Event other than through event_record."""
+    trees = {name: ast.parse(code, name) for name, code in sources.items()}
+    takes = _kind_parameters(trees.values())
+    found = []
+
+    def visit(node, passed_on: set[str], name: str):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            args = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+            passed_on = passed_on | {a.arg for a in args if _takes_a_kind(a.annotation)}
+        if isinstance(node, ast.Call):
+            if _creates_an_event(node) and name != "deployments/services/events.py":
+                found.append(f"{name}:{node.lineno} creates an Event; use event_record")
+            if (where := takes.get(_callee(node))) is not None:
+                position, keyword = where
+                given = [k.value for k in node.keywords if k.arg == keyword]
+                if not given and position is not None and len(node.args) > position:
+                    given = [node.args[position]]
+                for expr in given:
+                    if problem := _kind_problem(expr, passed_on):
+                        found.append(f"{name}:{node.lineno} {problem}")
+        for child in ast.iter_child_nodes(node):
+            visit(child, passed_on, name)
+
+    for name, tree in trees.items():
+        visit(tree, set(), name)
+    return found
+
+
+def test_every_writer_of_the_audit_trail_writes_a_declared_kind():
+    sources = {str(p.relative_to(ROOT)): p.read_text() for p in _python_files()}
+    assert event_kind_writes(sources) == []
+
+
+def test_the_scan_finds_a_kind_written_as_a_literal_or_not_declared():
+    code = '''
+from deployments.event_kinds import EventKind, status_kind
+
+def event_record(*, kind: EventKind, deployment=None): ...
+
+class Pass:
+    def step(self, kind: EventKind, fn): event_record(kind=kind)
+
+def transition(*, to, event_kind: EventKind | None = None):
+    event_record(kind=event_kind or status_kind(to))
+
+def f(p, d, ok, kind):
+    event_record(kind=EventKind.REQUESTED if ok else EventKind.EDITED)
+    p.step(EventKind.APPLIED, lambda: None)
+    transition(to="running")
+    event_record(kind="requested")
+    event_record(kind=f"status_{d.status}")
+    event_record(kind=EventKind.NO_SUCH_KIND)
+    p.step("teardown", lambda: None)
+    transition(to="failed", event_kind=kind)
+    d.events.create(kind=EventKind.REQUESTED)
+'''
+    assert [line.split(" ", 1)[0] for line in event_kind_writes({"m.py": code})] == [
+        "m.py:16", "m.py:17", "m.py:18", "m.py:19", "m.py:20", "m.py:21"]
+
+
+def _kind_values(tree) -> list[str]:
+    return [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and n.value in EventKind.values]
+
+
+def test_each_kind_is_declared_once_and_nowhere_else():
+    """Within EventKind every value is its own (enum.unique also stops a repeat at import); elsewhere, a dict,
+    tuple, list or set of two or more kinds is a second declaration (the portal kept one of labels once)."""
+    tree = ast.parse((ROOT / "deployments" / "event_kinds.py").read_text())
+    enum = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "EventKind")
+    declared = [a.value.elts[0].value for a in enum.body if isinstance(a, ast.Assign)]
+    assert len(declared) == len(set(declared)) and set(declared) == set(EventKind.values)
+    found = []
+    for path in _python_files():
+        if path == ROOT / "deployments" / "event_kinds.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            keys = node.keys if isinstance(node, ast.Dict) else node.elts if isinstance(
+                node, (ast.Tuple, ast.List, ast.Set)) else []
+            kinds = [k for k in keys if isinstance(k, ast.Constant) and k.value in EventKind.values]
+            if len(kinds) >= 2 and len(kinds) == len(keys):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert found == []
+
+
+def test_every_status_change_has_its_kind_with_the_status_words():
+    reached = {to for nxt in lifecycle.TRANSITIONS.values() for to in nxt}
+    assert {k for k in EventKind.values if k.startswith("status_")} == {f"status_{s}" for s in reached}
+    assert all(status_kind(s).label == Status(s).label for s in reached)
+
+
+def test_the_audit_trail_refuses_a_kind_not_declared(db):
+    team = TeamFactory()
+    with pytest.raises(ValueError):
+        event_record(kind="team_note", team=team)
+    assert event_record(kind=EventKind.TEAM_UPDATED, team=team).kind == "team_updated"

@@ -14,9 +14,12 @@ from deployments.conditions import condition_true
 from deployments.lifecycle import Status
 from deployments.models import AccessToken, Cluster, Deployment, Membership
 from deployments.services.credentials import credential_mint
+from deployments.services.status import RECONCILE_TASK
+from deployments.spec import spec_parse
 from tandemctl import errors
 from tandemctl.client import operations_missing
-from tests.factories import MODEL_SOURCES, ClusterFactory, MembershipFactory, TeamFactory, spec_input
+from tests.factories import (MODEL_SOURCES, ClusterFactory, DeploymentFactory, MembershipFactory, TeamFactory,
+                             spec_input)
 from tests.observability.test_planner import LLAMA_8B
 from tests.support.processes import (ROOT, Worker, start_gateway, start_mock_upstream, start_web, wait_for,
                                      worker_environment)
@@ -122,6 +125,79 @@ def test_apply_approve_wait_key_and_an_openai_call_then_apply_again_changes_noth
     assert "update proposed" in changed and "decode.nodes: 1 → 2 (needs approval)" in changed, changed
     d.refresh_from_db()
     assert d.generation == generation and d.spec["decode"]["nodes"] == 1 and d.proposed_spec["decode"]["nodes"] == 2
+
+
+@pytest.fixture
+def web(transactional_db, redis_client, tmp_path):
+    """The web process alone, with no worker, so that whatever is enqueued stays on the broker to be counted; a
+    member of ml-research and the running deployment chat they requested."""
+    team = TeamFactory(slug="ml-research", gpu_quota=16)
+    member = MembershipFactory(team=team, role=Membership.Role.MEMBER).user
+    d = DeploymentFactory(team=team, cluster=ClusterFactory(name="k8s-emu"), requested_by=member, name="chat",
+                          status=Status.RUNNING)
+    proc = start_web(tmp_path)
+    try:
+        yield {"server": proc.base_url, "token": credential_mint(model=AccessToken, user=member, name="ci")[1],
+               "deployment": d}
+    finally:
+        proc.stop()
+
+
+def _write_manifest(path, spec: dict) -> None:
+    path.write_text(yaml.safe_dump({"apiVersion": "tandem.dev/v1", "kind": "Deployment",
+                                    "metadata": {"team": "ml-research", "name": "chat", "cluster": "k8s-emu"},
+                                    "spec": spec}))
+
+
+def _queued_tasks(redis_client) -> list[str]:
+    """The names of the tasks waiting on the Celery broker (no worker takes them here)."""
+    return [json.loads(raw)["headers"]["task"] for raw in redis_client.lrange("celery", 0, -1)]
+
+
+@pytest.mark.e2e
+def test_diff_previews_a_change_and_keeps_nothing_then_apply_makes_it(web, tmp_path, redis_client):
+    cli = dict(token=web["token"], server=web["server"], home=tmp_path)
+    d, manifest = web["deployment"], tmp_path / "chat.yaml"
+
+    def stored():
+        row = Deployment.objects.get(pk=d.pk)
+        return row.generation, row.spec, row.proposed_spec, row.status, row.events.count()
+
+    _write_manifest(manifest, spec_input())
+    unchanged = tandemctl("diff", "-f", str(manifest), **cli, check_rc=errors.OK)
+    assert unchanged.stdout.strip() == "deployment ml-research/chat unchanged (running, generation 1)"
+
+    decode = {"instance_type": "g6e.12xlarge", "nodes": 2, "gpus_per_node": 4, "tensor_parallel_size": 4}
+    _write_manifest(manifest, spec_input(decode=decode))
+    before = stored()
+    diff = tandemctl("diff", "-f", str(manifest), **cli, check_rc=errors.CHANGES).stdout.splitlines()
+    assert diff[0] == ("deployment ml-research/chat would get a proposed update that waits for approval; the "
+                       "approved spec keeps running")
+    assert diff[1] == "  decode.nodes: 1 → 2 (needs approval)" and "GPUs against quota: 8 → 12" in diff[2]
+    [preview] = json.loads(tandemctl("apply", "--dry-run", "-f", str(manifest), "-o", "json", **cli,
+                                     check_rc=errors.OK).stdout)
+    assert (preview["outcome"], preview["changes"]) == (
+        "proposed", [{"field": "decode.nodes", "old": 1, "new": 2, "needs_approval": True}])
+    # Nothing was kept: no generation, spec, proposed spec or event, and no reconcile task on the broker.
+    assert stored() == before and _queued_tasks(redis_client) == []
+
+    applied = tandemctl("apply", "-f", str(manifest), **cli, check_rc=errors.PENDING_APPROVAL).stdout.splitlines()
+    assert applied[:len(diff)] == diff  # the same preview first, then what was done
+    assert applied[len(diff)] == "deployment ml-research/chat update proposed (running, generation 1)"
+    assert stored()[:3] == (before[0], before[1], spec_parse(spec_input(decode=decode), target_kind="kubernetes")
+                            .to_dict()) and stored()[4] == before[4] + 1
+    tandemctl("diff", "-f", str(manifest), **cli, check_rc=errors.OK)  # it waits as proposed: nothing more to do
+
+    # A change with nothing to approve: previewed without its reconcile request, which the apply then makes.
+    _write_manifest(manifest, spec_input(engine={"max_model_len": 4096}))
+    before = stored()
+    diff = tandemctl("diff", "-f", str(manifest), **cli, check_rc=errors.CHANGES).stdout.splitlines()
+    assert diff[:2] == ["deployment ml-research/chat would be updated at once (nothing in it needs approval)",
+                        "  engine.max_model_len: 8192 → 4096"]
+    assert stored() == before and _queued_tasks(redis_client) == []
+    tandemctl("apply", "-f", str(manifest), **cli, check_rc=errors.OK)
+    assert stored()[0] == before[0] + 1 and stored()[3] == Status.UPDATING
+    assert _queued_tasks(redis_client) == [RECONCILE_TASK]
 
 
 def _chat(client: OpenAI, model: str):

@@ -2,6 +2,7 @@
 test_schema_fuzz.py): what is refused and how, and what the schema says of the fields clients read."""
 import pytest
 
+from deployments.event_kinds import EventKind
 from deployments.lifecycle import Status
 
 
@@ -27,6 +28,30 @@ def test_a_status_filter_outside_the_enum_is_a_400(api, member):
     api.force_authenticate(member)
     assert api.get("/api/v1/deployments/?status=paused").status_code == 200
     assert api.get("/api/v1/deployments/?status=sleeping").status_code == 400
+
+
+def test_event_kinds_are_an_enum_in_the_schema_and_the_kind_filter_takes_only_those(api, member, schema):
+    c = schema["components"]["schemas"]
+    assert set(c["EventKindEnum"]["enum"]) == set(EventKind.values)
+    assert c["Event"]["properties"]["kind"]["allOf"][0]["$ref"].endswith("/EventKindEnum")
+    assert c["KindEnum"]["enum"] == ["eks", "kubernetes", "ray"]  # clusters' kinds keep their name
+    kind = next(p for p in schema["paths"]["/api/v1/events/"]["get"]["parameters"] if p["name"] == "kind")
+    assert set(kind["schema"]["enum"]) == set(EventKind.values)
+    api.force_authenticate(member)
+    assert api.get("/api/v1/events/?kind=requested").status_code == 200
+    r = api.get("/api/v1/events/?kind=team_note")
+    assert r.status_code == 400 and set(r.json()["errors"]) == {"kind"}
+
+
+def test_the_dry_runs_are_operations_of_their_own(schema):
+    for path, method, body in (("/api/v1/deployments/preview/", "post", "DeploymentCreateRequest"),
+                               ("/api/v1/deployments/{id}/preview/", "post", "DeploymentEditRequest")):
+        op = schema["paths"][path][method]
+        assert op["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith(f"/{body}")
+        assert op["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].endswith("/DeploymentPreview")
+        assert {"400", "403", "409"} <= set(op["responses"])
+    assert set(schema["components"]["schemas"]["OutcomeEnum"]["enum"]) == {"created", "unchanged", "edited",
+                                                                            "updated", "proposed"}
 
 
 @pytest.mark.parametrize("query", ["deployment=1&deployment=2", "deployment=", "status=&team=x"])

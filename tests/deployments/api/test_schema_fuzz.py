@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from deployments.event_kinds import EventKind
 from deployments.lifecycle import Status
 from deployments.models import AccessToken, Membership
 from deployments.services.api_keys import api_key_create
@@ -35,7 +36,7 @@ def world(transactional_db, redis_client):
     proposed = spec_parse(spec_input(engine={"max_model_len": 4096}), target_kind=cluster.kind).to_dict()
     running.proposed_spec, running.proposed_by = proposed, admin
     running.save()
-    event_record(kind="team_note", team=team, actor=admin, message="an event of the team, of no deployment")
+    event_record(kind=EventKind.TEAM_UPDATED, team=team, actor=admin, message="an event of the team, of no deployment")
     api_key_create(actor=admin, team=team, name="fuzz-key")
     # A run may revoke any token of its user it can name (DELETE /tokens/{id}/): decoys take the small ids a
     # generator tries first.

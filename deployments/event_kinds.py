@@ -1,0 +1,84 @@
+"""Every kind of audit event, declared once, with the words the portal's timeline shows for it.
+
+`services.events.event_record` (the audit trail's only writer) takes an `EventKind` and refuses anything else;
+the API publishes the enum for `Event.kind` and its `?kind=` filter. Kinds are stored in rows and read by
+clients: a kind is added here, never renamed (tests/deployments/test_one_source.py checks every writer).
+"""
+from django.db import models
+
+from deployments.lifecycle import Status
+
+
+class EventKind(models.TextChoices):
+    # What people ask of a deployment (deployments.services.actions, .pause).
+    REQUESTED = "requested", "Requested"
+    EDITED = "edited", "Request edited"
+    APPROVED = "approved", "Approved"
+    REJECTED = "rejected", "Rejected"
+    WITHDRAWN = "withdrawn", "Withdrawn"
+    RETRIED = "retried", "Retry requested"
+    DELETE_REQUESTED = "delete_requested", "Deletion requested"
+    UPDATE_REQUESTED = "update_requested", "Update requested"
+    UPDATE_APPROVED = "update_approved", "Update approved"
+    UPDATE_REJECTED = "update_rejected", "Update rejected"
+    UPDATE_WITHDRAWN = "update_withdrawn", "Update withdrawn"
+    UPDATED = "updated", "Updated"
+    PURPOSE_CHANGED = "purpose_changed", "Purpose changed"
+    PAUSE_REQUESTED = "pause_requested", "Pause requested"
+    RESUMED = "resumed", "Resume requested"
+    CONFORMANCE_REQUESTED = "conformance_requested", "Conformance run requested"
+    RECOMMENDATION_ACCEPTED = "recommendation_accepted", "Recommendation accepted"
+
+    # What Tandem does to a deployment on its own (pause, advice, conformance).
+    IDLE_PAUSED = "idle_paused", "Paused for idleness"
+    WOKEN = "woken", "Woken by a request"
+    WAKE_REFUSED = "wake_refused", "Wake refused"
+    RECOMMENDATION_AUTO_APPLIED = "recommendation_auto_applied", "Recommendation applied by Tandem"
+    CONFORMANCE_PASSED = "conformance_passed", "Conformance passed"
+    CONFORMANCE_WARNING = "conformance_warning", "Conformance warning"
+    CONFORMANCE_REQUEUED = "conformance_requeued", "Conformance run started again"
+
+    # A status change that names no action of its own (deployment_transition): `status_<status>` (status_kind).
+    STATUS_APPROVED = "status_approved", Status.APPROVED.label
+    STATUS_REJECTED = "status_rejected", Status.REJECTED.label
+    STATUS_WITHDRAWN = "status_withdrawn", Status.WITHDRAWN.label
+    STATUS_PROVISIONING = "status_provisioning", Status.PROVISIONING.label
+    STATUS_RUNNING = "status_running", Status.RUNNING.label
+    STATUS_UPDATING = "status_updating", Status.UPDATING.label
+    STATUS_FAILED = "status_failed", Status.FAILED.label
+    STATUS_DELETING = "status_deleting", Status.DELETING.label
+    STATUS_DELETED = "status_deleted", Status.DELETED.label
+    STATUS_PAUSING = "status_pausing", Status.PAUSING.label
+    STATUS_PAUSED = "status_paused", Status.PAUSED.label
+
+    # The reconcile worker's steps (workers.pipeline), each with its duration.
+    NODE_POOLS = "node_pools", "Node pools"
+    APPLIED = "applied", "Applied to the cluster"
+    SERVE_STATUS = "serve_status", "Serve status"
+    ENDPOINT = "endpoint", "Endpoint check"
+    TEARDOWN = "teardown", "Teardown"
+    PAUSE = "pause", "Pause"
+    TRANSIENT_ERROR = "transient_error", "Retrying after an error"
+
+    # Teams, people, clusters and credentials (no deployment).
+    TEAM_CREATED = "team_created", "Team created"
+    TEAM_UPDATED = "team_updated", "Team updated"
+    MEMBER_ADDED = "member_added", "Member added"
+    MEMBER_ROLE_CHANGED = "member_role_changed", "Member's role changed"
+    MEMBER_REMOVED = "member_removed", "Member removed"
+    PLATFORM_ADMIN_GRANTED = "platform_admin_granted", "Made a platform admin"
+    PLATFORM_ADMIN_REVOKED = "platform_admin_revoked", "No longer a platform admin"
+    USER_CREATED = "user_created", "User created"
+    SIGN_IN_MAPPING_UNKNOWN_TEAM = "sign_in_mapping_unknown_team", "Sign-in maps to an unknown team"
+    BUDGET_WARNING = "budget_warning", "Budget warning"
+    CLUSTER_REGISTERED = "cluster_registered", "Cluster registered"
+    API_KEY_CREATED = "api_key_created", "API key created"
+    API_KEY_REVOKED = "api_key_revoked", "API key revoked"
+    ACCESS_TOKEN_CREATED = "access_token_created", "Access token created"
+    ACCESS_TOKEN_REVOKED = "access_token_revoked", "Access token revoked"
+
+
+def status_kind(status: str) -> EventKind:
+    """The kind of a change to `status` that names no action of its own (ValueError for a status nothing moves
+    to)."""
+    return EventKind(f"status_{status}")
