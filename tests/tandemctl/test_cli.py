@@ -23,18 +23,8 @@ from tests.factories import (MODEL_SOURCES, ClusterFactory, DeploymentFactory, M
 from tests.observability.test_planner import LLAMA_8B
 from tests.support.processes import (ROOT, Worker, start_gateway, start_mock_upstream, start_web, wait_for,
                                      worker_environment)
+from tests.support.tandemctl import tandemctl
 from tests.test_layers import imported_modules
-
-
-def tandemctl(*args, token: str, server: str, home, check_rc: int | None = None) -> subprocess.CompletedProcess:
-    """`python -m tandemctl ARGS` with only the environment a pipeline would give it."""
-    env = {"PATH": os.environ["PATH"], "HOME": str(home), "PYTHONPATH": str(ROOT), "TANDEM_URL": server,
-           "TANDEM_TOKEN": token}
-    run = subprocess.run([sys.executable, "-m", "tandemctl", *args], env=env, capture_output=True, text=True,
-                         timeout=120)
-    if check_rc is not None:
-        assert run.returncode == check_rc, (args, run.returncode, run.stdout, run.stderr)
-    return run
 
 
 def test_every_operation_the_cli_calls_is_in_the_schema(api, db):
