@@ -213,11 +213,24 @@ def cmd_reject(api: Client, args) -> int:
     return _decide(api, args, "deployments.reject")
 
 
-def cmd_delete(api: Client, args) -> int:
+def _act(api: Client, args, operation: str) -> int:
+    """One action on a deployment by team and name; prints it as the server answered."""
     d = _get(api, args.name, args.team)
-    d = api.call("deployments.delete", id=d["id"])
+    d = api.call(operation, id=d["id"])
     emit(d, args.output, table=[HEADER, _row(d)])
     return errors.OK
+
+
+def cmd_delete(api: Client, args) -> int:
+    return _act(api, args, "deployments.delete")
+
+
+def cmd_pause(api: Client, args) -> int:
+    return _act(api, args, "deployments.pause")
+
+
+def cmd_resume(api: Client, args) -> int:
+    return _act(api, args, "deployments.resume")
 
 
 def cmd_events(api: Client, args) -> int:
@@ -330,6 +343,8 @@ def parser() -> argparse.ArgumentParser:
         c = command(name, func, f"{name} what waits for a decision (the generation you see now)")
         c.add_argument("--comment", default="")
     command("delete", cmd_delete, "tear a deployment down (a pending request is withdrawn)")
+    command("pause", cmd_pause, "free a running deployment's serving part and quota; keys, name and history stay")
+    command("resume", cmd_resume, "bring a paused deployment back (no approval: the spec is unchanged)")
     c = command("events", cmd_events, "a deployment's audit trail, oldest first", aliases=("logs",))
     c.add_argument("--limit", type=int, default=50)
 

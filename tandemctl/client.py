@@ -15,6 +15,8 @@ OPERATIONS = {
     "deployments.delete": ("delete", "/api/v1/deployments/{id}/"),
     "deployments.approve": ("post", "/api/v1/deployments/{id}/approve/"),
     "deployments.reject": ("post", "/api/v1/deployments/{id}/reject/"),
+    "deployments.pause": ("post", "/api/v1/deployments/{id}/pause/"),
+    "deployments.resume": ("post", "/api/v1/deployments/{id}/resume/"),
     "deployments.events": ("get", "/api/v1/deployments/{id}/events/"),
     "keys.list": ("get", "/api/v1/api-keys/"),
     "keys.create": ("post", "/api/v1/api-keys/"),

@@ -246,7 +246,8 @@ def test_pd_deployment_end_to_end(transactional_db, redis_client, local_ray, tmp
         # Pause: the Serve application goes; the deployment, its key and its name stay; no quota is held.
         app = f"tdm-{pk}-tiny"
         started = time.monotonic()
-        assert api.post(f"/api/v1/deployments/{pk}/pause/").status_code == 202
+        paused = tandemctl("pause", f"{team.slug}/tiny", "-o", "json", **as_member, check_rc=errors.OK)
+        assert json.loads(paused.stdout)["status"] in ("pausing", "paused"), paused.stdout
         wait_for(lambda: status_of(pk) == "paused", timeout=300, every=1, what="paused")
         times["pause_s"] = round(time.monotonic() - started, 1)
         assert app not in ray_apps(local_ray)

@@ -231,6 +231,8 @@ def test_exit_codes_a_pipeline_branches_on_and_the_other_commands(stack, tmp_pat
     assert "requested" in tandemctl("logs", "ml-research/chat", **member, check_rc=errors.OK).stdout
     # The requester may not decide their own request: the API's 403 is an auth error.
     tandemctl("approve", "ml-research/chat", **member, check_rc=errors.AUTH)
+    # Only what serves can pause (the API's 409: not in this state); a paused one resumes (the PD e2e test).
+    assert "pending_approval" in tandemctl("pause", "ml-research/chat", **member, check_rc=errors.CONFLICT).stderr
     tandemctl("delete", "ml-research/chat", **member, check_rc=errors.OK)
     assert Deployment.objects.get(name="chat").status == Status.WITHDRAWN
     key = json.loads(tandemctl("keys", "create", "--team", "ml-research", "--name", "k", "-o", "json", **member,
