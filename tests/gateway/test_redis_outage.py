@@ -1,5 +1,6 @@
-"""Redis stops while the gateway serves traffic: a private redis-server under a real gateway process is killed
-(SIGKILL) under load and started again on the same port and data, as a crashed Redis comes back."""
+"""Redis fails while the gateway serves traffic: a private redis-server under a real gateway process is killed
+(SIGKILL) under load and started again on the same port and data, as a crashed Redis comes back, or stopped
+(SIGSTOP) and let go again, as a hung one is."""
 import asyncio
 import time
 
@@ -16,6 +17,7 @@ from tests.support.processes import RedisServer
 
 MAX_STALE_S = 2.0  # the gateway's staleness limit in this test (TANDEM_GATEWAY_KEY_MAX_STALE_S)
 CHUNKS = 8  # the session's mock upstream sends this many content chunks
+HUNG_ANSWER_BOUND_S = 1.5  # a non-streamed answer while Redis hangs: its usual few ms plus the gateway's wait
 
 
 @pytest.fixture
@@ -43,104 +45,141 @@ async def _one(client: aiohttp.ClientSession, raw: str, model: str, rid: str, st
             "ended": time.monotonic()}
 
 
-def test_redis_killed_under_load_loses_no_request_and_no_record(world, tmp_path, private_redis, api, mock_requests):
-    world.deployment("ro-fast")
-    world.deployment("ro-slow", options="gap=0.1")  # streams of about 0.7 s: some are in flight when Redis dies
-    key, raw = world.key(requests_per_minute=100_000)  # a limited key: the limiter's Redis path is exercised
-    doomed, doomed_raw = world.key()
-    gw = start_gateway(tmp_path, REDIS_URL=private_redis.url, CELERY_BROKER_URL=private_redis.url,
-                       TANDEM_GATEWAY_KEY_MAX_STALE_S=str(MAX_STALE_S))
-    api.force_authenticate(world.member)
-    marks: dict[str, float] = {}
+class Outage:
+    """A gateway on the private Redis, two deployments on the mock (one streaming slowly), a limited key under
+    load from 8 clients (half streaming) and a doomed key revoked through the API during the fault."""
 
-    def revoke_through_the_api() -> int:
+    def __init__(self, world, tmp_path, private_redis, api, *, prefix: str):
+        self.prefix, self.redis = prefix, private_redis
+        world.deployment(f"{prefix}-fast")
+        world.deployment(f"{prefix}-slow", options="gap=0.1")  # streams of about 0.7 s: some in flight at the fault
+        self.key, self.raw = world.key(requests_per_minute=100_000)  # a limited key: the limiter's Redis path
+        self.doomed, self.doomed_raw = world.key()
+        self.gw = start_gateway(tmp_path, REDIS_URL=private_redis.url, CELERY_BROKER_URL=private_redis.url,
+                                TANDEM_GATEWAY_KEY_MAX_STALE_S=str(MAX_STALE_S))
+        self.api = api
+        api.force_authenticate(world.member)
+        self.marks: dict[str, float] = {}
+        self.results: list[dict] = []
+
+    def _revoke(self) -> int:
         try:
-            return api.delete(f"/api/v1/api-keys/{doomed.pk}/").status_code
+            return self.api.delete(f"/api/v1/api-keys/{self.doomed.pk}/").status_code
         finally:
             connection.close()  # this thread's own connection
-    results: list[dict] = []
 
-    async def scenario():
-        stop = asyncio.Event()
-        count = iter(range(10**6))
-        async with aiohttp.ClientSession(gw.base_url, timeout=aiohttp.ClientTimeout(total=20)) as client:
-            async def worker(stream: bool):
-                while not stop.is_set():
-                    n = next(count)
-                    results.append(await _one(client, raw, "ro-slow" if stream else "ro-fast", f"ro-{n}", stream))
+    async def revoke(self) -> None:
+        """Revoke the doomed key through the API (from a thread: the web's view is synchronous)."""
+        self.marks["revoke_call"] = time.monotonic()
+        self.marks["revoke_status"] = await asyncio.to_thread(self._revoke)
+        self.marks["revoked"] = time.monotonic()
 
-            async def doomed_key():
-                while not stop.is_set():
-                    r = await _one(client, doomed_raw, "ro-fast", f"rb-{next(count)}", False)
-                    if r["status"] == 401 and "revoked_refused" not in marks and "revoked" in marks:
-                        marks["revoked_refused"] = r["ended"]
-                    await asyncio.sleep(0.05)
+    def run(self, fault, *, pause_s: float = 0.0) -> None:
+        """Load for 1 s, then `fault(self)` (a coroutine), then 1 s more. Non-streaming clients wait `pause_s`
+        between requests (a key's counts go stale, so the limiter reads Redis)."""
+        marks, results, prefix = self.marks, self.results, self.prefix
 
-            tasks = [asyncio.ensure_future(worker(i % 2 == 0)) for i in range(8)]
-            tasks.append(asyncio.ensure_future(doomed_key()))
-            await asyncio.sleep(1.0)
-            private_redis.kill()
-            marks["killed"] = time.monotonic()
-            await asyncio.sleep(0.5)
-            # Revoked through the API while Redis is down: the announcement is lost, the revocation is not.
-            marks["revoke_call"] = time.monotonic()
-            marks["revoke_status"] = await asyncio.to_thread(revoke_through_the_api)
-            marks["revoked"] = time.monotonic()
-            await asyncio.sleep(2.0)
-            private_redis.start()
-            marks["restarted"] = time.monotonic()
-            async with httpx.AsyncClient(base_url=gw.base_url) as probe:
-                while (await probe.get("/readyz")).status_code != 200:
-                    await asyncio.sleep(0.05)
-            marks["ready"] = time.monotonic()
-            await asyncio.sleep(1.0)
-            stop.set()
-            await asyncio.gather(*tasks)
+        async def scenario():
+            stop = asyncio.Event()
+            count = iter(range(10**6))
+            async with aiohttp.ClientSession(self.gw.base_url, timeout=aiohttp.ClientTimeout(total=20)) as client:
+                async def worker(stream: bool):
+                    while not stop.is_set():
+                        model = f"{prefix}-slow" if stream else f"{prefix}-fast"
+                        results.append(await _one(client, self.raw, model, f"{prefix}-{next(count)}", stream))
+                        await asyncio.sleep(0 if stream else pause_s)
 
-    try:
+                async def doomed_key():
+                    while not stop.is_set():
+                        r = await _one(client, self.doomed_raw, f"{prefix}-fast", f"x{prefix}-{next(count)}", False)
+                        if r["status"] == 401 and "revoked_refused" not in marks and "revoked" in marks:
+                            marks["revoked_refused"] = r["ended"]
+                        await asyncio.sleep(0.05)
+
+                tasks = [asyncio.ensure_future(worker(i % 2 == 0)) for i in range(8)]
+                tasks.append(asyncio.ensure_future(doomed_key()))
+                await asyncio.sleep(1.0)
+                await fault(self)
+                await asyncio.sleep(1.0)
+                stop.set()
+                await asyncio.gather(*tasks)
+
         asyncio.run(scenario())
-        assert marks["revoke_status"] == 204  # the user's revocation succeeded with Redis down
-        failed = [r for r in results if not r["complete"]]
-        assert not failed, failed[:5]
-        in_flight = [r for r in results if r["started"] < marks["killed"] < r["ended"] and r["stream"]]
-        during = [r for r in results if marks["killed"] < r["started"] < marks["restarted"]]
-        assert in_flight and len(during) > 20, (len(in_flight), len(during))
-        # Revoked during the outage: refused within the staleness limit (PostgreSQL confirms every key), and
-        # still refused once Redis is back.
-        assert "revoked_refused" in marks, "the key revoked during the outage was never refused"
-        refused_after = marks["revoked_refused"] - marks["revoked"]
-        assert refused_after < MAX_STALE_S + 0.5, refused_after
-        assert httpx.post(gw.base_url + "/v1/chat/completions", json={"model": "ro-fast", "messages": []},
-                          headers={"Authorization": f"Bearer {doomed_raw}"}).status_code == 401
 
-        # Every completed request reaches PostgreSQL exactly once, with upstream's counts.
-        made = {r["rid"] for r in results}
+    def check_requests_and_revocation(self) -> float:
+        """Every request complete, the revocation answered 204, and the revoked key refused within the staleness
+        limit: how long after the revocation it was refused."""
+        assert self.marks["revoke_status"] == 204, self.marks
+        failed = [r for r in self.results if not r["complete"]]
+        assert not failed, failed[:5]
+        assert "revoked_refused" in self.marks, "the key revoked during the fault was never refused"
+        refused_after = self.marks["revoked_refused"] - self.marks["revoked"]
+        assert refused_after < MAX_STALE_S + 0.5, refused_after
+        return refused_after
+
+    def check_records(self, mock_requests) -> None:
+        """Every completed request reaches PostgreSQL exactly once, with upstream's counts."""
+        made = {r["rid"] for r in self.results}
+        ours = RequestRecord.objects.filter(client_request_id__startswith=f"{self.prefix}-")
 
         def drained():
             drain_request_records()
-            return RequestRecord.objects.filter(client_request_id__startswith="ro-").count() >= len(made)
+            return ours.count() >= len(made)
 
         assert wait_until(drained, timeout=20, interval=0.2)
-        records = list(RequestRecord.objects.filter(client_request_id__startswith="ro-"))
+        time.sleep(0.5)  # anything written twice would have reached the database by now
+        drain_request_records()
+        records = list(ours)
         by_client = {r.client_request_id for r in records}
         lost, duplicated = made - by_client, len(records) - len(by_client)
         assert (len(lost), duplicated) == (0, 0), (sorted(lost)[:5], duplicated)
         upstream = mock_requests()
-        wrong = [r.client_request_id for r in records if r.status_code != 200 or r.partial or r.api_key_id != key.pk
+        wrong = [r.client_request_id for r in records if r.status_code != 200 or r.partial
+                 or r.api_key_id != self.key.pk
                  or (r.prompt_tokens, r.completion_tokens) != (upstream[r.request_id]["usage"]["prompt_tokens"],
                                                                upstream[r.request_id]["usage"]["completion_tokens"])]
         assert not wrong, wrong[:5]
+
+    def during(self, start: str, end: str, *, stream: bool | None = None) -> list[dict]:
+        return [r for r in self.results if self.marks[start] < r["started"] < self.marks[end]
+                and (stream is None or r["stream"] == stream)]
+
+
+def test_redis_killed_under_load_loses_no_request_and_no_record(world, tmp_path, private_redis, api, mock_requests):
+    outage = Outage(world, tmp_path, private_redis, api, prefix="ro")
+
+    async def kill_and_restart(o: Outage):
+        o.redis.kill()
+        o.marks["killed"] = time.monotonic()
+        await asyncio.sleep(0.5)
+        await o.revoke()  # while Redis is down: the announcement is lost, the revocation is not
+        await asyncio.sleep(2.0)
+        o.redis.start()
+        o.marks["restarted"] = time.monotonic()
+        async with httpx.AsyncClient(base_url=o.gw.base_url) as probe:
+            while (await probe.get("/readyz")).status_code != 200:
+                await asyncio.sleep(0.05)
+        o.marks["ready"] = time.monotonic()
+
+    try:
+        outage.run(kill_and_restart)
+        refused_after = outage.check_requests_and_revocation()
+        marks = outage.marks
+        in_flight = [r for r in outage.results if r["started"] < marks["killed"] < r["ended"] and r["stream"]]
+        during = outage.during("killed", "restarted")
+        assert in_flight and len(during) > 20, (len(in_flight), len(during))
+        # Refused once Redis is back, too.
+        assert httpx.post(outage.gw.base_url + "/v1/chat/completions", json={"model": "ro-fast", "messages": []},
+                          headers={"Authorization": f"Bearer {outage.doomed_raw}"}).status_code == 401
+        outage.check_records(mock_requests)
         slowest = max(r["ended"] - r["started"] for r in during if not r["stream"])
-        print(f"redis outage: {len(made)} requests ({len(in_flight)} streams in flight at the kill, {len(during)} "
-              f"started during the outage), 0 failed, lost {len(lost)}, duplicated {duplicated}; revoked key refused "
+        print(f"redis outage: {len(outage.results)} requests ({len(in_flight)} streams in flight at the kill, "
+              f"{len(during)} started during the outage), 0 failed, 0 lost, 0 duplicated; revoked key refused "
               f"{refused_after:.2f} s after revocation (API call {marks['revoked'] - marks['revoke_call']:.2f} s); "
               f"/readyz back {marks['ready'] - marks['restarted']:.2f} s after Redis; slowest non-streamed answer "
               f"during the outage {slowest:.2f} s")
     finally:
-        gw.stop()
-
-
-HUNG_ANSWER_BOUND_S = 1.5  # a non-streamed answer while Redis hangs: its usual few ms plus the gateway's wait
+        outage.gw.stop()
 
 
 def test_redis_that_hangs_under_load_neither_hangs_requests_nor_loses_records(world, tmp_path, private_redis, api,
@@ -148,86 +187,28 @@ def test_redis_that_hangs_under_load_neither_hangs_requests_nor_loses_records(wo
     """SIGSTOP, not a crash: Redis keeps every connection open and answers nothing, so nothing fails fast. The
     gateway must not wait on it on the request path (rate limits fail open), and what it could not write
     reaches the database once Redis answers again, once each."""
-    world.deployment("rh-fast")
-    world.deployment("rh-slow", options="gap=0.1")
-    key, raw = world.key(requests_per_minute=100_000)  # a limited key: the limiter reads Redis when it is stale
-    doomed, doomed_raw = world.key()
-    gw = start_gateway(tmp_path, REDIS_URL=private_redis.url, CELERY_BROKER_URL=private_redis.url,
-                       TANDEM_GATEWAY_KEY_MAX_STALE_S=str(MAX_STALE_S))
-    api.force_authenticate(world.member)
-    marks: dict[str, float] = {}
-    results: list[dict] = []
+    outage = Outage(world, tmp_path, private_redis, api, prefix="rh")
 
-    def revoke_through_the_api() -> int:
-        try:
-            return api.delete(f"/api/v1/api-keys/{doomed.pk}/").status_code
-        finally:
-            connection.close()
-
-    async def scenario():
-        stop = asyncio.Event()
-        count = iter(range(10**6))
-        async with aiohttp.ClientSession(gw.base_url, timeout=aiohttp.ClientTimeout(total=20)) as client:
-            async def worker(stream: bool):
-                while not stop.is_set():
-                    n = next(count)
-                    results.append(await _one(client, raw, "rh-slow" if stream else "rh-fast", f"rh-{n}", stream))
-                    await asyncio.sleep(0.6 if not stream else 0)  # some keys' counts go stale: Redis is read
-
-            async def doomed_key():
-                while not stop.is_set():
-                    r = await _one(client, doomed_raw, "rh-fast", f"rd-{next(count)}", False)
-                    if r["status"] == 401 and "revoked_refused" not in marks and "revoked" in marks:
-                        marks["revoked_refused"] = r["ended"]
-                    await asyncio.sleep(0.05)
-
-            tasks = [asyncio.ensure_future(worker(i % 2 == 0)) for i in range(8)]
-            tasks.append(asyncio.ensure_future(doomed_key()))
-            await asyncio.sleep(1.0)
-            private_redis.pause()
-            marks["hung"] = time.monotonic()
-            await asyncio.sleep(0.5)
-            marks["revoke_status"] = await asyncio.to_thread(revoke_through_the_api)
-            marks["revoked"] = time.monotonic()
-            await asyncio.sleep(max(0.0, marks["hung"] + 4.0 - time.monotonic()))
-            private_redis.resume()
-            marks["resumed"] = time.monotonic()
-            await asyncio.sleep(1.5)
-            stop.set()
-            await asyncio.gather(*tasks)
+    async def hang_and_let_go(o: Outage):
+        o.redis.pause()
+        o.marks["hung"] = time.monotonic()
+        await asyncio.sleep(0.5)
+        await o.revoke()  # the web's announcement times out (2 s); the revocation holds
+        await asyncio.sleep(max(0.0, o.marks["hung"] + 4.0 - time.monotonic()))
+        o.redis.resume()
+        o.marks["resumed"] = time.monotonic()
+        await asyncio.sleep(0.5)
 
     try:
-        asyncio.run(scenario())
-        assert marks["revoke_status"] == 204, marks
-        failed = [r for r in results if not r["complete"]]
-        assert not failed, failed[:5]
-        during = [r for r in results if marks["hung"] < r["started"] < marks["resumed"] and not r["stream"]]
+        outage.run(hang_and_let_go, pause_s=0.6)
+        refused_after = outage.check_requests_and_revocation()
+        during = outage.during("hung", "resumed", stream=False)
         slowest = max(r["ended"] - r["started"] for r in during)
         assert slowest < HUNG_ANSWER_BOUND_S, slowest  # a request waiting on Redis waits until it answers again
         assert len(during) > 10, len(during)
-        assert "revoked_refused" in marks, "the key revoked while Redis hung was never refused"
-        refused_after = marks["revoked_refused"] - marks["revoked"]
-        assert refused_after < MAX_STALE_S + 0.5, refused_after
-
-        made = {r["rid"] for r in results}
-
-        def drained():
-            drain_request_records()
-            return RequestRecord.objects.filter(client_request_id__startswith="rh-").count() >= len(made)
-
-        assert wait_until(drained, timeout=20, interval=0.2)
-        time.sleep(0.5)  # anything written twice would have reached the database by now
-        drain_request_records()
-        records = list(RequestRecord.objects.filter(client_request_id__startswith="rh-"))
-        by_client = {r.client_request_id for r in records}
-        lost, duplicated = made - by_client, len(records) - len(by_client)
-        assert (len(lost), duplicated) == (0, 0), (sorted(lost)[:5], duplicated)
-        upstream = mock_requests()
-        wrong = [r.client_request_id for r in records if r.status_code != 200 or r.api_key_id != key.pk
-                 or r.completion_tokens != upstream[r.request_id]["usage"]["completion_tokens"]]
-        assert not wrong, wrong[:5]
-        print(f"redis hung {marks['resumed'] - marks['hung']:.1f} s: {len(made)} requests ({len(during)} non-streamed "
-              f"during the hang, slowest {slowest:.2f} s), 0 failed, lost {len(lost)}, duplicated {duplicated}; "
-              f"revoked key refused {refused_after:.2f} s after revocation")
+        outage.check_records(mock_requests)
+        print(f"redis hung {outage.marks['resumed'] - outage.marks['hung']:.1f} s: {len(outage.results)} requests "
+              f"({len(during)} non-streamed during the hang, slowest {slowest:.2f} s), 0 failed, 0 lost, "
+              f"0 duplicated; revoked key refused {refused_after:.2f} s after revocation")
     finally:
-        gw.stop()
+        outage.gw.stop()
