@@ -131,7 +131,9 @@ def test_metrics_by_deployment(world, gateway):
 
     def scraped():
         text = httpx.get(gateway.metrics_url).text
-        return text if f'tandem_gateway_ttft_seconds_count{{deployment="{dep.pk}"}}' in text else None
+        # The recorder thread creates a deployment's series before it counts into them, so a scrape can land
+        # between the two: wait for the TTFT count, which is observed last, to reach one.
+        return text if f'tandem_gateway_ttft_seconds_count{{deployment="{dep.pk}"}} 1.0' in text else None
 
     text = wait_until(scraped, timeout=3)
     assert text, "no TTFT series for the deployment"
