@@ -8,7 +8,9 @@ Extensions (kept here, never in the product code):
 - injected faults: the next N requests matching a method and path get a status (409/429/500/410...);
 - a stall: a RayService create is stored, then its answer held back (to kill a worker mid-provision);
 - a hold: the next N requests matching a method and path wait before they are handled (a slow call in flight);
-- objects found by their key, not by scanning every object (kmock does), so a request costs the same at 10,000;
+- objects found by their key, not by scanning every object (kmock does), and kmock's log of past requests kept to
+  those in flight (it matches each request against every earlier one), so a request costs the same at 10,000
+  objects and after 100,000 requests (`hits` is the record tests assert on);
 - "KubeRay": a RayService reads as Ready with its Serve application RUNNING `ready_after` seconds after its
   spec last changed (or DEPLOY_FAILED when `fail_apps` is set, with Serve's recorded failure).
 
@@ -185,6 +187,12 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
         return self._status(405, "MethodNotAllowed", method)
 
     async def _handle(self, request):
+        try:
+            return await self._serve(request)
+        finally:
+            self._requests.remove(request)  # kmock would match every later request against it
+
+    async def _serve(self, request):
         if (refused := self._guard(request.method.value, request.url.path, request.headers)) is not None:
             return refused
         if request.resource == RAYSERVICES and request.action in (kmock.action.FETCH, kmock.action.LIST):
