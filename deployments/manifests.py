@@ -8,12 +8,11 @@ import copy
 from functools import cache
 from pathlib import Path
 
-import yaml
-
 from deployments.catalog import INSTANCE_TYPES, RUNTIMES
 from deployments.hashing import content_hash
 from deployments.serve_config import POOL_RESOURCE, STAGES, serve_config_build
 from deployments.spec import DeploymentSpec, PoolSpec
+from deployments.yamlio import yaml_dump, yaml_load
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "k8s_templates"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "tandem"}
@@ -29,7 +28,7 @@ EFA_HUGEPAGES = "5120Mi"  # what AWS's EFA device plugin guide reserves for libf
 
 @cache
 def _template(name: str) -> dict:
-    return yaml.safe_load((TEMPLATES / name).read_text())
+    return yaml_load((TEMPLATES / name).read_text())
 
 
 def template(name: str) -> dict:
@@ -94,7 +93,7 @@ def rayservice_build(*, name: str, namespace: str, team_slug: str, spec: Deploym
     rs = template("rayservice.yaml")
     rs["metadata"] = {"name": name, "namespace": namespace, "labels": labels}
     serve = serve_config_build(app_name=name, spec=spec, target_kind=target_kind)
-    rs["spec"]["serveConfigV2"] = yaml.safe_dump(serve, sort_keys=False)
+    rs["spec"]["serveConfigV2"] = yaml_dump(serve, sort_keys=False)
     cluster = rs["spec"]["rayClusterConfig"]
     cluster["rayVersion"] = runtime.ray  # must equal the image's Ray, which the runtime table couples
     head = cluster["headGroupSpec"]["template"]

@@ -8,13 +8,13 @@ import tempfile
 
 import boto3
 import httpx
-import yaml
 from botocore.config import Config as BotoConfig
 from botocore.signers import RequestSigner
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from deployments.secret_refs import SecretRefError, secret_resolve
+from deployments.yamlio import YAMLError, yaml_load
 from workers.targets.base import PermanentError
 
 HTTP_TIMEOUT = httpx.Timeout(10.0, connect=5.0)
@@ -35,8 +35,8 @@ def kubernetes_api_from_kubeconfig(*, secret_ref: str, context: str | None = Non
     """An ApiClient from a kubeconfig held behind the cluster's secret reference (its text, not a path)."""
     text = _secret(secret_ref, what="kubeconfig")
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
+        data = yaml_load(text)
+    except YAMLError:
         raise PermanentError("The cluster's kubeconfig is not valid YAML; register it again.") from None
     configuration = k8s.Configuration()
     try:

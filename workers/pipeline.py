@@ -142,7 +142,7 @@ def _run(p: _Pass) -> float | None:
         return requeue
 
     desired, desired_hash = target.desired(d)  # 5 desired
-    observed = target.observe(d)  # 6 observe
+    observed = target.observe(d, desired)  # 6 observe (built once: the pass compares with it twice)
     if not observed.exists or observed.applied_hash != desired_hash:  # 7 apply
         if d.status == Status.RUNNING:
             reason = "The application disappeared from the cluster; re-deploying." if not observed.exists \
@@ -151,7 +151,7 @@ def _run(p: _Pass) -> float | None:
         target.preflight(d)
         p.step(EventKind.APPLIED, lambda: _apply(target, d, desired))
         deployment_observe(deployment_id=d.pk, applied_hash=desired_hash)
-        observed = target.observe(d)
+        observed = target.observe(d, desired)
     p.cond("Applied", True, "Applied", f"spec hash {desired_hash[:12]}")
 
     serve_ok = observed.serve_status == "RUNNING"  # 8 derive

@@ -4,6 +4,7 @@ from django.utils import timezone
 
 from deployments.services.budgets import budgets_check
 from deployments.services.pause import deployment_wake, deployments_pause_idle
+from deployments.services.status import reconcile_enqueue, reconcile_started
 from gateway.selectors import last_request_by_deployment
 from workers import reconcile, resync
 
@@ -11,6 +12,7 @@ from workers import reconcile, resync
 @shared_task(acks_late=True, ignore_result=True)
 def reconcile_deployment(deployment_id: int) -> None:
     """Drive one deployment one step towards its spec; requeues itself while it is not settled."""
+    reconcile_started(deployment_id=deployment_id)
     delay = reconcile.reconcile(deployment_id)
     if delay is not None:
         reconcile_deployment.apply_async((deployment_id,), countdown=delay)
@@ -19,12 +21,11 @@ def reconcile_deployment(deployment_id: int) -> None:
 @shared_task(ignore_result=True)
 def resync_deployments() -> int:
     """Beat: re-enqueue unsettled deployments and a rotating slice of running ones, so a lost message only delays
-    work; never more than the workers finish in one interval (workers.resync)."""
+    work; never more than the workers finish in one interval (workers.resync). One already queued is not queued
+    again; returns how many were."""
     ids = resync.resync_slice(budget=resync.resync_budget())
     with current_app.producer_or_acquire() as producer:  # one connection for the batch, not one per message
-        for deployment_id in ids:
-            reconcile_deployment.apply_async((deployment_id,), producer=producer)
-    return len(ids)
+        return sum(reconcile_enqueue(deployment_id=deployment_id, producer=producer) for deployment_id in ids)
 
 
 @shared_task(acks_late=True, ignore_result=True)

@@ -168,7 +168,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
     "PAGE_SIZE": 50,
-    "DEFAULT_FILTER_BACKENDS": ["rest_framework.filters.OrderingFilter"],
+    "DEFAULT_FILTER_BACKENDS": ["deployments.api.ordering.StableOrderingFilter"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "deployments.api.errors.exception_handler",
     # Requests per signed-in user (token or session) and per address for everyone else; the excess gets 429

@@ -17,7 +17,7 @@ class AccessTokenAuthentication(authentication.BaseAuthentication):
         scheme, _, raw = header.partition(" ")
         if scheme != self.keyword:
             return None
-        token = credential_check(model=AccessToken, raw=raw.strip())
+        token = credential_check(model=AccessToken, raw=raw.strip(), related=("user",))  # one query
         if token is None or not token.user.is_active:
             raise exceptions.AuthenticationFailed("Invalid, expired or revoked access token.")
         now = timezone.now()

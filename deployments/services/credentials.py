@@ -66,16 +66,17 @@ def credential_mint(*, model, **fields):
     return row, raw
 
 
-def credential_check(*, model, raw: str):
-    """The live credential this secret belongs to, or None (unknown, wrong, revoked or expired). A secret whose
-    check segment is wrong is refused without a query."""
+def credential_check(*, model, raw: str, related: tuple[str, ...] = ()):
+    """The live credential this secret belongs to, or None (unknown, wrong, revoked or expired), with `related`
+    joined in (the caller's next read, in the same query). A secret whose check segment is wrong is refused without
+    a query."""
     parsed = credential_split(raw, model.PREFIX)
     if parsed is None:
         return None
     key_id, checked = parsed
     if checked and not credential_check_ok(raw, check_key=credential_check_key(settings.TANDEM_KEY_HMAC_SECRET)):
         return None
-    row = model.objects.filter(key_id=key_id).first()
+    row = model.objects.select_related(*related).filter(key_id=key_id).first()
     if row is None or not credential_matches(raw, row.digest, hmac_secret=settings.TANDEM_KEY_HMAC_SECRET):
         return None
     now = timezone.now()

@@ -4,6 +4,8 @@ from celery import current_app
 from django.db import transaction
 from django.utils import timezone
 
+from controlplane.redis_client import redis_client
+
 from deployments.conditions import condition_set
 from deployments.models import Deployment
 from deployments.redaction import internal_redact
@@ -11,6 +13,10 @@ from deployments.redaction import internal_redact
 # By name, not by import: the domain imports nothing from the workers (they import it). It is the name
 # `workers.tasks.reconcile_deployment` registers under, and it goes to the default queue, as `.delay()` does.
 RECONCILE_TASK = "workers.tasks.reconcile_deployment"
+# Set while a pass of the deployment waits on the queue, not started: further requests need no message of their
+# own (that pass reads the row when it starts). It expires, so a lost message does not hold requests back for long.
+QUEUED_KEY = "tandem:reconcile:queued:{}"
+QUEUED_SECONDS = 120
 
 
 @transaction.atomic
@@ -40,4 +46,25 @@ def deployment_observe(*, deployment_id: int, condition_updates: dict[str, dict]
 
 def deployment_reconcile_request(*, deployment_id: int) -> None:
     """Ask for a reconcile pass once the current transaction commits, so the worker sees what was written."""
-    transaction.on_commit(lambda: current_app.send_task(RECONCILE_TASK, (deployment_id,)))
+    transaction.on_commit(lambda: reconcile_enqueue(deployment_id=deployment_id))
+
+
+def reconcile_enqueue(*, deployment_id: int, producer=None) -> bool:
+    """Queue a reconcile pass unless one is queued and not started yet; True when a message was sent.
+
+    The pass clears the flag as it starts (`reconcile_started`), so a request made during a pass still queues
+    one more: that pass may have read the row before the change the request is about."""
+    key = QUEUED_KEY.format(deployment_id)
+    if not redis_client().set(key, 1, nx=True, ex=QUEUED_SECONDS):
+        return False
+    try:
+        current_app.send_task(RECONCILE_TASK, (deployment_id,), producer=producer)
+    except Exception:
+        redis_client().delete(key)  # nothing was queued: the next request must send one
+        raise
+    return True
+
+
+def reconcile_started(*, deployment_id: int) -> None:
+    """A pass of the deployment has started: the next request queues a new one."""
+    redis_client().delete(QUEUED_KEY.format(deployment_id))

@@ -25,8 +25,8 @@ def tick(settings, redis_client):
         before = len(queued(redis_client, task=TASK))
         resync_deployments()
         ids = [args[0] for args in queued(redis_client, task=TASK)[before:]]
-        if drained:
-            redis_client.delete(current_app.conf.task_default_queue)
+        if drained:  # as the workers take them: the queue empties and each started pass clears its flag
+            redis_client.delete(current_app.conf.task_default_queue, *redis_client.keys("tandem:reconcile:queued:*"))
         return ids
     return run
 

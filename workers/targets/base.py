@@ -47,7 +47,9 @@ class Target:
         """The objects to apply and their content hash."""
         raise NotImplementedError
 
-    def observe(self, deployment) -> Observed:
+    def observe(self, deployment, desired=None) -> Observed:
+        """What exists for the deployment, compared with `desired` (what `desired()` returned, passed by a pass
+        that built it already; built here when None)."""
         raise NotImplementedError
 
     def apply(self, deployment, desired) -> Step:

@@ -125,8 +125,8 @@ class KubernetesTarget(Target):
         return self._get("reading the RayService", k8s.CustomObjectsApi(self.api).get_namespaced_custom_object,
                          GROUP, VERSION, meta["namespace"], PLURAL, meta["name"])
 
-    def observe(self, deployment) -> Observed:
-        objects, _ = self.desired(deployment)
+    def observe(self, deployment, desired: list[dict] | None = None) -> Observed:
+        objects = desired if desired is not None else self.desired(deployment)[0]
         found = [self._read(o) for o in objects]
         rs = found[-1]
         if rs is None:

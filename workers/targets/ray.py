@@ -105,8 +105,8 @@ class RayTarget(Target):
                                     http_options={"host": host, "port": parts.port or 8000})
         return config, content_hash(config["applications"][0])
 
-    def observe(self, deployment) -> Observed:
-        config, _ = self.desired(deployment)
+    def observe(self, deployment, desired: dict | None = None) -> Observed:
+        config = desired if desired is not None else self.desired(deployment)[0]
         app = self._deployed().get(self.app_name(deployment))
         if app is None or app.get("status") == "DELETING":  # being removed (out-of-band too): it is gone
             return Observed(exists=False)
