@@ -29,7 +29,7 @@ from tests.conftest import EMULATOR_TOKEN
 from tests.factories import MODEL_SOURCES, ClusterFactory, DeploymentFactory, MembershipFactory, TeamFactory, spec_input
 from tests.support.k8s_emulator import EmulatorThread, KubeRayEmulator, kubeconfig_text
 from tests.support.processes import (Worker, start_gateway, start_mock_upstream, start_web, wait_for,
-                                     worker_environment)
+                                     wait_for_idle_workers, worker_environment)
 from tests.support.revocation import assert_key_refused_within
 from workers.tasks import reconcile_deployment, resync_deployments
 
@@ -99,7 +99,8 @@ def people(fleet, redis_client):
     team = TeamFactory(slug="ml-research", gpu_quota=64)
     member = MembershipFactory(team=team, role=Membership.Role.MEMBER).user
     admin = MembershipFactory(team=team, role=Membership.Role.ADMIN).user
-    return team, member, admin
+    yield team, member, admin
+    wait_for_idle_workers(redis_client)  # the fleet's workers outlive the test; its rows go next
 
 
 @pytest.fixture

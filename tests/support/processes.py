@@ -75,6 +75,14 @@ class Worker:
 
 
 
+def wait_for_idle_workers(redis, *, timeout: float = 60.0) -> None:
+    """Until no task is queued or running: Celery's Redis transport keeps a delivered message in `unacked` until
+    the task acks it, at its end (acks_late). A test whose workers outlive it waits for this before its rows are
+    truncated, or a task still reading them deadlocks with the TRUNCATE (seen in CI)."""
+    wait_for(lambda: redis.llen("celery") == 0 and redis.hlen("unacked") == 0, timeout=timeout, every=0.2,
+             what="the workers to finish their tasks")
+
+
 def wait_for(predicate, *, timeout: float = 30.0, every: float = 0.1, what: str = "condition"):
     """Poll until predicate() is truthy; fail the test with `what` when it never is."""
     deadline = time.monotonic() + timeout
