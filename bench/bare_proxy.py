@@ -8,9 +8,10 @@ import aiohttp
 from aiohttp import web
 
 
-def build_app(upstream: str) -> web.Application:
+def build_app(upstream: str, keepalive: float = 15.0) -> web.Application:
     async def startup(app):
-        app["session"] = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), auto_decompress=False)
+        app["session"] = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=keepalive),
+                                               auto_decompress=False)
 
     async def cleanup(app):
         await app["session"].close()
@@ -40,11 +41,12 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=9201)
     parser.add_argument("--upstream", required=True)
+    parser.add_argument("--keepalive", type=float, default=15.0, help="seconds an idle upstream connection is kept")
     args = parser.parse_args()
     import uvloop
 
     uvloop.install()
-    web.run_app(build_app(args.upstream), host=args.host, port=args.port, access_log=None, print=None, backlog=4096)
+    web.run_app(build_app(args.upstream, args.keepalive), host=args.host, port=args.port, access_log=None, print=None, backlog=4096)
 
 
 if __name__ == "__main__":

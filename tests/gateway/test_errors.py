@@ -1,6 +1,7 @@
 """Every error the gateway answers is OpenAI-shaped with the right status; none is a 500 page."""
 import datetime as dt
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import openai
@@ -102,6 +103,21 @@ def test_429_tokens_per_minute(world, gateway):
     r = post(gateway, raw, {"model": "m", **CHAT})
     assert_openai_error(r, 429, "rate_limit_exceeded")
     assert "tokens" in r.json()["error"]["message"]
+
+
+def test_the_tokens_of_requests_flushed_together_all_count(world, gateway, redis_client):
+    """A flush sums each key's tokens before it sends them: the minute's counter holds every answer's usage."""
+    world.deployment("m")
+    key, raw = world.key(tokens_per_minute=1_000_000)
+    if time.time() % 60 > 50:  # all of them in one minute's counter
+        time.sleep(61 - time.time() % 60)
+    window = int(time.time() // 60)
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda _: post(gateway, raw, {"model": "m", **CHAT}), range(16)))
+    assert [a.status_code for a in answers] == [200] * 16
+    used = sum(a.json()["usage"]["total_tokens"] for a in answers)
+    counter = f"tandem:rl:{key.key_id}:{window}:t"
+    assert wait_until(lambda: int(redis_client.get(counter) or 0) == used), (redis_client.get(counter), used)
 
 
 def test_413_body_too_large(world, gateway):
