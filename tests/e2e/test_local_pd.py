@@ -140,9 +140,12 @@ def test_pd_deployment_end_to_end(transactional_db, redis_client, local_ray, tmp
         checks = {c.name: (c.passed, c.evidence) for c in run.checks.all()}
         assert run.passed, checks
         assert run.pd_health["ok"] is True, run.pd_health
-        # Its result opened the endpoint: users' keys were held back until now.
-        ready = condition_get(Deployment.objects.get(pk=pk).conditions, "EndpointReady")
-        assert ready["status"] == "True" and ready["reason"] == "Answering", ready
+        # Its result opens the endpoint in the pass it asks for (users' keys were held back until then).
+        def endpoint_ready():
+            ready = condition_get(Deployment.objects.get(pk=pk).conditions, "EndpointReady")
+            return ready if ready["status"] == "True" and ready["reason"] == "Answering" else None
+
+        wait_for(endpoint_ready, timeout=60, every=0.5, what="the endpoint to open after conformance passed")
 
         # The member creates an API key with tandemctl (its secret printed once); the official client changes
         # only base_url and api_key.
