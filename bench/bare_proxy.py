@@ -46,7 +46,8 @@ def main() -> None:
     import uvloop
 
     uvloop.install()
-    web.run_app(build_app(args.upstream, args.keepalive), host=args.host, port=args.port, access_log=None, print=None, backlog=4096)
+    web.run_app(build_app(args.upstream, args.keepalive), host=args.host, port=args.port, access_log=None, print=None,
+                backlog=4096)
 
 
 if __name__ == "__main__":

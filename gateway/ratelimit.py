@@ -3,6 +3,7 @@ import asyncio
 import logging
 import math
 import time
+from collections import Counter
 
 from redis.exceptions import RedisError
 
@@ -99,11 +100,10 @@ class RateLimiter:
         the last flush, its new requests and a read of the window's totals. `absorb` takes the results. Tokens are
         summed per key and window first: one INCRBY each, not one per request (packing commands is most of what a
         flush costs)."""
-        tokens: dict[tuple[str, int], int] = {}
+        tokens = Counter()
         for rec in records:
             if rec.tpm and (rec.prompt_tokens or rec.completion_tokens):
-                at = (rec.key_id, int(rec.created_at // 60))
-                tokens[at] = tokens.get(at, 0) + rec.prompt_tokens + rec.completion_tokens
+                tokens[rec.key_id, int(rec.created_at // 60)] += rec.prompt_tokens + rec.completion_tokens
         for (key_id, window), count in tokens.items():
             _, tok_key = _keys(key_id, window)
             pipe.incrby(tok_key, count)
