@@ -35,7 +35,10 @@ from deployments.services.api_keys import api_key_create
 from deployments.services.credentials import credential_mint
 from tests.factories import MODEL_SOURCES, ClusterFactory, DeploymentFactory, MembershipFactory, TeamFactory, spec_input
 
-MARK = "q7z"  # in every name the victim team owns: a response that contains it read the victim's data
+# In every name the victim team owns: a response that contains it read the victim's data. Long enough that no
+# random text on a page (a 64-character CSRF token, a CSP nonce) holds it by chance: "q7z" did, about once in
+# 3,000 pages, and failed CI on /team/cost/.
+MARK = "q7zleak9"
 MISSING_ID = 987654321
 HTTP_METHODS = ("get", "post", "put", "patch", "delete")
 
