@@ -13,16 +13,18 @@ UPSTREAM_FAILURES = (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError)
 _EVENT_END = re.compile(rb"\r\n\r\n|\n\n")
 DONE_ENDINGS = (b"[DONE]\n\n", b"[DONE]\r\n\r\n")
 _MAX_COUNT = 2 ** 31 - 1  # what a record's token columns hold
+_INF = float("inf")
+
+
+def _count(value) -> int:
+    return min(int(value), _MAX_COUNT) if type(value) in (int, float) and 0 <= value < _INF else 0
 
 
 def read_usage(usage, rec) -> None:
     """Token counts from an OpenAI `usage` object into the record; anything but a sane count reads as 0, so a
     strange upstream cannot make a record the database refuses (and stop the drain behind it)."""
-    def count(value) -> int:
-        return min(int(value), _MAX_COUNT) if type(value) in (int, float) and 0 <= value < float("inf") else 0
-
-    rec.prompt_tokens = count(usage.get("prompt_tokens"))
-    rec.completion_tokens = count(usage.get("completion_tokens"))
+    rec.prompt_tokens = _count(usage.get("prompt_tokens"))
+    rec.completion_tokens = _count(usage.get("completion_tokens"))
 
 
 def take_usage(data: bytes, rec, keep_usage_chunk: bool) -> bytes:

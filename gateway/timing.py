@@ -1,5 +1,6 @@
 """Per-request timing and usage: a small record filled on the hot path, shipped to a Redis stream in batches."""
 import asyncio
+import io
 import logging
 import sys
 import time
@@ -128,21 +129,23 @@ class Recorder:
 
     def _write_access_log(self, batch: list[Record]) -> None:
         """One JSON line per request, shaped like controlplane.request_id.JsonFormatter's, written in one call
-        per batch: going through `logging` record by record cost the gateway a fifth of its throughput."""
+        per batch: going through `logging` record by record cost the gateway a fifth of its throughput. Each line
+        is copied into one buffer as soon as it is encoded: keeping a batch of orjson's results alive to join them
+        cost 3.5 us a line, fourteen times the encoding itself (bench/README)."""
         now = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
-        lines = []
+        buffer = io.BytesIO()
+        write, newline = buffer.write, orjson.OPT_APPEND_NEWLINE
         for rec in batch:
-            lines.append(orjson.dumps({
+            write(orjson.dumps({
                 "time": now, "level": "INFO", "logger": "gateway.access", "request_id": rec.request_id,
                 "client_request_id": rec.client_request_id or None,
                 "message": f"{rec.endpoint} {rec.status_code}", "status": rec.status_code, "endpoint": rec.endpoint,
                 "stream": rec.stream, "model": rec.model, "deployment": rec.deployment_id, "key_id": rec.key_id,
                 "ttft_ms": rec.ttft_ms, "e2e_ms": round(rec.e2e_ms, 3), "prompt_tokens": rec.prompt_tokens,
                 "completion_tokens": rec.completion_tokens, "bytes": rec.bytes_out, "partial": rec.partial,
-                "error": rec.error_type or None}))
-        lines.append(b"")
+                "error": rec.error_type or None}, option=newline))
         try:
-            self._out.write(b"\n".join(lines))
+            self._out.write(buffer.getbuffer())
             self._out.flush()
         except (OSError, ValueError):
             pass  # a closed or broken log pipe must not stop accounting

@@ -76,7 +76,8 @@ def credential_check(*, model, raw: str, related: tuple[str, ...] = ()):
     key_id, checked = parsed
     if checked and not credential_check_ok(raw, check_key=credential_check_key(settings.TANDEM_KEY_HMAC_SECRET)):
         return None
-    row = model.objects.select_related(*related).filter(key_id=key_id).first()
+    rows = model.objects.select_related(*related) if related else model.objects  # no names would join every FK
+    row = rows.filter(key_id=key_id).first()
     if row is None or not credential_matches(raw, row.digest, hmac_secret=settings.TANDEM_KEY_HMAC_SECRET):
         return None
     now = timezone.now()

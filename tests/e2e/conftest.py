@@ -8,8 +8,10 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,6 +41,35 @@ def local_ray(tmp_path_factory):
         yield {**state, "secret_ref": f"file:{token}"}
     finally:
         subprocess.run([sys.executable, script, "stop"], timeout=300)
+
+
+def ray_apps(state: dict) -> dict:
+    """The Serve applications on the local head, by name."""
+    r = httpx.get(f"{state['dashboard_url']}/api/serve/applications/", headers=_auth(state), timeout=30)
+    r.raise_for_status()
+    return r.json().get("applications") or {}
+
+
+def _auth(state: dict) -> dict:
+    return {"Authorization": f"Bearer {Path(state['token_file']).read_text().strip()}"}
+
+
+@pytest.fixture(autouse=True)
+def no_application_outlives_its_test(request):
+    """Every test here deploys its own applications and removes them. One that fails first leaves them on the
+    shared head, where their engines would starve the next test's of both cores: shut Serve down after it (the next
+    deploy starts Serve again), and wait until the applications are gone."""
+    yield
+    if "local_ray" not in request.fixturenames:
+        return
+    state = request.getfixturevalue("local_ray")
+    if not ray_apps(state):
+        return
+    httpx.delete(f"{state['dashboard_url']}/api/serve/applications/", headers=_auth(state),
+                 timeout=60).raise_for_status()
+    deadline = time.monotonic() + 300
+    while ray_apps(state) and time.monotonic() < deadline:
+        time.sleep(2)
 
 
 def local_cluster_config(state: dict, **extra) -> dict:

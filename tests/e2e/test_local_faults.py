@@ -5,8 +5,7 @@ import pytest
 from deployments.models import Cluster, Deployment, Membership
 from deployments.services import actions
 from local.smoke import unsupported_model
-from tests.e2e.conftest import MODEL, local_cluster_config
-from tests.e2e.test_local_pd import ray_apps
+from tests.e2e.conftest import MODEL, local_cluster_config, ray_apps
 from tests.factories import MembershipFactory, TeamFactory, local_spec_input
 from tests.support.processes import Worker, free_port, wait_for, worker_environment
 

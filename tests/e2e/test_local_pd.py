@@ -26,7 +26,7 @@ from observability.models import ConformanceRun
 from observability.planner import plan_for_spec
 from observability.scraper import scrape_deployment, scrape_snapshot
 from observability.snapshot import snapshot_increase
-from tests.e2e.conftest import MODEL, local_cluster_config
+from tests.e2e.conftest import MODEL, local_cluster_config, ray_apps
 from tandemctl import errors
 from tests.factories import MembershipFactory, TeamFactory, local_spec_input
 from tests.support.processes import Worker, start_gateway, start_web, wait_for, worker_environment
@@ -36,13 +36,6 @@ pytestmark = [pytest.mark.pd, pytest.mark.e2e, pytest.mark.timeout(1800)]
 PROMPT = "The disaggregated serving of language models moves the KV cache from prefill to decode. " * 3
 ADDED_TTFT_MARGIN_S = 0.050  # gateway TTFT p50 minus direct TTFT p50 on the local stack
 WAKE_TO_ANSWER_BOUND_S = 900  # generous: a cold start of both vLLM engines on CPU is a few minutes here
-
-
-def ray_apps(state: dict) -> dict:
-    token = open(state["token_file"]).read().strip()
-    r = httpx.get(f"{state['dashboard_url']}/api/serve/applications/", headers={"Authorization": f"Bearer {token}"})
-    r.raise_for_status()
-    return r.json().get("applications") or {}
 
 
 def kv_counters(metrics_url: str) -> dict:

@@ -12,8 +12,8 @@ from rest_framework.test import APIClient
 
 from deployments.conditions import condition_get
 from deployments.models import Cluster, Deployment, Membership
-from tests.e2e.conftest import MODEL, local_cluster_config
-from tests.e2e.test_local_pd import ray_apps, status_of
+from tests.e2e.conftest import MODEL, local_cluster_config, ray_apps
+from tests.e2e.test_local_pd import status_of
 from tests.factories import MembershipFactory, TeamFactory, UserFactory, local_spec_input
 from tests.support.processes import Worker, start_gateway, wait_for, worker_environment
 

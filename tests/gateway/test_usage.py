@@ -11,7 +11,7 @@ from gateway.config import RECORD_STREAM
 from gateway.models import RequestRecord
 from gateway.tasks import drain_request_records
 from tests.factories import MembershipFactory, UserFactory
-from tests.gateway.conftest import wait_until
+from tests.gateway.conftest import drained, wait_until
 
 TOTAL = 10_000
 CONCURRENCY = 48
@@ -152,3 +152,38 @@ def test_last_used_at_is_updated(world, gateway):
         return ApiKey.objects.get(pk=key.pk).last_used_at
 
     assert wait_until(used, timeout=5)
+
+
+def test_access_log_has_one_json_line_per_request_matching_its_record(world, gateway, mock_requests):
+    """The gateway's access log (its stderr, which production ships as container logs) carries one JSON line per
+    request, with the counts its usage record has, and never the key."""
+    dep = world.deployment("logged")
+    key, raw = world.key()
+    for i, stream in enumerate((False, True, False)):
+        httpx.post(gateway.base_url + "/v1/chat/completions",
+                   headers={"Authorization": f"Bearer {raw}", "X-Request-ID": f"logged-{i}"},
+                   json={"model": "logged", "stream": stream, "max_tokens": 3 + i,
+                         "messages": [{"role": "user", "content": "a b c"}]}).raise_for_status()
+    records = [drained(f"logged-{i}") for i in range(3)]
+
+    def logged():
+        lines = {}
+        for line in gateway.log.read_bytes().splitlines():
+            if line.startswith(b"{") and b'"logger":"gateway.access"' in line:
+                entry = orjson.loads(line)
+                if entry["client_request_id"] in {r.client_request_id for r in records}:
+                    lines[entry["client_request_id"]] = entry
+        return lines if len(lines) == 3 else None
+
+    lines = wait_until(logged, timeout=5)
+    assert lines, "the access log has no line for some of the requests"
+    for record in records:
+        entry = lines[record.client_request_id]
+        upstream = mock_requests(record.request_id)["usage"]
+        assert (entry["request_id"], entry["status"], entry["deployment"], entry["key_id"], entry["stream"]) == (
+            record.request_id, 200, dep.pk, key.key_id, record.stream)
+        assert (entry["prompt_tokens"], entry["completion_tokens"]) == (
+            upstream["prompt_tokens"], upstream["completion_tokens"]) == (record.prompt_tokens,
+                                                                          record.completion_tokens)
+        assert entry["completion_tokens"] > 0 and (entry["ttft_ms"] is not None) == record.stream
+    assert raw.encode() not in gateway.log.read_bytes()

@@ -1,5 +1,7 @@
 """Secrets as `deployments.credential_format` shapes them: a keyed check segment that refuses made-up or mistyped
 secrets without a query, and secrets minted before the check (three parts) still accepted."""
+import hashlib
+import hmac
 import secrets
 
 import pytest
@@ -10,6 +12,8 @@ from deployments.credential_format import (
     credential_check_key,
     credential_check_ok,
     credential_digest,
+    credential_digester,
+    credential_matches,
     credential_new,
     credential_split,
 )
@@ -46,6 +50,19 @@ def test_a_new_secret_has_four_parts_and_a_check_only_the_server_can_make():
     for junk in ("tdm_x", f"tdm_{key_id}_short_abcdef", f"tdp_{key_id}_{'a' * 43}_abcdef", f"{raw}x",
                  "tdm_é_" + "a" * 40):
         assert credential_split(junk, "tdm") is None or not credential_check_ok(junk, check_key=check_key)
+
+
+def test_the_stored_digest_is_hmac_sha256_under_the_server_secret_however_it_is_computed():
+    """Rows minted by the control plane are checked by the gateway's digester: both must give the same hex
+    HMAC-SHA256, for str and bytes, for every secret."""
+    digester = credential_digester(b"server-secret")
+    for raw in (credential_new("tdm", hmac_secret="server-secret")[1], legacy_secret("tdp", "abc123"), "x"):
+        expected = hmac.new(b"server-secret", raw.encode(), hashlib.sha256).hexdigest()
+        assert credential_digest(raw, hmac_secret="server-secret") == digester(raw) == digester(raw.encode()) == expected
+        assert credential_matches(raw, expected, digester=digester)
+        assert credential_matches(raw.encode(), expected, hmac_secret="server-secret")
+        assert not credential_matches(raw + "x", expected, digester=digester)
+        assert credential_digester(b"another-secret")(raw) != expected
 
 
 @pytest.mark.django_db
