@@ -18,10 +18,9 @@ import redis.asyncio as aioredis
 from deployments.credential_format import (
     API_KEY_PREFIX,
     KEY_EVENTS_CHANNEL,
+    CredentialDigester,
     credential_check_key,
     credential_check_ok,
-    credential_digester,
-    credential_matches,
     credential_split,
 )
 from gateway import metrics
@@ -118,7 +117,7 @@ class KeyRing:
 
     def __init__(self, store, *, hmac_secret: bytes, ttl: float, max_stale: float, negative_ttl: float,
                  max_entries: int, failures: AuthFailures):
-        self._digest = credential_digester(hmac_secret)
+        self._digester = CredentialDigester(hmac_secret)
         self._check_key = credential_check_key(hmac_secret)
         self._store = store
         self.cache = AsyncCache(self._load, ttl=ttl, max_stale=max_stale, negative_ttl=negative_ttl,
@@ -159,7 +158,7 @@ class KeyRing:
             elif self.known_ids is not None and key_id not in self.known_ids:
                 raise self._refuse(address, "unknown")
             key = await self.cache.get(key_id)
-        if key is None or not credential_matches(raw, key.digest, digester=self._digest):
+        if key is None or not self._digester.matches(raw, key.digest):
             raise self._refuse(client_address(client), "unknown" if key is None else "wrong_secret")
         if key.revoked:
             raise self._refuse(client_address(client), "revoked", "This API key has been revoked.")

@@ -9,10 +9,10 @@ from django.conf import settings
 
 from deployments.credential_format import (
     CHECK_LENGTH,
+    CredentialDigester,
     credential_check_key,
     credential_check_ok,
     credential_digest,
-    credential_digester,
     credential_matches,
     credential_new,
     credential_split,
@@ -55,14 +55,15 @@ def test_a_new_secret_has_four_parts_and_a_check_only_the_server_can_make():
 def test_the_stored_digest_is_hmac_sha256_under_the_server_secret_however_it_is_computed():
     """Rows minted by the control plane are checked by the gateway's digester: both must give the same hex
     HMAC-SHA256, for str and bytes, for every secret."""
-    digester = credential_digester(b"server-secret")
+    digester = CredentialDigester(b"server-secret")
     for raw in (credential_new("tdm", hmac_secret="server-secret")[1], legacy_secret("tdp", "abc123"), "x"):
         expected = hmac.new(b"server-secret", raw.encode(), hashlib.sha256).hexdigest()
-        assert credential_digest(raw, hmac_secret="server-secret") == digester(raw) == digester(raw.encode()) == expected
-        assert credential_matches(raw, expected, digester=digester)
+        assert credential_digest(raw, hmac_secret="server-secret") == expected
+        assert digester.digest(raw) == digester.digest(raw.encode()) == expected
+        assert digester.matches(raw, expected)
         assert credential_matches(raw.encode(), expected, hmac_secret="server-secret")
-        assert not credential_matches(raw + "x", expected, digester=digester)
-        assert credential_digester(b"another-secret")(raw) != expected
+        assert not digester.matches(raw + "x", expected)
+        assert CredentialDigester(b"another-secret").digest(raw) != expected
 
 
 @pytest.mark.django_db
