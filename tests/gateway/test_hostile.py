@@ -57,10 +57,12 @@ def _made_up_keys(n: int) -> list[str]:
     return keys
 
 
-async def _flood(base_url: str, keys: list[str], concurrency: int = 32) -> dict[int, int]:
+async def _flood(base_url: str, keys: list[str], concurrency: int = 32,
+                 statuses: dict[int, int] | None = None) -> dict[int, int]:
+    """Answers by status; pass `statuses` to watch them come in."""
     import aiohttp
 
-    statuses: dict[int, int] = {}
+    statuses = {} if statuses is None else statuses
     queue = iter(keys)
     body = orjson.dumps({"model": "m", **CHAT})
     async with aiohttp.ClientSession(base_url, timeout=aiohttp.ClientTimeout(total=30)) as client:
@@ -125,8 +127,10 @@ def test_a_flood_of_made_up_keys_never_reaches_the_database(world, tmp_path):
         _, raw = world.key()
 
         async def flood_and_a_real_key():
-            flood = asyncio.ensure_future(_flood(gw.base_url, _made_up_keys(3000)))
-            await asyncio.sleep(0.2)
+            answered: dict[int, int] = {}
+            flood = asyncio.ensure_future(_flood(gw.base_url, _made_up_keys(3000), statuses=answered))
+            while sum(answered.values()) < 100 and not flood.done():  # under way, far from done (3000)
+                await asyncio.sleep(0.001)
             assert not flood.done(), "the flood ended before the real key was tried"
             async with httpx.AsyncClient(base_url=gw.base_url, timeout=10) as client:
                 real = await client.post("/v1/chat/completions", json={"model": "m", **CHAT},
