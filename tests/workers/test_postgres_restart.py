@@ -4,8 +4,8 @@ to one RayService. The server is the test's own (tests/support/private_pg.py), l
 copy of the test database; the shared server is never restarted."""
 import subprocess
 import sys
-import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import psycopg
@@ -56,15 +56,12 @@ def test_web_gateway_worker_and_beat_recover_from_a_postgresql_restart(
     url = private_pg.copy_of(processes.test_database_url(), "tandem")
 
     env = worker_environment(tmp_path, DATABASE_URL=url)
-    procs, worker = [], Worker(env, concurrency=2).start()
+    worker = Worker(env, concurrency=2).start()
     beat = _beat(env, tmp_path)
-    threads = [threading.Thread(target=lambda f=f: procs.append(f(tmp_path, DATABASE_URL=url)))
-               for f in (start_web, start_gateway)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    web, gateway = sorted(procs, key=lambda p: "gateway" in str(p.log))
+    # Started side by side; each result is named by what started it (this test's tmp_path holds "gateway" too).
+    with ThreadPoolExecutor(2) as pool:
+        started = [pool.submit(f, tmp_path, DATABASE_URL=url) for f in (start_web, start_gateway)]
+    web, gateway = (s.result() for s in started)
     try:
         api = httpx.Client(base_url=web.base_url + "/api/v1", timeout=10,
                            headers={"Authorization": f"Bearer {member_token}"})
