@@ -58,10 +58,9 @@ def test_web_gateway_worker_and_beat_recover_from_a_postgresql_restart(
     env = worker_environment(tmp_path, DATABASE_URL=url)
     worker = Worker(env, concurrency=2).start()
     beat = _beat(env, tmp_path)
-    # Started side by side; each result is named by what started it (this test's tmp_path holds "gateway" too).
+    # Started side by side; map keeps the order it was given (this test's tmp_path holds "gateway" too).
     with ThreadPoolExecutor(2) as pool:
-        started = [pool.submit(f, tmp_path, DATABASE_URL=url) for f in (start_web, start_gateway)]
-    web, gateway = (s.result() for s in started)
+        web, gateway = pool.map(lambda start: start(tmp_path, DATABASE_URL=url), (start_web, start_gateway))
     try:
         api = httpx.Client(base_url=web.base_url + "/api/v1", timeout=10,
                            headers={"Authorization": f"Bearer {member_token}"})
