@@ -20,6 +20,10 @@ COPY gateway ./gateway
 COPY observability ./observability
 COPY workers ./workers
 COPY k8s_templates ./k8s_templates
+# The project itself, without dependencies (the lock above holds them and the build backend): /venv/bin/tandemctl.
+COPY pyproject.toml ./
+COPY tandemctl ./tandemctl
+RUN /venv/bin/pip install --no-deps --no-build-isolation --no-index . && rm -rf build tandem.egg-info
 RUN rm -rf frontend/node_modules \
  && DJANGO_SETTINGS_MODULE=controlplane.settings.production DJANGO_SECRET_KEY=collectstatic-only \
     TANDEM_KEY_HMAC_SECRET=collectstatic-only /venv/bin/python manage.py collectstatic --noinput

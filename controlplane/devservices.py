@@ -25,7 +25,8 @@ def _listening(port: int) -> bool:
 
 
 def _pip_install(package: str) -> None:
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", package], check=True)
+    # pip's own output to standard error: standard output is the `export` lines the caller evals.
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", package], check=True, stdout=sys.stderr)
 
 
 def _wait(port: int, what: str) -> None:
@@ -74,11 +75,16 @@ def redis_db(url: str) -> int:
     return int(path) if path.isdigit() else 0
 
 
+def redis_url_with_db(url: str, db: int) -> str:
+    """The same Redis URL naming database `db`."""
+    if db < 1:
+        raise ValueError(f"no Redis database {db} for a test worker: give the suite a higher number than {url}")
+    return urlsplit(url)._replace(path=f"/{db}").geturl()
+
+
 def redis_url_for_tests(url: str) -> str:
     """The same server on the suite's own database when `url` names db 0; any other number is kept."""
-    if redis_db(url) != 0:
-        return url
-    return urlsplit(url)._replace(path=f"/{TEST_REDIS_DB}").geturl()
+    return url if redis_db(url) != 0 else redis_url_with_db(url, TEST_REDIS_DB)
 
 
 def _ensure_database(url: str) -> None:

@@ -11,6 +11,7 @@ from django.db import transaction
 from deployments.lifecycle import LIVE, Status
 from deployments.models import ApiKey, Cluster, Deployment, Membership, Team
 from deployments.services import actions, api_keys
+from deployments.services.access_tokens import access_token_create
 
 RUNTIME_DIR = Path(os.environ.get("TANDEM_RUNTIME_DIR") or Path.home() / ".cache/tandem/pd-runtime")
 DEMO_KEY_NAME = "tandem up"
@@ -48,6 +49,25 @@ def local_bootstrap(*, password_file: Path) -> tuple[str, str]:
     cluster.secret_ref = f"file:{RUNTIME_DIR / 'ray-token'}"
     cluster.save()
     return "admin", password_file.read_text() if password_file.exists() else "(set earlier)"
+
+
+TANDEMCTL_TOKEN_NAME = "tandemctl (tandem up)"
+
+
+def tandemctl_config_write(*, path: Path, server: str) -> bool:
+    """Give `tandemctl` on this machine the local Tandem: a personal access token of the admin, with the server, in
+    tandemctl's config file (0600), written only where there is none (a user's own config is never replaced).
+    Returns whether it wrote one."""
+    if path.exists():
+        return False
+    admin = get_user_model().objects.get(username="admin")
+    _, raw = access_token_create(user=admin, name=TANDEMCTL_TOKEN_NAME)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(f"# Written by `./tandem up`: the local Tandem and a token of its admin ({TANDEMCTL_TOKEN_NAME}).\n"
+                f"server: {json.dumps(server)}\ntoken: {json.dumps(raw)}\n")
+    return True
 
 
 def demo_spec() -> dict:

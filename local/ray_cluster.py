@@ -17,7 +17,8 @@ with RAY_AUTH_MODE=token + RAY_AUTH_TOKEN_PATH. It is never printed. HTTP client
 `Authorization: Bearer <token>` to the dashboard (X-Ray-Authorization: Bearer <token> also works).
 State (pids, ports, paths) goes to ${TANDEM_RUNTIME_DIR}/ray-cluster.json.
 
-Environment knobs: TANDEM_RUNTIME_DIR, TANDEM_RAY_TEMP_DIR (default /tmp/tandem-ray: Unix socket paths
+Environment knobs: TANDEM_RUNTIME_DIR, TANDEM_RAY_STATE_DIR (token, state and log; default the runtime dir),
+TANDEM_RAY_CLIENT_PORT (10001), TANDEM_RAY_AGENT_PORT (52365), TANDEM_RAY_TEMP_DIR (default /tmp/tandem-ray: Unix socket paths
 must stay short), TANDEM_RAY_DASHBOARD_PORT, TANDEM_RAY_METRICS_PORT, TANDEM_RAY_START_TIMEOUT (seconds the
 head may take to answer, default 240), TANDEM_RAY_GCS_PORT (default 6380,
 because Redis already owns 6379 on these machines), TANDEM_SERVE_HTTP_PORT (only reported: Serve's HTTP
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -41,9 +43,12 @@ from pathlib import Path
 RT = Path(os.environ.get("TANDEM_RUNTIME_DIR") or os.path.expanduser("~/.cache/tandem/pd-runtime"))
 VENV = RT / "venv"
 RAY_BIN = VENV / "bin" / "ray"
-TOKEN_FILE = RT / "ray-token"
-STATE_FILE = RT / "ray-cluster.json"
-LOG_FILE = RT / "ray-head.log"
+# Where this cluster's token, state and log live: the runtime dir for `./tandem up`'s cluster; the test suite names a
+# folder of its own (with its own ports and temp dir), so it never finds, takes over or stops a user's cluster.
+STATE_DIR = Path(os.environ.get("TANDEM_RAY_STATE_DIR") or RT)
+TOKEN_FILE = STATE_DIR / "ray-token"
+STATE_FILE = STATE_DIR / "ray-cluster.json"
+LOG_FILE = STATE_DIR / "ray-head.log"
 TEMP_DIR = Path(os.environ.get("TANDEM_RAY_TEMP_DIR") or "/tmp/tandem-ray")
 
 # Env for every Ray process (and so inherited by Serve replicas). Per-stage engine settings
@@ -64,7 +69,7 @@ def log(msg: str) -> None:
 
 
 def ensure_token() -> str:
-    RT.mkdir(parents=True, exist_ok=True)
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
     if not TOKEN_FILE.is_file() or not TOKEN_FILE.read_text().strip():
         fd = os.open(TOKEN_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
@@ -157,6 +162,7 @@ def cmd_start(a: argparse.Namespace) -> int:
         f"--port={a.gcs_port}",
         "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={a.dashboard_port}",
         f"--metrics-export-port={a.metrics_port}",
+        f"--ray-client-server-port={a.client_port}", f"--dashboard-agent-listen-port={a.agent_port}",
         f"--num-cpus={a.num_cpus}",
         f"--resources={json.dumps(resources)}",
         f"--temp-dir={TEMP_DIR}",
@@ -198,12 +204,14 @@ def cmd_start(a: argparse.Namespace) -> int:
 def _ray_session_pids() -> list[int]:
     """Pids of processes that belong to our Ray temp dir (GCS, raylet, dashboard, workers)."""
     pids = []
-    needle = str(TEMP_DIR).encode()
+    # The temp dir as a whole path (followed by "/", the end of an argument, or nothing): another cluster's
+    # /tmp/tandem-ray-other is not ours.
+    needle = re.compile(re.escape(str(TEMP_DIR).encode()) + rb"(/|\x00|$)")
     for p in Path("/proc").iterdir():
         if not p.name.isdigit() or int(p.name) == os.getpid():
             continue
         try:
-            if needle in (p / "cmdline").read_bytes():
+            if needle.search((p / "cmdline").read_bytes()):
                 pids.append(int(p.name))
         except OSError:
             pass
@@ -211,14 +219,9 @@ def _ray_session_pids() -> list[int]:
 
 
 def cmd_stop(a: argparse.Namespace) -> int:
+    """Stop this cluster's processes only: `ray start --block`'s process group, then whatever names its temp dir.
+    (`ray stop` would end every Ray process of this user on the machine, another cluster's too.)"""
     st = read_state() or {}
-    if RAY_BIN.exists():
-        log("ray stop")
-        try:
-            subprocess.run([str(RAY_BIN), "stop", "--grace-period", "5"], env=ray_env(),
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60, check=False)
-        except subprocess.TimeoutExpired:
-            log("ray stop did not finish in 60 s; killing the session's processes")
     pgid = st.get("pgid")
     if pgid and pid_alive(st.get("pid")):
         log(f"terminating process group {pgid}")
@@ -276,6 +279,8 @@ def main() -> int:
     ap.add_argument("--metrics-port", type=int, default=int(os.environ.get("TANDEM_RAY_METRICS_PORT", 8080)))
     ap.add_argument("--gcs-port", type=int, default=int(os.environ.get("TANDEM_RAY_GCS_PORT", 6380)))
     ap.add_argument("--serve-port", type=int, default=int(os.environ.get("TANDEM_SERVE_HTTP_PORT", 8000)))
+    ap.add_argument("--client-port", type=int, default=int(os.environ.get("TANDEM_RAY_CLIENT_PORT", 10001)))
+    ap.add_argument("--agent-port", type=int, default=int(os.environ.get("TANDEM_RAY_AGENT_PORT", 52365)))
     # Logical CPUs: each engine's placement bundle holds one. Two per core lets two deployments of the tiny model
     # (four engines) share a 2-core machine; each engine still pins its threads to one real core.
     ap.add_argument("--num-cpus", type=int,

@@ -305,7 +305,9 @@ LOGGING = {
     "filters": {"request_id": {"()": "controlplane.request_id.RequestIdFilter"}},
     "formatters": {"json": {"()": "controlplane.request_id.JsonFormatter"}},
     "handlers": {
-        "console": {"class": "logging.StreamHandler", "formatter": "json", "filters": ["request_id"]}
+        # Standard error, always: standard output carries data only (`manage.py spectacular > schema.json`).
+        "console": {"class": "logging.StreamHandler", "stream": "ext://sys.stderr", "formatter": "json",
+                    "filters": ["request_id"]}
     },
     "root": {"handlers": ["console"], "level": env("TANDEM_LOG_LEVEL", "INFO")},
     "loggers": {"django.server": {"level": "WARNING"}},

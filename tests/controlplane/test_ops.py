@@ -78,3 +78,15 @@ def test_the_suite_never_gets_redis_db_0_from_devservices():
     assert redis_url_for_tests("rediss://:pw@cache:6379?ssl_cert_reqs=required") == \
         "rediss://:pw@cache:6379/15?ssl_cert_reqs=required"
     assert redis_url_for_tests("redis://127.0.0.1:6379/3") == "redis://127.0.0.1:6379/3"
+
+
+def test_management_commands_print_data_on_standard_output_and_log_records_on_standard_error():
+    """`manage.py spectacular --format openapi-json > schema.json` writes the schema and nothing else: the log
+    records the command's start emits (django-axes announces itself) go to standard error."""
+    run = subprocess.run([sys.executable, "manage.py", "spectacular", "--format", "openapi-json"],
+                         capture_output=True, text=True, check=True, timeout=120,
+                         env={**os.environ, "DJANGO_SETTINGS_MODULE": "controlplane.settings.test",
+                              "TANDEM_LOG_LEVEL": "INFO"})
+    assert json.loads(run.stdout)["info"]["title"] == "Tandem API"
+    logged = [json.loads(line) for line in run.stderr.splitlines() if line.startswith("{")]
+    assert "axes.apps" in {record["logger"] for record in logged}

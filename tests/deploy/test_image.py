@@ -28,7 +28,7 @@ def stages() -> list[list[tuple[str, str]]]:
 def lock_the_image_installs() -> str:
     """The lock file the build stage's one `pip install` reads, with hashes required."""
     build = stages()[0]
-    installs = [args for op, args in build if op == "RUN" and "pip install" in args]
+    installs = [args for op, args in build if op == "RUN" and "pip install" in args and " -r " in args]
     assert len(installs) == 1, installs
     words = shlex.split(installs[0])
     assert "--require-hashes" in words and "--no-deps" in words
@@ -39,6 +39,20 @@ def lock_the_image_installs() -> str:
 def test_the_image_installs_production_dependencies_only_each_checked_by_hash():
     # What the production lock holds (hashes on every line, no test tools) is tests/test_supply_chain.py's.
     assert lock_the_image_installs() == "requirements/prod.lock"
+
+
+def test_the_image_installs_the_project_itself_without_dependencies_for_tandemctl():
+    """/venv/bin/tandemctl exists in the image: the project is installed with --no-deps from what the build stage
+    copied, and nothing is fetched (--no-index); its build backend comes from the hashed lock."""
+    build = stages()[0]
+    (line,) = [args for op, args in build if op == "RUN" and "pip install" in args and " -r " not in args]
+    words = shlex.split(line.split("&&")[0])
+    assert {"--no-deps", "--no-build-isolation", "--no-index"} <= set(words) and words[-1] == "."
+    copied = {args.split()[0] for op, args in build if op == "COPY"}
+    assert {"pyproject.toml", "tandemctl"} <= copied
+    from tests.test_supply_chain import requirements
+
+    assert "setuptools" in requirements(ROOT / "requirements" / "prod.lock")
 
 
 def test_the_final_stage_runs_as_the_non_root_user_the_manifests_expect():

@@ -14,6 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support.processes import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 RUNTIME = Path(os.environ.get("TANDEM_RUNTIME_DIR") or Path.home() / ".cache/tandem/pd-runtime")
 MODEL = RUNTIME / "models" / "tiny-llama"
@@ -24,23 +26,32 @@ VARIANT = RUNTIME / "models" / "tiny-llama-variant"
 
 @pytest.fixture(scope="package")
 def local_ray(tmp_path_factory):
-    """A running local Ray head shaped like the EKS cluster; its state (URLs, token file), and `secret_ref`: the
-    token copied into the secrets directory the test settings allow (clusters may name only files inside it)."""
+    """A local Ray head shaped like the EKS cluster, started by the suite for every PD test and stopped after them:
+    its own state folder, temp dir and ports, so a user's `./tandem up` cluster is never found, taken over or
+    stopped. Its state (URLs, token file), and `secret_ref`: the token copied into the secrets directory the test
+    settings allow (clusters may name only files inside it)."""
     if not (RUNTIME / "venv" / "bin" / "ray").exists() or not (MODEL / "config.json").exists():
         pytest.fail(f"The local PD runtime is not installed in {RUNTIME}: run `./tandem test`, which installs it "
                     "(local/install_runtime.sh) and builds the tiny model (local/build_tiny_model.py).")
     script = str(ROOT / "local" / "ray_cluster.py")
-    # Serve tries a replica whose constructor fails 3 times before DEPLOY_FAILED, each try loading vLLM (minutes
-    # on 2 cores); one try is enough to see Serve's own failure, and every other test's engines start first time.
-    subprocess.run([sys.executable, script, "start"], check=True, timeout=300,
-                   env={**os.environ, "RAY_SERVE_MAX_PER_REPLICA_RETRY_COUNT": "1"})
+    home = tmp_path_factory.mktemp("ray-cluster")
+    ports = {name: free_port() for name in ("DASHBOARD", "METRICS", "GCS", "CLIENT", "AGENT")}
+    env = {**os.environ, "TANDEM_RAY_STATE_DIR": str(home), "TANDEM_SERVE_HTTP_PORT": str(free_port()),
+           # short (Unix socket paths) and not a prefix of another cluster's: ray_cluster.py stops what names it
+           "TANDEM_RAY_TEMP_DIR": f"/tmp/tdm-suite-{os.getpid()}",
+           **{f"TANDEM_RAY_{name}_PORT": str(port) for name, port in ports.items()},
+           # Serve tries a replica whose constructor fails 3 times before DEPLOY_FAILED, each try loading vLLM
+           # (minutes on 2 cores); one try is enough to see Serve's own failure, and every other test's engines
+           # start first time.
+           "RAY_SERVE_MAX_PER_REPLICA_RETRY_COUNT": "1"}
     try:
-        state = json.loads((RUNTIME / "ray-cluster.json").read_text())
+        subprocess.run([sys.executable, script, "start"], check=True, timeout=300, env=env)
+        state = json.loads((home / "ray-cluster.json").read_text())
         token = tmp_path_factory.mktemp("cluster-secrets") / "ray-token"
         shutil.copy(state["token_file"], token)
         yield {**state, "secret_ref": f"file:{token}"}
     finally:
-        subprocess.run([sys.executable, script, "stop"], timeout=300)
+        subprocess.run([sys.executable, script, "stop"], timeout=300, env=env)
 
 
 def ray_apps(state: dict) -> dict:

@@ -44,6 +44,28 @@ def test_a_config_file_others_can_read_is_refused(tmp_path):
     assert run.returncode == errors.AUTH and "chmod 600" in run.stderr
 
 
+def test_tandem_up_leaves_tandemctl_a_working_config_and_never_replaces_one(live_server, tmp_path):
+    """After `./tandem up` (its bootstrap), `.venv/bin/tandemctl get` answers with no flag or variable: the local
+    server and an admin token are in tandemctl's config file, readable by its owner only; a second `up`, or a user
+    who has a config of their own, keeps the file as it is."""
+    from deployments.local_setup import local_bootstrap, tandemctl_config_write
+
+    local_bootstrap(password_file=tmp_path / "admin-password")
+    config = tmp_path / "xdg" / "tandem" / "config.yaml"
+    assert tandemctl_config_write(path=config, server=live_server.url)
+    assert oct(config.stat().st_mode & 0o777) == "0o600"
+    written = config.read_text()
+    assert not tandemctl_config_write(path=config, server="http://elsewhere.example")
+    assert config.read_text() == written
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "xdg"),
+           "PYTHONPATH": str(ROOT)}
+    run = subprocess.run([sys.executable, "-m", "tandemctl", "get", "-o", "json"], env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout) == []  # the admin's view of a Tandem with no deployment yet
+    assert AccessToken.objects.get().name == "tandemctl (tandem up)"
+
+
 @pytest.fixture
 def stack(transactional_db, redis_client, kubeconfig, tmp_path):
     """The web process, a worker, the gateway and its mock upstream; a team with a member and an admin."""

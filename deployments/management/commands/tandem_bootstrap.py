@@ -4,7 +4,8 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from deployments.local_setup import local_bootstrap
+from deployments.local_setup import local_bootstrap, tandemctl_config_write
+from tandemctl.config import config_path
 
 
 class Command(BaseCommand):
@@ -17,3 +18,9 @@ class Command(BaseCommand):
         user, password = local_bootstrap(password_file=Path(settings.BASE_DIR) / "var" / "admin-password")
         self.stdout.write(f"Portal: {web_url}/  (sign in as {user} / {password}; kept in var/admin-password)")
         self.stdout.write(f"REST API docs: {web_url}/api/docs/   Django admin: {web_url}/admin/")
+        path = config_path()
+        if tandemctl_config_write(path=path, server=web_url):
+            self.stdout.write(f"tandemctl: .venv/bin/tandemctl get  (server and an admin token written to {path})")
+        else:
+            self.stdout.write(f"tandemctl: .venv/bin/tandemctl get  (with your own {path}; for this Tandem set "
+                              f"TANDEM_URL={web_url} and TANDEM_TOKEN, a token from the portal's Tokens page)")
