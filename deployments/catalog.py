@@ -23,6 +23,23 @@ class InstanceType:
         return self.efa_interfaces > 0
 
 
+@dataclass(frozen=True)
+class GpuFigures:
+    """A GPU's data-sheet figures: dense BF16 tensor TFLOPS, HBM GB/s, and the GB/s one GPU sends to a peer in one
+    direction (NVLink where the instance has it, else PCIe 4.0 x16). The performance model scales measured
+    profiles by them."""
+
+    tflops: float
+    hbm_gbs: float
+    interconnect_gbs: float
+
+
+GPUS: dict[str, GpuFigures] = {
+    "A10G": GpuFigures(125, 600, 32), "L4": GpuFigures(121, 300, 32), "L40S": GpuFigures(362, 864, 32),
+    "A100-40GB": GpuFigures(312, 1555, 300), "A100-80GB": GpuFigures(312, 2039, 300),
+    "H100": GpuFigures(989, 3350, 450), "H200": GpuFigures(989, 4800, 450),
+}
+
 _INSTANCES = [
     InstanceType("g5.xlarge", "A10G", 1, 24, 4, 16, 10, 0, 1.006),
     InstanceType("g5.12xlarge", "A10G", 4, 24, 48, 192, 40, 0, 5.672),
