@@ -72,6 +72,8 @@ FACT_FIELDS = [
     Field("fact_num_key_value_heads", "num_key_value_heads", "KV heads", "int"),
     Field("fact_head_dim", "head_dim", "Head dim", "int"),
     Field("fact_param_count", "param_count", "Parameters", "int", "Total count, e.g. 8030261248."),
+    Field("fact_vocab_size", "vocab_size", "Vocabulary", "int",
+          "vocab_size: keeps the embedding table out of the expected prefill and decode times."),
 ]
 SPEC_FIELDS = MODEL_FIELDS + POOL_FIELDS["prefill"] + POOL_FIELDS["decode"] + ENGINE_FIELDS + LOAD_FIELDS \
     + TARGET_FIELDS

@@ -2,16 +2,19 @@
 a verdict in the seed's terms and hourly cost, with the arithmetic shown as lines a person can check."""
 import json
 import math
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, replace
 
 from deployments.catalog import INSTANCE_TYPES, RUNTIMES
 from deployments.model_sources import SourceRoots
 from deployments.spec import LOCAL_PATH, DeploymentSpec, PoolSpec, SpecError, spec_parse
 from observability.model_facts import DTYPE_BYTES, ModelFacts, estimate_params, model_facts_parse  # noqa: F401
-from observability.planner_targets import targets_plan
+from observability.fleet_calibration import FleetWindow
+from observability.planner_targets import latency_plan, targets_plan
 
 GIB = 1024**3
 CPU_KV_SPACE_GIB = 1  # VLLM_CPU_KVCACHE_SPACE on the local target
+FleetReader = Callable[[DeploymentSpec], Iterable[FleetWindow]]
 LINK_TIGHT = 0.5  # share of the link the expected KV traffic may take before the plan warns
 
 
@@ -70,8 +73,9 @@ def _pool_plan(name: str, pool: PoolSpec, facts: ModelFacts, spec: DeploymentSpe
             "nodes": pool.nodes, "hourly_usd": round(inst.hourly_usd * pool.nodes, 3)}
 
 
-def plan(facts: ModelFacts, spec: DeploymentSpec, *, assumed_itl_ms: float = 30.0) -> dict:
-    """The plan for this model on this spec (pure: no I/O)."""
+def plan(facts: ModelFacts, spec: DeploymentSpec, *, assumed_itl_ms: float = 30.0, fleet=()) -> dict:
+    """The plan for this model on this spec (pure: no I/O); `fleet`: what running deployments of this model
+    measured (observability.fleet_calibration.FleetWindow), which corrects the expected latency."""
     lines: list[str] = []
     dtype = spec.engine.dtype if spec.engine.dtype != "auto" else facts.dtype
     b = DTYPE_BYTES[dtype]
@@ -133,9 +137,9 @@ def plan(facts: ModelFacts, spec: DeploymentSpec, *, assumed_itl_ms: float = 30.
         text = ("The model does not fit one node: PD across nodes pays." if not fits_node else
                 f"Throughput-bound: the load needs {in_flight:,} KV tokens in flight, more than one node's "
                 f"{node_tokens:,}; separating prefill and decode pays.")
-    targets = targets_plan(spec, param_count=facts.param_count, dtype_bytes=b,
-                           kv_bytes_per_token=pools["prefill"]["kv_bytes_per_token"], kv_bytes_per_request=kv_req,
-                           link_gbps=link, lines=lines)
+    latency = latency_plan(spec, facts=replace(facts, dtype=dtype), kv_bytes_per_request=kv_req, link_gbps=link,
+                           lines=lines, fleet=fleet)
+    targets = targets_plan(spec, latency, lines=lines)
     hourly = round(pools["prefill"]["hourly_usd"] + pools["decode"]["hourly_usd"], 3)
     lines.append(f"Cost: prefill {spec.prefill.nodes} × {pi.name} ${pi.hourly_usd}/h + decode {spec.decode.nodes} × "
                  f"{di.name} ${di.hourly_usd}/h = ${hourly:,.3f}/h.")
@@ -154,22 +158,24 @@ def plan(facts: ModelFacts, spec: DeploymentSpec, *, assumed_itl_ms: float = 30.
         "verdict_text": text,
         "warnings": warnings,
         "hourly_usd": hourly,
+        "latency": latency,
         "targets": targets,
         "arithmetic": lines,
     }
 
 
 def plan_for_spec(spec_input: dict, model_facts: dict | None, *, assumed_itl_ms: float = 30.0,
-                  source_roots: SourceRoots | None = None) -> dict:
+                  source_roots: SourceRoots | None = None, fleet: FleetReader | None = None) -> dict:
     """For the portal and the API: validate the request-shaped spec, then plan it (plan_with_facts)."""
     return plan_with_facts(spec_parse(spec_input, source_roots=source_roots), model_facts,
-                           assumed_itl_ms=assumed_itl_ms, source_roots=source_roots)
+                           assumed_itl_ms=assumed_itl_ms, source_roots=source_roots, fleet=fleet)
 
 
 def plan_with_facts(spec: DeploymentSpec, model_facts: dict | None, *, assumed_itl_ms: float = 30.0,
-                    source_roots: SourceRoots | None = None) -> dict:
+                    source_roots: SourceRoots | None = None, fleet: FleetReader | None = None) -> dict:
     """Plan a typed spec with the facts given, or, when none are, the local model's config.json if it lies inside
-    `source_roots` (the model sources the spec's cluster allows its team). Raises SpecError with field paths a form
+    `source_roots` (the model sources the spec's cluster allows its team); `fleet` reads what running deployments
+    of the spec's model measured (observability.selectors.fleet_windows). Raises SpecError with field paths a form
     can show."""
     source = "given"
     if not model_facts:
@@ -179,6 +185,7 @@ def plan_with_facts(spec: DeploymentSpec, model_facts: dict | None, *, assumed_i
         raise SpecError({"model_facts": ["Give the model's facts (num_layers, hidden_size, num_attention_heads, "
                                          "num_kv_heads, head_dim, dtype, param_count): its source cannot be read "
                                          "from here."]})
-    result = plan(model_facts_parse(model_facts), spec, assumed_itl_ms=assumed_itl_ms)
+    result = plan(model_facts_parse(model_facts), spec, assumed_itl_ms=assumed_itl_ms,
+                  fleet=fleet(spec) if fleet else ())
     result["model"]["facts_from"] = source
     return result

@@ -64,7 +64,7 @@ def plan_value(key, value):
     return format_html("{}", value)
 
 
-PLAN_SHOWN_APART = {"verdict", "verdict_text", "warnings", "arithmetic", "targets"}
+PLAN_SHOWN_APART = {"verdict", "verdict_text", "warnings", "arithmetic", "targets", "latency"}
 VERDICT_TONES = {"pd_pays": "ok", "single_node_enough": "wait", "does_not_fit": "bad"}
 
 
