@@ -10,8 +10,8 @@ targets: the planner's arithmetic, written out as lines a person can check. Pure
   ρ = λ × prefill time; ρ ≥ 1 never keeps up; the p95 wait is ln(ρ / 0.05) / (μ − λ) (zero when ρ ≤ 0.05).
 - KV transfer = KV bytes per request × 8 / the link's Gbit/s (nothing when both pools share a machine).
 - Decode: sequences in flight per replica = λ × output tokens × step time / replicas (solved by iteration, at
-  least one), each holding the prompt and half the output on average. ITL p95 ≈ that step time (a steady batch does the same
-  work each step).
+  least one), each holding the prompt and half the output on average. ITL p95 ≈ that step time (a steady batch
+  does the same work each step).
 - TTFT p95 ≈ prefill + p95 wait + KV transfer + one decode step.
 """
 import math

@@ -14,6 +14,7 @@ from deployments.selectors import deployments_visible_to, teams_visible_to
 from deployments.spec import SpecError
 from observability.models import ConformanceRun
 from observability.planner import plan_for_spec
+from observability.selectors import fleet_reader
 from observability.rollups import WINDOWS, latency_series
 from observability.services.advice import deployment_advice, recommendation_apply
 from observability.services.conformance_requests import conformance_request
@@ -119,4 +120,5 @@ class PlanView(APIView):
         if isinstance(itl, bool) or not isinstance(itl, (int, float)) or not 0.1 <= itl <= 10_000:
             raise SpecError({"assumed_itl_ms": ["A number of milliseconds between 0.1 and 10000."]})
         return Response(plan_for_spec(body.get("spec"), body.get("model_facts"), assumed_itl_ms=float(itl),
-                                      source_roots=_source_roots(request, body)))
+                                      source_roots=_source_roots(request, body),
+                                      fleet=fleet_reader(user=request.user, now=timezone.now())))

@@ -70,7 +70,7 @@ def _status_context(d) -> dict:
 def deployment_detail(request, pk: int):
     """One deployment: status, live timeline, endpoint and snippets, health, latency, usage, audit trail."""
     d = _visible(request, pk)
-    plan, plan_note = planning.plan_for_stored(d.spec_typed,
+    plan, plan_note = planning.plan_for_stored(d.spec_typed, user=request.user,
                                                source_roots=source_roots_of(cluster=d.cluster, team=d.team))
     context = _status_context(d) | {
         "team": d.team, "gpus": d.quota_gpus, "gateway_base_url": settings.TANDEM_GATEWAY_BASE_URL,

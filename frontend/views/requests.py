@@ -42,8 +42,8 @@ def _check(data, *, with_name: bool, team) -> tuple[dict, dict[str, list[str]]]:
     return spec, errors
 
 
-def _plan_context(*, team, spec: dict, data, exclude_id=None) -> dict:
-    plan, note = planning.plan(spec, spec_form.facts_from_form(data), source_roots=_roots(team, data))
+def _plan_context(*, team, spec: dict, data, user, exclude_id=None) -> dict:
+    plan, note = planning.plan(spec, spec_form.facts_from_form(data), source_roots=_roots(team, data), user=user)
     cluster = _clusters().filter(name=data.get("cluster", "")).first()
     kind = cluster.kind if cluster else ""
     return {"plan": plan, "plan_note": note, "cost": planning.hourly_cost(spec),
@@ -52,13 +52,13 @@ def _plan_context(*, team, spec: dict, data, exclude_id=None) -> dict:
                                          basis=planning.quota_basis_of(spec, target_kind=kind))}
 
 
-def _form_context(*, team, values: dict, errors: dict | None = None, other_errors=(), d=None) -> dict:
+def _form_context(*, team, user, values: dict, errors: dict | None = None, other_errors=(), d=None) -> dict:
     by_field, other = spec_form.errors_by_field(errors or {})
     spec = spec_form.spec_from_form(values)
     return {
         "team": team, "values": values, "errors": by_field, "other_errors": [*other_errors, *other], "d": d,
         "clusters": _clusters(), "fields": spec_form, "instance_gpus": spec_form.instance_gpus(),
-        **_plan_context(team=team, spec=spec, data=values, exclude_id=d.pk if d else None),
+        **_plan_context(team=team, spec=spec, data=values, user=user, exclude_id=d.pk if d else None),
     }
 
 
@@ -71,7 +71,8 @@ def deployment_new(request):
     if request.method == "GET":
         values = spec_form.default_values()
         values["cluster"] = request.GET.get("cluster") or (_clusters().values_list("name", flat=True).first() or "")
-        return render_page(request, "deployments/form.html", _form_context(team=team, values=values))
+        return render_page(request, "deployments/form.html",
+                           _form_context(team=team, user=request.user, values=values))
     values = request.POST.dict()
     spec, errors = _check(request.POST, with_name=True, team=team)
     other: list[str] = []
@@ -87,7 +88,7 @@ def deployment_new(request):
         else:
             messages.success(request, f"Requested {d.name}. An admin of {team.name} will review it.")
             return redirect("frontend:deployment-detail", pk=d.pk)
-    context = _form_context(team=team, values=values, errors=errors, other_errors=other)
+    context = _form_context(team=team, user=request.user, values=values, errors=errors, other_errors=other)
     return render_page(request, "deployments/form.html", context, status=400)
 
 
@@ -103,7 +104,8 @@ def deployment_edit(request, pk: int):
     if request.method == "GET":
         values = spec_form.values_from_spec(d.spec_typed) | {"name": d.name, "cluster": d.cluster.name,
                                                        "purpose": d.purpose}
-        return render_page(request, "deployments/form.html", _form_context(team=d.team, values=values, d=d))
+        return render_page(request, "deployments/form.html",
+                           _form_context(team=d.team, user=request.user, values=values, d=d))
     values = request.POST.dict() | {"name": d.name, "cluster": d.cluster.name}
     spec, errors = _check(values, with_name=False, team=d.team)
     other: list[str] = []
@@ -122,7 +124,8 @@ def deployment_edit(request, pk: int):
             else:
                 messages.success(request, f"Saved changes to {d.name}.")
             return redirect("frontend:deployment-detail", pk=d.pk)
-    context = _form_context(team=d.team, values=values, errors=errors, other_errors=other, d=d)
+    context = _form_context(team=d.team, user=request.user, values=values, errors=errors, other_errors=other,
+                            d=d)
     return render_page(request, "deployments/form.html", context, status=400)
 
 
@@ -139,7 +142,7 @@ def deployment_validate(request):
         values |= {"name": d.name, "cluster": d.cluster.name}
         team = d.team
     spec, errors = _check(values, with_name=d is None, team=team)
-    context = _form_context(team=team, values=values, errors=errors, d=d)
+    context = _form_context(team=team, user=request.user, values=values, errors=errors, d=d)
     # A blank field is one the user has not reached yet: say nothing about it until they submit.
     context["errors"] = {k: v for k, v in context["errors"].items() if values.get(k, "").strip()}
     context["slots"] = spec_form.ALL_FIELD_NAMES

@@ -248,6 +248,11 @@ def test_exit_codes_a_pipeline_branches_on_and_the_other_commands(stack, tmp_pat
     plan = yaml.safe_load(tandemctl("plan", "-f", str(bad), "--model-config", str(tmp_path / "config.json"),
                                     **member, check_rc=errors.OK).stdout)
     assert plan[0]["deployment"] == "ml-research/chat" and plan[0]["plan"]["pools"]["decode"]["fits"] is True
+    latency = plan[0]["plan"]["latency"]  # the expected TTFT with its range, and which profile gave it
+    low, high = latency["ttft_ms"]["range_ms"]
+    assert low < latency["ttft_ms"]["expected_ms"] < high
+    assert latency["profiles"]["prefill"]["kind"] == "scaled, not measured"  # g6e: L40S, from the H200 profile
+    assert "h200-20261204-llama8b-qwen32b.json" in latency["profiles"]["prefill"]["source"]
     listed = json.loads(tandemctl("get", "--team", "ml-research", "-o", "json", **member, check_rc=errors.OK).stdout)
     assert [d["name"] for d in listed] == ["chat"]
     assert "requested" in tandemctl("logs", "ml-research/chat", **member, check_rc=errors.OK).stdout
