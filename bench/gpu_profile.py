@@ -83,7 +83,7 @@ def main(argv=None) -> int:
         return torch.empty(*shape, device=dev, dtype=bf16).normal_(0, 0.02)
 
     class Decoder:
-        """Random weights in a Llama's layout; `prefill` and `step` are the measured work."""
+        """Random weights in a Llama's layout; `prefill` and `decode_step` are the measured work."""
 
         def __init__(self, s: dict):
             self.s = s
@@ -131,7 +131,7 @@ def main(argv=None) -> int:
                 x = self.mlp(x, w)
             return F.rms_norm(x[-1:], (x.shape[-1],), self.norm) @ self.lm_head
 
-        def step(self, ids, caches, position: int, cos, sin):
+        def decode_step(self, ids, caches, position: int, cos, sin):
             """One decode step: each sequence's new token at `position`, its K and V written into the cache."""
             b = ids.shape[0]
             x = self.embed[ids]
@@ -174,18 +174,18 @@ def main(argv=None) -> int:
                 ids = torch.randint(0, s["vocab"], (seqs,), device=dev)
                 cos, sin = model.rope_at(torch.tensor([context], device=dev))
 
-                def step(ids=ids, caches=caches, context=context, cos=cos, sin=sin):
-                    return model.step(ids, caches, context, cos, sin)
+                def one_step(ids=ids, caches=caches, context=context, cos=cos, sin=sin):
+                    return model.decode_step(ids, caches, context, cos, sin)
 
                 side = torch.cuda.Stream()
                 side.wait_stream(torch.cuda.current_stream())
                 with torch.cuda.stream(side):  # warm-up off the capture stream, as CUDA graphs require
                     for _ in range(3):
-                        step()
+                        one_step()
                 torch.cuda.current_stream().wait_stream(side)
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph):
-                    step()
+                    one_step()
                 point = {"sequences": seqs, "context": context, "mode": "cuda-graph",
                          **summary(timed(graph.replay, DECODE_RUNS, 3))}
                 point["tokens_per_s"] = round(seqs / (point["ms"] / 1000), 1)
