@@ -65,6 +65,6 @@ def model_facts_parse(data: dict) -> ModelFacts:
         raise SpecError({"model_facts.dtype": [f"One of {', '.join(DTYPE_BYTES)}; got {dtype!r}."]})
     tied = data.get("tie_word_embeddings", False)
     if not isinstance(tied, bool):
-        raise SpecError({"model_facts.tie_word_embeddings": ["true or false."]})
+        raise SpecError({"model_facts.tie_word_embeddings": ["Must be true or false."]})
     return ModelFacts(layers, hidden, heads, kv, head_dim, params, dtype,
                       vocab_size=_int(data, "vocab_size", required=False), tie_word_embeddings=tied)

@@ -6,9 +6,10 @@ from dataclasses import asdict, replace
 
 import pytest
 
-from observability.model_facts import ModelFacts
-from observability.performance_model import (PROFILES_DIR, decode_estimate, decode_step_seconds, prefill_estimate,
-                                             prefill_seconds, profile_for)
+from deployments.spec import SpecError
+from observability.model_facts import ModelFacts, model_facts_parse
+from observability.performance_model import (PROFILES_DIR, decode_estimate, decode_step_seconds, matmul_params,
+                                             prefill_estimate, prefill_seconds, profile_for)
 from observability.profile_fit import facts_of, profile_fit
 
 with open(PROFILES_DIR / "h200.json", encoding="utf-8") as f:
@@ -93,3 +94,15 @@ def test_without_a_vocabulary_every_parameter_counts_as_matmul_work():
     bare = replace(LLAMA_8B, vocab_size=None)
     assert prefill_seconds(bare, "H200", 2048) > prefill_seconds(LLAMA_8B, "H200", 2048)
     assert asdict(bare)["vocab_size"] is None
+
+
+def test_tied_embeddings_count_the_table_once_and_a_flag_that_is_not_a_boolean_is_refused():
+    """Llama-3.2-1B's config (tied): 128,256 × 2,048 = 262,668,288 table parameters, and 16 layers × (2,048 × 32 × 64
+    × 2 + 2,048 × 8 × 64 × 2 + 3 × 2,048 × 8,192 + 2 × 2,048) + the final norm = 973,146,112 others."""
+    cfg = {"num_hidden_layers": 16, "hidden_size": 2048, "num_attention_heads": 32, "num_key_value_heads": 8,
+           "head_dim": 64, "intermediate_size": 8192, "vocab_size": 128256, "tie_word_embeddings": True}
+    facts = model_facts_parse(cfg)
+    assert facts.param_count == 1_235_814_400 and matmul_params(facts) == (973_146_112, 262_668_288)
+    with pytest.raises(SpecError) as e:
+        model_facts_parse(cfg | {"tie_word_embeddings": "yes"})
+    assert e.value.errors == {"model_facts.tie_word_embeddings": ["Must be true or false."]}
