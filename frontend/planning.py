@@ -6,8 +6,6 @@ GPUs against the team's quota.
 import logging
 from collections.abc import Callable
 
-from django.utils import timezone
-
 from deployments.catalog import INSTANCE_TYPES, pools_hourly_usd
 from deployments.model_sources import SourceRoots
 from deployments.quota_rules import node_quota_gpus, quota_basis
@@ -15,8 +13,7 @@ from deployments.serve_config import STAGES
 from deployments.services.quota import team_gpus_held
 from deployments.spec import DeploymentSpec, SpecError, spec_check
 from observability.pd_health import bytes_span_text
-from observability.planner import plan_for_spec, plan_with_facts
-from observability.selectors import fleet_reader
+from observability.planner import FleetReader, plan_for_spec, plan_with_facts
 
 log = logging.getLogger(__name__)
 
@@ -36,21 +33,20 @@ def _answer(planner: Callable[[], dict]) -> tuple[dict | None, str]:
 
 
 def plan(spec_input: dict, model_facts: dict | None = None, *, source_roots: SourceRoots | None = None,
-         user) -> tuple[dict | None, str]:
+         fleet: FleetReader) -> tuple[dict | None, str]:
     """The plan beside the request form, for a request-shaped (maybe half-typed) spec; facts come from the weights
-    only inside the model sources the chosen cluster allows the team; the fleet's measurements of the same model
-    correct its latency (named as `user` may see them)."""
-    return _answer(lambda: plan_for_spec(spec_input, model_facts, source_roots=source_roots,
-                                         fleet=fleet_reader(user=user, now=timezone.now())))
+    only inside the model sources the chosen cluster allows the team; `fleet` (observability.selectors.fleet_reader)
+    reads what running deployments of the same model measured, which corrects the expected latency."""
+    return _answer(lambda: plan_for_spec(spec_input, model_facts, source_roots=source_roots, fleet=fleet))
 
 
-def plan_for_stored(spec: DeploymentSpec, *, source_roots: SourceRoots, user) -> tuple[dict | None, str]:
+def plan_for_stored(spec: DeploymentSpec, *, source_roots: SourceRoots,
+                    fleet: FleetReader) -> tuple[dict | None, str]:
     """The plan for a stored spec (approvals, the deployment page): checked against today's catalog and the model
     sources its cluster allows its team first (an approver sees a runtime found broken since), facts come from the
     weights when readable there."""
     plan_, note = _answer(lambda: plan_with_facts(spec_check(spec, source_roots=source_roots), None,
-                                                  source_roots=source_roots,
-                                                  fleet=fleet_reader(user=user, now=timezone.now())))
+                                                  source_roots=source_roots, fleet=fleet))
     if plan_ is None and note.startswith("Enter the model facts"):
         note = ("No capacity plan: the request does not carry the model's config.json facts and its weights "
                 "cannot be read from here.")

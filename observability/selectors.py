@@ -39,11 +39,11 @@ def _deployment_windows(d: Deployment, label: str, since: dt.datetime, until: dt
             prompt, output = t["prompt"] / t["requests"], t["output"] / t["requests"]
             if stage == "decode" and hour not in running:
                 continue  # the batch is not known: a ratio at a guessed batch would mislead
-            seqs = running[hour]["v"] / pool.replicas_max if stage == "decode" else 0.0
+            seqs = max(running[hour]["v"] / pool.replicas_max, 1.0) if stage == "decode" else 0.0
             out.append(FleetWindow(stage=stage, deployment=label, gpu=INSTANCE_TYPES[pool.instance_type].gpu,
                                    tensor_parallel_size=pool.tensor_parallel_size, window_end=hour + WINDOW,
                                    requests=t["requests"], measured_ms=e["s"] / e["n"], prompt_tokens=prompt,
-                                   sequences=max(seqs, 1.0) if stage == "decode" else 0.0, context_tokens=prompt + output / 2))
+                                   sequences=seqs, context_tokens=prompt + output / 2))
             break
     return out
 
@@ -63,6 +63,13 @@ def fleet_windows(spec: DeploymentSpec, *, user, now: dt.datetime) -> list[Fleet
 
 
 def fleet_reader(*, user, now: dt.datetime):
-    """What plan_for_spec / plan_with_facts take as `fleet`."""
-    return lambda spec: fleet_windows(spec, user=user, now=now)
+    """What plan_for_spec / plan_with_facts take as `fleet`: one reader per request, reading each model source once
+    however many plans it serves (the approvals queue plans a page of requests)."""
+    seen: dict[str, list[FleetWindow]] = {}
 
+    def read(spec: DeploymentSpec) -> list[FleetWindow]:
+        if spec.model_source not in seen:
+            seen[spec.model_source] = fleet_windows(spec, user=user, now=now)
+        return seen[spec.model_source]
+
+    return read

@@ -2,6 +2,7 @@
 quota impact; each decision is bound to the generation (and proposed spec) shown here."""
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
+from django.utils import timezone
 
 from deployments import selectors
 from deployments.lifecycle import HOLDS_QUOTA
@@ -12,6 +13,7 @@ from deployments.spec import spec_load
 from deployments.spec_diff import spec_changes, spec_hourly_cost
 from frontend import planning
 from frontend.views.base import render_page
+from observability.selectors import fleet_reader
 
 QUEUE_PAGE_SIZE = 20
 
@@ -23,18 +25,18 @@ def approval_queue(request):
     queue = selectors.deployments_awaiting_approval_by(request.user).order_by("created_at", "id")
     page = Paginator(queue, QUEUE_PAGE_SIZE).get_page(request.GET.get("page"))
     held = teams_gpus_held(team_ids={d.team_id for d in page})  # one query for the page, not one per item
-    return render_page(request, "approvals/queue.html", {"items": [_item(d, held[d.team_id], request.user)
-                                                                    for d in page],
+    fleet = fleet_reader(user=request.user, now=timezone.now())  # read once per model source for the page
+    return render_page(request, "approvals/queue.html", {"items": [_item(d, held[d.team_id], fleet) for d in page],
                                                           "page": page})
 
 
-def _item(d, team_held: int, user) -> dict:
+def _item(d, team_held: int, fleet) -> dict:
     """One request or proposed update as an approver reviews it; `team_held` is what its team holds in all."""
     is_update = d.proposed_spec is not None
     spec = spec_load(d.proposed_spec) if is_update else d.spec_typed
     kind = d.cluster.kind
     plan, note = planning.plan_for_stored(spec, source_roots=source_roots_of(cluster=d.cluster, team=d.team),
-                                          user=user)
+                                          fleet=fleet)
     note = f"{note} GPUs, quota and cost are below." if plan is None else note
     gpus = quota_gpus(spec, target_kind=kind)
     held_by_others = team_held - (d.quota_gpus if d.status in HOLDS_QUOTA else 0)

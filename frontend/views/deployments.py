@@ -5,6 +5,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.db.models import Q
 from django.shortcuts import get_object_or_404, redirect
+from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_POST
 from django_htmx.http import HttpResponseStopPolling
@@ -23,6 +24,7 @@ from frontend import planning
 from frontend.views.advice import targets_context
 from frontend.views.base import render_page, require_team, team_required
 from frontend.views.status import deployment_state, timeline
+from observability.selectors import fleet_reader
 
 LIST_PAGE_SIZE = 50
 STATUS_FILTERS = [("", "Any status")] + [(s.value, s.label) for s in Status]
@@ -70,8 +72,9 @@ def _status_context(d) -> dict:
 def deployment_detail(request, pk: int):
     """One deployment: status, live timeline, endpoint and snippets, health, latency, usage, audit trail."""
     d = _visible(request, pk)
-    plan, plan_note = planning.plan_for_stored(d.spec_typed, user=request.user,
-                                               source_roots=source_roots_of(cluster=d.cluster, team=d.team))
+    plan, plan_note = planning.plan_for_stored(d.spec_typed,
+                                               source_roots=source_roots_of(cluster=d.cluster, team=d.team),
+                                               fleet=fleet_reader(user=request.user, now=timezone.now()))
     context = _status_context(d) | {
         "team": d.team, "gpus": d.quota_gpus, "gateway_base_url": settings.TANDEM_GATEWAY_BASE_URL,
         "endpoint_ready": condition_get(d.conditions, "EndpointReady") or {},

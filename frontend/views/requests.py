@@ -2,6 +2,7 @@
 from django.contrib.auth.decorators import login_required
 from django.contrib import messages
 from django.shortcuts import get_object_or_404, redirect
+from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
 from deployments import selectors
@@ -13,6 +14,7 @@ from deployments.services import actions
 from deployments.spec import SpecError, name_errors, spec_parse
 from frontend import planning, spec_form
 from frontend.views.base import render_page, require_team, team_required
+from observability.selectors import fleet_reader
 
 
 
@@ -43,7 +45,8 @@ def _check(data, *, with_name: bool, team) -> tuple[dict, dict[str, list[str]]]:
 
 
 def _plan_context(*, team, spec: dict, data, user, exclude_id=None) -> dict:
-    plan, note = planning.plan(spec, spec_form.facts_from_form(data), source_roots=_roots(team, data), user=user)
+    plan, note = planning.plan(spec, spec_form.facts_from_form(data), source_roots=_roots(team, data),
+                               fleet=fleet_reader(user=user, now=timezone.now()))
     cluster = _clusters().filter(name=data.get("cluster", "")).first()
     kind = cluster.kind if cluster else ""
     return {"plan": plan, "plan_note": note, "cost": planning.hourly_cost(spec),

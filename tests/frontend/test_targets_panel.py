@@ -68,3 +68,20 @@ def test_team_admins_let_tandem_apply_recommendations_and_members_cannot(signed_
     admin.post("/team/", {"credential_default_days": "30", "credential_max_days": "90"})  # the lifetimes form
     team.refresh_from_db()
     assert (team.credential_default_days, team.auto_apply_recommendations) == (30, True)
+
+
+def test_the_plan_panel_shows_the_fleet_correction_and_its_source(signed_in, member, team, cluster):
+    """A running Llama-3.1-8B on H200s recorded an hour of 300 requests 8% faster in prefill than the profile
+    (tests/observability/test_fleet_calibration.py's recording): the request form's plan says so and uses it."""
+    from tests.observability.test_fleet_calibration import _hour, _record, _running
+
+    _record(_running(team), _hour(1), requests=300, prefill_ratio=0.92, decode_ratio=1.0)
+    h200 = {f"{stage}_{k}": v for stage in ("prefill", "decode") for k, v in
+            {"instance_type": "p5e.48xlarge", "gpus_per_node": "8", "tensor_parallel_size": "1"}.items()}
+    facts = {"fact_num_hidden_layers": "32", "fact_hidden_size": "4096", "fact_num_attention_heads": "32",
+             "fact_num_key_value_heads": "8", "fact_head_dim": "128", "fact_param_count": "8030261248",
+             "fact_vocab_size": "128256"}
+    load = {"load_requests_per_second": "0.1", "load_mean_prompt_tokens": "2048", "load_mean_output_tokens": "256"}
+    plan = signed_in(member).post(VALIDATE, form_data(cluster, **h200, **facts, **load)).content.decode()
+    assert f"Measured on deployment {team.slug}/chat-8b over 300 requests: prefill 0.92× the profile." in plan
+    assert "prefill 51.6 ms (50.8–53.4 ms)" in plan and "H200, measured: h200-20261204-llama8b-qwen32b.json" in plan
