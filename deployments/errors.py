@@ -21,6 +21,10 @@ class Conflict(ActionError):
     code = "conflict"
 
 
+class StatusMoved(Conflict):
+    """A status change made on a status that has changed since it was read (a reconcile pass's, after a pause)."""
+
+
 class QuotaExceeded(ActionError):
     code = "quota_exceeded"
 

@@ -25,11 +25,13 @@ class Status(models.TextChoices):
 S = Status
 TRANSITIONS: dict[str, frozenset[str]] = {
     S.PENDING_APPROVAL: frozenset({S.APPROVED, S.REJECTED, S.WITHDRAWN}),
-    S.APPROVED: frozenset({S.PROVISIONING, S.FAILED, S.DELETING}),
-    S.PROVISIONING: frozenset({S.RUNNING, S.FAILED, S.DELETING}),
+    # approved/provisioning/updating → pausing: stop paying for what is on its way (an EKS node group can wait a
+    # long time for GPU capacity, billing); a pass in flight cannot undo it (workers.pipeline, `_move`).
+    S.APPROVED: frozenset({S.PROVISIONING, S.FAILED, S.DELETING, S.PAUSING}),
+    S.PROVISIONING: frozenset({S.RUNNING, S.FAILED, S.DELETING, S.PAUSING}),
     # running → provisioning: the app vanished out-of-band and the reconciler re-deploys it.
     S.RUNNING: frozenset({S.UPDATING, S.PROVISIONING, S.FAILED, S.DELETING, S.PAUSING}),
-    S.UPDATING: frozenset({S.RUNNING, S.FAILED, S.DELETING}),
+    S.UPDATING: frozenset({S.RUNNING, S.FAILED, S.DELETING, S.PAUSING}),
     # failed → approved is a retry: the reconciler starts again from what exists.
     S.FAILED: frozenset({S.APPROVED, S.DELETING, S.PAUSING}),
     # Pausing tears the serving part down (deployments.services.pause); paused → provisioning is a resume, which
@@ -67,8 +69,9 @@ SCRAPED = SERVING
 HOLDS_QUOTA = frozenset({S.APPROVED, S.PROVISIONING, S.RUNNING, S.UPDATING, S.FAILED, S.DELETING, S.PAUSING})
 # Nodes are (or may still be) provisioned for it: the cost report counts these intervals as node-hours.
 BILLED = HOLDS_QUOTA - {S.APPROVED}
-# Whoever may change the deployment may pause these (a failed one too: pausing frees what it holds).
-PAUSABLE = frozenset({S.RUNNING, S.FAILED})
+# Whoever may change the deployment may pause these: what holds quota and is not already leaving (on its way to
+# running, running, updating, or failed: pausing frees what it holds).
+PAUSABLE = frozenset(s for s in TRANSITIONS if S.PAUSING in TRANSITIONS[s])
 # Paused, or on its way there: asking for a pause again changes nothing.
 PAUSED_OR_PAUSING = frozenset({S.PAUSING, S.PAUSED})
 # On the way to running (after an approval, a retry or a resume): how long that takes is its ready estimate.

@@ -343,7 +343,7 @@ def parser() -> argparse.ArgumentParser:
         c = command(name, func, f"{name} what waits for a decision (the generation you see now)")
         c.add_argument("--comment", default="")
     command("delete", cmd_delete, "tear a deployment down (a pending request is withdrawn)")
-    command("pause", cmd_pause, "free a running deployment's serving part and quota; keys, name and history stay")
+    command("pause", cmd_pause, "free a deployment's serving part and quota (also while it provisions); keys, name and history stay")
     command("resume", cmd_resume, "bring a paused deployment back (no approval: the spec is unchanged)")
     c = command("events", cmd_events, "a deployment's audit trail, oldest first", aliases=("logs",))
     c.add_argument("--limit", type=int, default=50)

@@ -7,6 +7,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from deployments.conditions import condition_set, conformance_passed, endpoint_ready
+from deployments.errors import StatusMoved
 from deployments.event_kinds import EventKind
 from deployments.lifecycle import PROGRESSING, SETTLED, Status
 from deployments.model_sources import source_roots_of
@@ -72,16 +73,29 @@ def reconcile_pass(deployment_id: int, *, fence=lambda: None) -> float | None:
         return None
     p = _Pass(d, fence)
     try:
-        return _run(p)
-    except TransientError as e:
-        # Counted on the row (the event is history): `d` is the row as this pass found it.
-        deployment_observe(deployment_id=d.pk, transient_errors=d.transient_errors + 1)
-        event_record(kind=EventKind.TRANSIENT_ERROR, deployment=d, message=str(e))
-        fail_if_stuck(d.pk, str(e))
-        return _backoff(d.transient_errors, e.retry_after)
-    except PermanentError as e:
-        deployment_transition(deployment=d, to=Status.FAILED, reason=str(e))
+        try:
+            return _run(p)
+        except TransientError as e:
+            # Counted on the row (the event is history): `d` is the row as this pass found it.
+            deployment_observe(deployment_id=d.pk, transient_errors=d.transient_errors + 1)
+            event_record(kind=EventKind.TRANSIENT_ERROR, deployment=d, message=str(e))
+            fail_if_stuck(d.pk, str(e))
+            return _backoff(d.transient_errors, e.retry_after)
+        except PermanentError as e:
+            _move(p, Status.FAILED, str(e))
+            return None
+    except StatusMoved as e:
+        # A user moved it while this pass ran (paused or deleted it): the pass that change enqueued, waiting for
+        # this one's lock, acts on the new status and undoes what this one applied meanwhile.
+        log.info("reconcile of deployment %s stopped: %s", d.pk, e)
         return None
+
+
+def _move(p: _Pass, to: str, reason: str) -> Deployment:
+    """The pass's own status change, made only from the status the pass is acting on (StatusMoved otherwise):
+    a pass that read `provisioning` must not write `running` over a pause that came in meanwhile."""
+    p.d = deployment_transition(deployment=p.d, to=to, reason=reason, expected=p.d.status)
+    return p.d
 
 
 def fail_if_stuck(deployment_id: int, last_reason: str) -> bool:
@@ -94,9 +108,12 @@ def fail_if_stuck(deployment_id: int, last_reason: str) -> bool:
     age = (timezone.now() - d.status_changed_at).total_seconds()
     if age <= settings.TANDEM_STUCK_AFTER_SECONDS:
         return False
-    deployment_transition(deployment=d, to=Status.FAILED,
-                          reason=f"Stuck for {int(age)} s while {d.status}; last observed: {last_reason.rstrip('.')}. "
-                                 "Retry it once that is fixed.")
+    try:
+        deployment_transition(deployment=d, to=Status.FAILED, expected=d.status,
+                              reason=f"Stuck for {int(age)} s while {d.status}; last observed: "
+                                     f"{last_reason.rstrip('.')}. Retry it once that is fixed.")
+    except StatusMoved:  # it moved on since it was read (a pause, a delete): not stuck
+        return False
     return True
 
 
@@ -111,7 +128,7 @@ def _run(p: _Pass) -> float | None:
             _write(p)
             return requeue
         _write(p, endpoint_url="", applied_hash="", conditions=[])
-        deployment_transition(deployment=d, to=Status.DELETED, reason="Everything the deployment created is gone.")
+        _move(p, Status.DELETED, "Everything the deployment created is gone.")
         return None
 
     if d.status == Status.PAUSING:  # 2b pause: the serving part goes; the deployment, its keys and history stay
@@ -122,8 +139,7 @@ def _run(p: _Pass) -> float | None:
         # No condition of the serving part carries over: a resume is checked again before users get it.
         p.cond("ServeRunning", False, "Paused", step.message)
         _write(p, applied_hash="", conditions=[], ready_estimate_seconds=deployment_ready_estimate(d))
-        deployment_transition(deployment=d, to=Status.PAUSED,
-                              reason="Paused: nothing of it runs and it holds no quota. Resume it to serve again.")
+        _move(p, Status.PAUSED, "Paused: nothing of it runs and it holds no quota. Resume it to serve again.")
         return None
 
     try:  # 3 validate
@@ -133,7 +149,7 @@ def _run(p: _Pass) -> float | None:
         raise PermanentError(f"The spec is no longer valid: {e}") from None
     p.cond("Approved", True, "Approved")
     if d.status == Status.APPROVED:
-        d = p.d = deployment_transition(deployment=d, to=Status.PROVISIONING, reason="Provisioning started.")
+        d = _move(p, Status.PROVISIONING, "Provisioning started.")
 
     pools = p.step(EventKind.NODE_POOLS, lambda: target.ensure_node_pools(d))  # 4 node pools
     p.cond("NodePoolsReady", pools.ready, "Ready" if pools.ready else "Waiting", pools.message)
@@ -147,7 +163,7 @@ def _run(p: _Pass) -> float | None:
         if d.status == Status.RUNNING:
             reason = "The application disappeared from the cluster; re-deploying." if not observed.exists \
                 else "The cluster drifted from the spec; re-applying."
-            d = p.d = deployment_transition(deployment=d, to=Status.PROVISIONING, reason=reason)
+            d = _move(p, Status.PROVISIONING, reason)
         target.preflight(d)
         p.step(EventKind.APPLIED, lambda: _apply(target, d, desired))
         deployment_observe(deployment_id=d.pk, applied_hash=desired_hash)
@@ -180,7 +196,7 @@ def _run(p: _Pass) -> float | None:
     if not answers.ready:
         return requeue
     if starts_serving:
-        deployment_transition(deployment=d, to=Status.RUNNING, reason="Serving.")
+        _move(p, Status.RUNNING, "Serving.")
         _conformance_enqueue(d.pk)
     elif overdue:
         event_record(kind=EventKind.CONFORMANCE_REQUEUED, deployment=d,

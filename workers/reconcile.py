@@ -15,6 +15,11 @@ that calls the target first checks, on the connection that took the lock, that i
 a pass that lost it stops before changing anything. What is left (the lock lost between the check and the call)
 the target's own concurrency refuses: a create of what exists is a conflict, a replace carries resourceVersion.
 
+A user's change can land between a pass's steps (a pause or a delete while it provisions). Each status change a
+pass makes is made only from the status it read (`pipeline._move`): when the row has moved on, the pass stops, and
+the pass the user's change enqueued (waiting for this lock) acts on the new status and removes what this one
+applied meanwhile. So a pass in flight never writes `running` over a pause.
+
 A holder that hangs (a stopped process keeps its connection, so its lock) leaves the others busy: once its session
 has sent no query for TANDEM_STUCK_AFTER_SECONDS and the status has not changed for as long, they fail the
 deployment as stuck, saying what happened (`pipeline.fail_if_stuck`).

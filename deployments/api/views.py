@@ -235,7 +235,8 @@ class DeploymentViewSet(viewsets.ReadOnlyModelViewSet):
     @extend_schema(request=None, responses={202: s.DeploymentSerializer})
     @action(detail=True, methods=["post"])
     def pause(self, request, pk=None):
-        """Tear the serving part down and keep the deployment, keys and history; it holds no quota once paused."""
+        """Tear the serving part down and keep the deployment, keys and history; it holds no quota once paused.
+        Running, failed, or on its way (approved, provisioning, updating): what is being provisioned stops too."""
         return self._respond(pause.deployment_pause(actor=request.user, deployment=self.get_object()),
                              status.HTTP_202_ACCEPTED)
 

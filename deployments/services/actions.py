@@ -6,7 +6,7 @@ reconcile work with `transaction.on_commit` so a worker never sees uncommitted r
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from deployments.errors import ActionError, Conflict, NotAllowed
+from deployments.errors import ActionError, Conflict, NotAllowed, StatusMoved
 from deployments.event_kinds import EventKind, status_kind
 from deployments.lifecycle import UNSETTLED, UPDATABLE, Status, can_transition
 from deployments.model_sources import source_roots_of
@@ -307,11 +307,16 @@ def deployment_delete(*, actor, deployment: Deployment) -> Deployment:
 
 
 def deployment_transition(*, deployment: Deployment, to: str, actor=None, reason: str = "",
-                          event_kind: EventKind | None = None) -> Deployment:
+                          event_kind: EventKind | None = None, expected: str | None = None) -> Deployment:
     """The only writer of `status`: lock, no-op when unchanged, refuse what the state machine forbids,
-    record an event and enqueue the reconciler when there is work left."""
+    record an event and enqueue the reconciler when there is work left.
+
+    `expected`: the status the caller acted on (a reconcile pass's). When someone moved the deployment since (a
+    pause, a delete), StatusMoved and nothing is written: the pass must not act on what it read."""
     with transaction.atomic():
         d = _locked(deployment)
+        if expected is not None and d.status != expected:
+            raise StatusMoved(f"The deployment is {d.status} now, not {expected}: it was not moved to {to}.")
         if actor is None:  # the reconciler's words, often a driver's: members read them (deployments.redaction)
             reason = internal_redact(reason, cluster=d.cluster)
         if d.status == to and d.status_reason == reason:

@@ -23,14 +23,19 @@ from deployments.services.quota import quota_check
 @transaction.atomic
 def deployment_pause(*, actor, deployment: Deployment, reason: str = "",
                      event_kind: EventKind = EventKind.PAUSE_REQUESTED) -> Deployment:
-    """Tear the serving part down and keep the rest (the requester or a team admin; `actor=None`: Tandem)."""
+    """Tear the serving part down and keep the rest (the requester or a team admin; `actor=None`: Tandem).
+
+    Also while it is provisioning or updating: what is on its way stops costing (on EKS the node groups go to
+    zero). A reconcile pass in flight for it stops at its next status change (`workers.pipeline`), and the
+    pausing pass, which waits for its lock, removes whatever it applied meanwhile."""
     d = _locked(deployment)
     if actor is not None:
         _require_editor(actor=actor, deployment=d)
     if d.status in PAUSED_OR_PAUSING:
         return d
     if d.status not in PAUSABLE:
-        raise Conflict(f"A deployment can be paused when running or failed; this one is {d.status}.")
+        raise Conflict(f"A deployment can be paused while it is on its way to running, running, updating or "
+                       f"failed; this one is {d.status}.")
     return deployment_transition(deployment=d, to=Status.PAUSING, actor=actor, event_kind=event_kind,
                                  reason=reason or "Pause requested: the serving part is being removed.")
 

@@ -13,7 +13,7 @@ from django_htmx.http import HttpResponseStopPolling
 from deployments import selectors
 from deployments.conditions import CONDITION_TYPES, condition_get
 from deployments.errors import ActionError
-from deployments.lifecycle import Status
+from deployments.lifecycle import PAUSABLE, Status
 from deployments.model_sources import source_roots_of
 from deployments.models import Cluster
 from deployments.quota_rules import quota_gpus
@@ -63,7 +63,7 @@ def _visible(request, pk: int):
 def _status_context(d) -> dict:
     conditions = {c.get("type"): c for c in d.conditions or []}
     return {
-        "d": d, "state": deployment_state(d), "timeline": timeline(d),
+        "d": d, "state": deployment_state(d), "timeline": timeline(d), "can_pause": d.status in PAUSABLE,
         "conditions": [conditions.get(t) or {"type": t, "status": "Unknown"} for t in CONDITION_TYPES],
     }
 

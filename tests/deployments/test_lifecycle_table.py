@@ -3,19 +3,19 @@ import itertools
 
 import pytest
 
-from deployments.errors import Conflict
-from deployments.lifecycle import (BILLED, EDITABLE, HOLDS_QUOTA, LIVE, RECONCILED, SERVING, SETTLED, TERMINAL,
-                                   TRANSITIONS, UNSETTLED, Status)
+from deployments.errors import Conflict, StatusMoved
+from deployments.lifecycle import (BILLED, EDITABLE, HOLDS_QUOTA, LIVE, PAUSABLE, RECONCILED, SERVING, SETTLED,
+                                   TERMINAL, TRANSITIONS, UNSETTLED, Status)
 from deployments.services.actions import deployment_transition
 from tests.factories import DeploymentFactory
 
 ALLOWED = {
     ("pending_approval", "approved"), ("pending_approval", "rejected"), ("pending_approval", "withdrawn"),
-    ("approved", "provisioning"), ("approved", "failed"), ("approved", "deleting"),
-    ("provisioning", "running"), ("provisioning", "failed"), ("provisioning", "deleting"),
+    ("approved", "provisioning"), ("approved", "failed"), ("approved", "deleting"), ("approved", "pausing"),
+    ("provisioning", "running"), ("provisioning", "failed"), ("provisioning", "deleting"), ("provisioning", "pausing"),
     ("running", "updating"), ("running", "provisioning"), ("running", "failed"), ("running", "deleting"),
     ("running", "pausing"),
-    ("updating", "running"), ("updating", "failed"), ("updating", "deleting"),
+    ("updating", "running"), ("updating", "failed"), ("updating", "deleting"), ("updating", "pausing"),
     ("failed", "approved"), ("failed", "deleting"), ("failed", "pausing"),
     ("pausing", "paused"), ("pausing", "failed"), ("pausing", "deleting"),
     ("paused", "provisioning"), ("paused", "deleting"),
@@ -37,6 +37,12 @@ def test_a_paused_deployment_is_live_but_neither_serving_nor_holding_quota_nor_r
     assert "paused" in SETTLED and "paused" not in RECONCILED and "paused" not in BILLED
     assert "pausing" in UNSETTLED and "pausing" in HOLDS_QUOTA and "pausing" in BILLED and "pausing" not in SERVING
     assert "paused" not in EDITABLE and "pausing" not in EDITABLE
+
+
+def test_whatever_holds_nodes_or_is_on_its_way_to_them_can_be_paused():
+    """Stop paying while it waits for capacity (provisioning) or rolls out (updating), as when it runs."""
+    assert PAUSABLE == {"approved", "provisioning", "running", "updating", "failed"}
+    assert PAUSABLE == {s for s in HOLDS_QUOTA if "pausing" in TRANSITIONS[s]}
 
 
 @pytest.mark.django_db
@@ -65,3 +71,17 @@ def test_same_status_and_reason_is_a_no_op():
     d = DeploymentFactory(status="running", status_reason="Serving.")
     deployment_transition(deployment=d, to="running", reason="Serving.")
     assert not d.events.exists()
+
+
+@pytest.mark.django_db
+def test_a_change_made_on_a_status_that_moved_since_is_refused_and_writes_nothing():
+    """A reconcile pass that read `provisioning` and met Serve's DEPLOY_FAILED may not write `failed` over a pause
+    that came in meanwhile, although pausing → failed is allowed (a pause whose teardown fails)."""
+    d = DeploymentFactory(status="pausing", status_reason="Pause requested.")
+    with pytest.raises(StatusMoved, match="pausing now, not provisioning"):
+        deployment_transition(deployment=d, to="failed", reason="DEPLOY_FAILED", expected="provisioning")
+    d.refresh_from_db()
+    assert (d.status, d.status_reason) == ("pausing", "Pause requested.") and not d.events.exists()
+    deployment_transition(deployment=d, to="paused", reason="torn down", expected="pausing")
+    d.refresh_from_db()
+    assert d.status == "paused"

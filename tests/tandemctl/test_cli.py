@@ -211,6 +211,10 @@ def test_diff_previews_a_change_and_keeps_nothing_then_apply_makes_it(web, tmp_p
     assert stored()[0] == before[0] + 1 and stored()[3] == Status.UPDATING
     assert _queued_tasks(redis_client) == [RECONCILE_TASK]
 
+    # Still rolling out, it can be paused (its nodes stop costing); the pausing pass is what is asked for next.
+    paused = tandemctl("pause", "ml-research/chat", **cli, check_rc=errors.OK)
+    assert "pausing" in paused.stdout and stored()[3] == Status.PAUSING
+
 
 def _chat(client: OpenAI, model: str):
     try:
@@ -258,7 +262,7 @@ def test_exit_codes_a_pipeline_branches_on_and_the_other_commands(stack, tmp_pat
     assert "requested" in tandemctl("logs", "ml-research/chat", **member, check_rc=errors.OK).stdout
     # The requester may not decide their own request: the API's 403 is an auth error.
     tandemctl("approve", "ml-research/chat", **member, check_rc=errors.AUTH)
-    # Only what serves can pause (the API's 409: not in this state); a paused one resumes (the PD e2e test).
+    # A request not yet approved cannot pause (the API's 409: not in this state); a paused one resumes (the PD e2e test).
     assert "pending_approval" in tandemctl("pause", "ml-research/chat", **member, check_rc=errors.CONFLICT).stderr
     tandemctl("delete", "ml-research/chat", **member, check_rc=errors.OK)
     assert Deployment.objects.get(name="chat").status == Status.WITHDRAWN

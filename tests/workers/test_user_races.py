@@ -2,11 +2,12 @@
 together from threads: exactly one wins, the others get a 409 that says why, and nothing is left on the
 emulated cluster."""
 import threading
+from pathlib import Path
 
 import httpx
 import pytest
 
-from deployments.lifecycle import Status
+from deployments.lifecycle import HOLDS_QUOTA, Status
 from deployments.models import Deployment, Membership
 from deployments.services.access_tokens import access_token_create
 from deployments.services.actions import deployment_request
@@ -113,3 +114,30 @@ def test_delete_during_provisioning_with_a_live_worker_leaves_nothing(users, k8s
         assert Deployment.objects.get(pk=d.pk).events.filter(kind="delete_requested").count() == 1
     finally:
         worker.kill()
+
+
+def test_pause_during_provisioning_with_a_live_worker_ends_paused_not_running(users, k8s_cluster, emulator, worker_env):
+    """The pause lands while a pass is mid-apply; that pass then finds the RayService serving (KubeRay reports it
+    ready before the create's answer comes back) and would write `running`: it stops instead, and the pausing pass
+    removes what it applied."""
+    team, member, mine, (ada, _) = users
+    worker = Worker(worker_env, concurrency=2).start()
+    try:
+        emulator.stall_rayservice_create = 3.0  # longer than the emulator's ready_after: serving once it answers
+        d = _pending(team, member, k8s_cluster)
+        assert ada.post(f"/{d.pk}/approve/", json={"generation": d.generation}).status_code == 200
+        wait_for(emulator.stalled.is_set, timeout=20, what="the RayService create to arrive")
+        r = mine.post(f"/{d.pk}/pause/")
+        assert r.status_code == 202 and r.json()["status"] == "pausing", r.text
+        wait_for(lambda: Deployment.objects.get(pk=d.pk).status == Status.PAUSED, timeout=30, what="paused")
+        assert emulator.rayservices() == []
+        row = Deployment.objects.get(pk=d.pk)
+        kinds = list(row.events.order_by("id").values_list("kind", flat=True))
+        after_pause = kinds[kinds.index("pause_requested") + 1:]
+        # The pass in flight applied, saw it serving, and stopped there; the pausing pass removed it.
+        assert after_pause[:3] == ["applied", "serve_status", "endpoint"], kinds
+        assert after_pause[3:] == ["pause", "status_paused"], kinds
+        assert row.quota_gpus and row.status not in HOLDS_QUOTA
+    finally:
+        worker.kill()
+    assert "Traceback" not in Path(worker_env["TANDEM_WORKER_LOG"]).read_text()  # the pass stopped, not crashed

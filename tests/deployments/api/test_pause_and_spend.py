@@ -41,6 +41,18 @@ def test_the_requester_pauses_and_resumes_through_the_api_and_others_may_not(api
     assert api.post(f"/api/v1/deployments/{llama.pk}/pause/").status_code == 404
 
 
+@pytest.mark.parametrize("status", [Status.PROVISIONING, Status.UPDATING])
+def test_a_deployment_on_its_way_is_paused_too_and_holds_no_quota_once_paused(api, team, cluster, member, status):
+    """Waiting for GPU capacity (or rolling out) costs node-hours: the requester stops that as from running."""
+    d = DeploymentFactory(team=team, cluster=cluster, name="llama", status=status, requested_by=member)
+    api.force_authenticate(member)
+    r = api.post(f"/api/v1/deployments/{d.pk}/pause/")
+    assert r.status_code == 202 and r.json()["status"] == "pausing"
+    assert [e.kind for e in Event.objects.filter(deployment=d)] == ["pause_requested"]
+    assert api.post(f"/api/v1/deployments/{d.pk}/pause/").status_code == 202  # asking again changes nothing
+    assert Event.objects.filter(deployment=d).count() == 1
+
+
 def test_team_spend_by_day_and_deployment_as_json_and_as_csv_for_chargeback(api, llama, member, cluster):
     cluster.config = {**cluster.config, "prices": {"g6e.12xlarge": 8.0}}  # the cluster's reserved price
     cluster.save()

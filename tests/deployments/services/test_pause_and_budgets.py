@@ -51,7 +51,7 @@ def test_only_the_requester_or_a_team_admin_pauses_and_only_live_ones(team, clus
         deployment_pause(actor=member, deployment=d)
     pending = DeploymentFactory(team=team, cluster=cluster, status=Status.PENDING_APPROVAL, name="p",
                                 requested_by=member)
-    with pytest.raises(Conflict, match="running or failed"):
+    with pytest.raises(Conflict, match="on its way to running, running, updating or failed; this one is pending"):
         deployment_pause(actor=member, deployment=pending)
     with pytest.raises(Conflict, match="Only a paused deployment"):
         deployment_resume(actor=d.requested_by, deployment=d)
