@@ -1,4 +1,9 @@
-"""What every portal page shares: the signed-in user's current team (kept in the session) and page rendering."""
+"""What every portal page shares: the signed-in user's current team (kept in the session) and page rendering.
+
+One rule for the current team: the team a page shows in the switcher is the session's team from then on. A page
+about one team's object (a deployment, a key) shows that team, so viewing it selects it, and the next page without
+a team in its URL (Cost, Team, API keys, a new request) is about the same team; every other page shows the
+session's team. `render_page` applies the rule, and the base template names the team in each page's <title>."""
 from functools import wraps
 
 from django.http import Http404
@@ -18,8 +23,14 @@ def current_team(request):
     if team is None:
         team = teams.first()
         if team is not None:
-            request.session[SESSION_TEAM] = team.pk
+            team_select(request, team)
     return team
+
+
+def team_select(request, team) -> None:
+    """Make `team` the session's current team (what the switcher shows and pages without a team in the URL use)."""
+    if request.session.get(SESSION_TEAM) != team.pk:  # an unchanged session is not written again
+        request.session[SESSION_TEAM] = team.pk
 
 
 def require_team(request):
@@ -30,11 +41,14 @@ def require_team(request):
 
 
 def render_page(request, template: str, context: dict | None = None, *, status: int = 200):
-    """Render a full page (or, for htmx, the named partial `template#partial`) with the shell's context."""
+    """Render a full page (or, for htmx, the named partial `template#partial`) with the shell's context. The
+    page's team (`context["team"]`, else the session's) is what the switcher shows, so it becomes the session's."""
     context = dict(context or {})
     if "#" not in template:
         team = context.get("team") or current_team(request)
-        context.setdefault("team", team)
+        if team is not None:
+            team_select(request, team)
+        context["team"] = team
         context["teams"] = selectors.teams_visible_to(request.user)
         context["role"] = team_role(user=request.user, team=team) if team else None
         context["approvals_waiting"] = selectors.deployments_awaiting_approval_by(request.user).count()

@@ -10,7 +10,7 @@ from deployments.errors import ActionError, NotAllowed
 from deployments.lifecycle import HOLDS_QUOTA
 from deployments.services.teams import team_update
 from frontend import planning
-from frontend.views.base import SESSION_TEAM, render_page, require_team, team_required
+from frontend.views.base import render_page, require_team, team_required, team_select
 
 LIFETIMES = ("credential_default_days", "credential_max_days")  # what the lifetimes form sets
 
@@ -52,7 +52,7 @@ def team_detail(request):
 def team_switch(request):
     """Make another of your teams the current one (kept in the session), then go back where you were."""
     team = get_object_or_404(selectors.teams_visible_to(request.user), slug=request.POST.get("team", ""))
-    request.session[SESSION_TEAM] = team.pk
+    team_select(request, team)
     nxt = request.POST.get("next", "")
     if not nxt or not url_has_allowed_host_and_scheme(nxt, allowed_hosts={request.get_host()}):
         nxt = "/deployments/"

@@ -4,7 +4,7 @@ from django.urls import reverse
 
 from deployments.lifecycle import Status
 from deployments.models import Membership
-from tests.factories import DeploymentFactory, MembershipFactory, UserFactory
+from tests.factories import DeploymentFactory, MembershipFactory, TeamFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -38,6 +38,26 @@ def test_team_switcher_keeps_the_choice_in_the_session(signed_in, member, other_
     assert response["Location"] == "/keys/"
     page = client.get("/deployments/").content.decode()
     assert "other-dep" in page and '<option value="other-team" selected>' in page
+
+
+def test_the_team_a_page_shows_in_the_switcher_is_the_team_the_next_page_uses(signed_in, platform_admin, cluster):
+    """A platform admin in a fresh session opens a Demo team deployment: the switcher and the title say Demo team,
+    and Cost and Deployments (no team in their URLs) then show Demo team's, not Blue team's (the first by slug)."""
+    blue, demo = TeamFactory(slug="blue", name="Blue team"), TeamFactory(slug="demo", name="Demo team")
+    d = DeploymentFactory(team=demo, cluster=cluster, name="tiny-llama", status=Status.RUNNING)
+    DeploymentFactory(team=blue, cluster=cluster, name="blue-chat", status=Status.RUNNING)
+    client = signed_in(platform_admin)
+    page = client.get(reverse("frontend:deployment-detail", args=[d.pk])).content.decode()
+    assert "<title>tiny-llama · Demo team · Tandem</title>" in page and '<option value="demo" selected>' in page
+    cost = client.get(reverse("frontend:team-cost")).content.decode()
+    assert "<title>Cost · Demo team · Tandem</title>" in cost and '<option value="demo" selected>' in cost
+    assert 'href="/api/v1/teams/demo/spend/?format=csv' in cost and "/api/v1/teams/blue/" not in cost
+    listed = client.get(reverse("frontend:deployments")).content.decode()
+    assert "<title>Deployments · Demo team · Tandem</title>" in listed
+    assert "tiny-llama" in listed and "blue-chat" not in listed
+    # The switcher still chooses: Blue team from then on, until a page shows another.
+    client.post(reverse("frontend:team-switch"), {"team": "blue", "next": "/deployments/"})
+    assert "<title>Cost · Blue team · Tandem</title>" in client.get(reverse("frontend:team-cost")).content.decode()
 
 
 def test_switching_to_a_team_you_are_not_in_is_404(signed_in, member, other_team):
