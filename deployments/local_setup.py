@@ -1,4 +1,5 @@
 """The embedded default of `./tandem up`: an admin, a demo team, the local Ray cluster and a PD deployment."""
+import datetime as dt
 import json
 import os
 import secrets
@@ -8,10 +9,13 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
+from deployments.conditions import condition_true
 from deployments.lifecycle import LIVE, Status
 from deployments.models import ApiKey, Cluster, Deployment, Membership, Team
 from deployments.services import actions, api_keys
 from deployments.services.access_tokens import access_token_create
+from deployments.services.pause import deployment_resume
+from deployments.services.status import deployment_reconcile_request
 
 RUNTIME_DIR = Path(os.environ.get("TANDEM_RUNTIME_DIR") or Path.home() / ".cache/tandem/pd-runtime")
 DEMO_KEY_NAME = "tandem up"
@@ -83,7 +87,9 @@ def demo_spec() -> dict:
 
 
 def demo_deployment_start() -> Deployment:
-    """Request and approve the demo deployment unless it is already live; retry it when it failed."""
+    """Request and approve the demo deployment unless it is already live; retry it when it failed, resume it when
+    paused. Then ask for a reconcile pass at once: a live one's stored status predates the Ray cluster `./tandem
+    up` has just started (which starts empty), so a pass must look at that cluster now, not at beat's next turn."""
     admin = get_user_model().objects.get(username="admin")
     team, cluster = Team.objects.get(slug="demo"), Cluster.objects.get(name="local")
     live = Deployment.objects.filter(team=team, name="tiny-llama", status__in=LIVE).first()
@@ -95,7 +101,22 @@ def demo_deployment_start() -> Deployment:
                                           comment="Approved by ./tandem up")
     elif live.status == Status.FAILED:
         live = actions.deployment_retry(actor=admin, deployment=live)
+    elif live.status == Status.PAUSED:
+        live = deployment_resume(actor=admin, deployment=live, reason="Resumed by ./tandem up.")
+    deployment_reconcile_request(deployment_id=live.pk)
     return live
+
+
+def seen_serving_since(d: Deployment, since: dt.datetime) -> bool:
+    """A reconcile pass has seen the target serve it since `since` (the start of the cluster it is on)."""
+    return d.serving_seen_at is not None and d.serving_seen_at >= since
+
+
+def demo_ready(d: Deployment, *, since: dt.datetime) -> bool:
+    """What `./tandem up` waits for: running, checked by the conformance suite (users' keys are let in), and seen
+    serving by a pass since the Ray cluster started, not only stored as running from before it."""
+    return (d.status == Status.RUNNING and condition_true(d.conditions, "EndpointReady")
+            and seen_serving_since(d, since))
 
 
 def demo_key_create() -> str:

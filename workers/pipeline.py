@@ -191,8 +191,10 @@ def _run(p: _Pass) -> float | None:
     overdue = (answers.ready and not starts_serving and ready["reason"] == "ConformancePending"
                and _conformance_overdue(d))
     requested = {"conformance_requested_at": timezone.now()} if starts_serving or overdue else {}
+    # Seen serving by this pass, on the cluster as it is now (not what the row said): `tandem_demo` waits on it.
+    seen = {"serving_seen_at": timezone.now()} if answers.ready else {}
     _write(p, endpoint_url=observed.endpoint_url, observed_generation=d.generation if answers.ready else d.observed_generation,
-           **requested)
+           **requested, **seen)
     if not answers.ready:
         return requeue
     if starts_serving:

@@ -45,6 +45,10 @@ class Deployment(models.Model):
     # Seconds a resume is expected to take to serving, from this deployment's own history (deployments.cost),
     # written when it pauses: the gateway's Retry-After for a request that wakes it.
     ready_estimate_seconds = models.PositiveIntegerField(null=True, blank=True)
+    # When a reconcile pass last saw the target serve it (Serve's application RUNNING and the endpoint answering).
+    # An observation, unlike `status`: after a Ray cluster restarts empty, the row says `running` until a pass
+    # looks, and whoever waits for "running on this cluster" waits for a sighting after the cluster started.
+    serving_seen_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]  # newest first; the id breaks ties, so pages never overlap

@@ -2,10 +2,11 @@
 import time
 
 from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
 
-from deployments.conditions import condition_true
 from deployments.lifecycle import Status
-from deployments.local_setup import client_snippet, demo_deployment_start, demo_key_create
+from deployments.local_setup import (client_snippet, demo_deployment_start, demo_key_create, demo_ready,
+                                     seen_serving_since)
 
 
 class Command(BaseCommand):
@@ -16,22 +17,33 @@ class Command(BaseCommand):
                             help="Seconds to wait for `running` and the conformance check.")
 
     def handle(self, *args, wait, **options):
+        # `./tandem up` has just started the Ray cluster (empty) and the worker: only what a reconcile pass sees
+        # from now on is about that cluster. A deployment stored as running from an earlier `up` is not enough.
+        since = timezone.now()
         d = demo_deployment_start()
         self.stdout.write(f"Deployment {d.team.slug}/{d.name}: {d.status}; waiting up to {wait} s for it to run")
-        deadline, last = time.monotonic() + wait, None
+        deadline, last, status, told = time.monotonic() + wait, None, None, False
         while time.monotonic() < deadline:
             d.refresh_from_db()
             step = d.events.order_by("-created_at", "-id").values_list("kind", "message").first()
             if step != last:
                 self.stdout.write(f"  {d.status:<13} {step[0]}: {step[1][:120]}" if step else f"  {d.status}")
                 last = step
-            if d.status == Status.RUNNING and condition_true(d.conditions, "EndpointReady"):
-                break  # running, and the conformance suite has checked it (users' keys are let in from now)
+            if demo_ready(d, since=since):
+                break  # seen serving on this cluster, and the conformance suite has checked it (users' keys work)
+            if d.status == Status.RUNNING and not seen_serving_since(d, since) and not told:
+                self.stdout.write("  It was running before this Ray cluster started; checking that it runs on it")
+                told = True
+            if status == Status.RUNNING and d.status == Status.PROVISIONING:
+                self.stdout.write("  It is not on this Ray cluster: it is coming back (re-deploying; a few minutes "
+                                  "on CPU)")
             if d.status == Status.FAILED:
                 raise CommandError(f"The demo deployment failed: {d.status_reason}")
+            status = d.status
             time.sleep(2)
         else:
-            raise CommandError(f"The demo deployment is still {d.status} after {wait} s; see var/worker.log")
+            unseen = " (not yet seen serving on the Ray cluster just started)" if d.status == Status.RUNNING else ""
+            raise CommandError(f"The demo deployment is still {d.status}{unseen} after {wait} s; see var/worker.log")
         key = demo_key_create()
-        self.stdout.write("The deployment is running and checked. An API key, shown only now:\n")
+        self.stdout.write("The deployment is running on this Ray cluster and checked. An API key, shown only now:\n")
         self.stdout.write(client_snippet(api_key=key, model=d.model_id))
