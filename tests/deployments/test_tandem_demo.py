@@ -11,6 +11,7 @@ from django.core.management import CommandError, call_command
 from deployments.conditions import condition_get
 from deployments.lifecycle import Status
 from deployments.models import Cluster, Deployment, Membership
+from deployments.services.pause import deployment_pause
 from deployments.spec import spec_parse
 from observability.models import ConformanceRun
 from tests.factories import (ClusterFactory, DeploymentFactory, MembershipFactory, TeamFactory, UserFactory,
@@ -92,3 +93,13 @@ def test_with_no_pass_to_look_the_stored_running_status_is_not_reported_as_runni
                                            r"after 3 s"):
         call_command("tandem_demo", "--wait", "3", stdout=out)
     assert SUCCESS not in out.getvalue()
+
+
+def test_a_paused_demo_is_resumed_rather_than_waited_on(demo):
+    deployment_pause(actor=demo.requested_by, deployment=demo)
+    wait_for(lambda: reconcile_pass(demo.pk) is None and Deployment.objects.get(pk=demo.pk).status == Status.PAUSED,
+             timeout=30, what="paused")
+    with pytest.raises(CommandError, match="still provisioning after 2 s"):  # no worker here to bring it up
+        call_command("tandem_demo", "--wait", "2", stdout=io.StringIO())
+    d = Deployment.objects.get(pk=demo.pk)
+    assert d.events.order_by("-id").values_list("kind", "message").first() == ("resumed", "Resumed by ./tandem up.")

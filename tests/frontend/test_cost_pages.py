@@ -60,6 +60,8 @@ def test_the_requester_pauses_and_resumes_from_the_deployment_page_and_sees_its_
     assert "Resuming chat-8b" in response.content.decode()
     d.refresh_from_db()
     assert d.status == Status.PROVISIONING
+    # On its way back (waiting for capacity, say), it can be paused again from its page.
+    assert reverse("frontend:deployment-pause", args=[d.pk]) in response.content.decode()
 
 
 @pytest.mark.browser
