@@ -97,3 +97,23 @@ def test_on_eks_a_pause_scales_the_node_groups_to_zero_and_a_resume_back(aws, em
     assert emulator.rayservices() == []
     step = EksTarget(d.cluster).ensure_node_pools(d)  # what the resume's pass does first
     assert "resizing to 1" in step.message
+
+
+def test_on_eks_a_deployment_still_provisioning_is_paused_and_its_node_groups_go_to_zero(aws, emulator, eks_serving):
+    """Waiting for GPU capacity bills its node groups: a pause then stops that, as it does for a running one."""
+    d = eks_serving
+    Deployment.objects.filter(pk=d.pk).update(status=Status.APPROVED)  # just approved: the first pass runs next
+    reconcile_pass(d.pk)
+    d = _row(d)
+    assert d.status == Status.PROVISIONING and d.events.filter(kind="node_pools").exists()
+    eks = boto3.client("eks", region_name=REGION, endpoint_url=aws.url)
+    names = [f"tandem-d{d.pk}-{stage}" for stage in ("prefill", "decode")]
+    assert [eks.describe_nodegroup(clusterName="gpu-prod", nodegroupName=n)["nodegroup"]["scalingConfig"]
+            ["desiredSize"] for n in names] == [1, 1]
+    deployment_pause(actor=d.requested_by, deployment=d)
+    d = _settle(d, Status.PAUSED)
+    for name in names:
+        ng = eks.describe_nodegroup(clusterName="gpu-prod", nodegroupName=name)["nodegroup"]
+        assert ng["scalingConfig"] == {"minSize": 0, "maxSize": 1, "desiredSize": 0}
+    assert emulator.rayservices() == [] and team_gpus_held(team=d.team) == 0
+    assert d.spec == eks_serving.spec and d.name == "llama"
