@@ -1,4 +1,5 @@
 """One reconcile pass, step by step. See workers.reconcile for the contract."""
+import datetime as dt
 import logging
 import random
 import time
@@ -25,6 +26,8 @@ from workers.targets.base import PermanentError, Step, TransientError
 
 log = logging.getLogger(__name__)
 MAX_BACKOFF = 60.0
+# How fresh `serving_seen_at` is kept while a deployment serves (`./tandem up` waits for a reading after its start).
+SERVING_SEEN_EVERY = dt.timedelta(seconds=30)
 
 
 class LockLost(Exception):
@@ -191,8 +194,11 @@ def _run(p: _Pass) -> float | None:
     overdue = (answers.ready and not starts_serving and ready["reason"] == "ConformancePending"
                and _conformance_overdue(d))
     requested = {"conformance_requested_at": timezone.now()} if starts_serving or overdue else {}
-    # Seen serving by this pass, on the cluster as it is now (not what the row said): `tandem_demo` waits on it.
-    seen = {"serving_seen_at": timezone.now()} if answers.ready else {}
+    # Seen serving by this pass, on the cluster as it is now (not what the row said): `tandem_demo` waits on it. When
+    # it starts serving, else at most once a SERVING_SEEN_EVERY: a steady deployment's passes mostly write nothing.
+    now = timezone.now()
+    stale = d.serving_seen_at is None or now - d.serving_seen_at >= SERVING_SEEN_EVERY
+    seen = {"serving_seen_at": now} if answers.ready and (starts_serving or stale) else {}
     _write(p, endpoint_url=observed.endpoint_url, observed_generation=d.generation if answers.ready else d.observed_generation,
            **requested, **seen)
     if not answers.ready:

@@ -19,6 +19,9 @@ QUEUED_KEY = "tandem:reconcile:queued:{}"
 QUEUED_SECONDS = 120
 
 
+OBSERVATION_TIMES = {"serving_seen_at"}
+
+
 @transaction.atomic
 def deployment_observe(*, deployment_id: int, condition_updates: dict[str, dict] | None = None, **fields) -> bool:
     """Store observed fields; returns True when anything changed.
@@ -40,7 +43,9 @@ def deployment_observe(*, deployment_id: int, condition_updates: dict[str, dict]
         return False
     for k, v in changed.items():
         setattr(d, k, v)
-    d.save(update_fields=[*changed, "updated_at"])
+    # A reading that only says when it was seen serving is no change to the deployment: `updated_at` (the API's
+    # ordering, the gateway's `created`) stays.
+    d.save(update_fields=[*changed] if set(changed) <= OBSERVATION_TIMES else [*changed, "updated_at"])
     return True
 
 

@@ -103,3 +103,15 @@ def test_a_paused_demo_is_resumed_rather_than_waited_on(demo):
         call_command("tandem_demo", "--wait", "2", stdout=io.StringIO())
     d = Deployment.objects.get(pk=demo.pk)
     assert d.events.order_by("-id").values_list("kind", "message").first() == ("resumed", "Resumed by ./tandem up.")
+
+
+def test_a_reading_that_it_serves_is_no_change_to_the_deployment(db):
+    """The pass's `serving_seen_at` reading leaves `updated_at` (the API's ordering, the gateway's `created`)."""
+    from django.utils import timezone
+
+    from deployments.services.status import deployment_observe
+
+    d = DeploymentFactory(status=Status.RUNNING)
+    assert deployment_observe(deployment_id=d.pk, serving_seen_at=timezone.now())
+    after = Deployment.objects.get(pk=d.pk)
+    assert after.serving_seen_at is not None and after.updated_at == d.updated_at
