@@ -12,7 +12,9 @@ Pure: no I/O. The rules, in the order they are tried:
 - ITL missed with none of these: decode's own per-token time at this batch.
 - Every target met, over a window of at least LONG_WINDOW_S, with a pool's KV cache below LOW_USE and nothing
   waiting: that pool can shrink.
-Figures come from Ray's histogram buckets, so stage times are known to the bucket.
+Figures come from Ray's histogram buckets, so stage times are known to the bucket. What a change (or a larger
+tensor-parallel size) is expected to give comes from the performance model, with the fit's range, the profile it
+used and the fleet's correction (observability.advisor_expected); without the model's facts it says why not.
 """
 import hashlib
 import json
@@ -23,6 +25,8 @@ from deployments.catalog import INSTANCE_TYPES
 from deployments.serve_config import CPU_MAX_NUM_SEQS
 from deployments.spec import DeploymentSpec, PoolSpec
 from deployments.spec_diff import changes_needing_approval, spec_changes
+from observability.advisor_expected import (ModelBasis, Traffic, decode_compute, itl_with_decode_replicas,
+                                             prefill_compute, traffic_of, ttft_with_prefill_replicas)
 from observability.attainment import Attainment
 from observability.histograms import Hist
 from observability.snapshot import Increase
@@ -51,6 +55,9 @@ class StageMetrics:
     waiting_peak: dict = field(default_factory=dict)  # pool → peak requests waiting
     running_peak: dict = field(default_factory=dict)  # pool → peak requests running (summed over replicas)
     kv_cache_peak: dict = field(default_factory=dict)  # pool → peak KV cache usage (0..1, highest replica)
+    requests: int = 0  # answered at the gateway in the window, and their tokens
+    prompt_tokens: int = 0
+    output_tokens: int = 0
 
 
 def _p95(inc: Increase, stage: str, pool: str) -> float | None:
@@ -103,6 +110,7 @@ class Recommendation:
     hourly_usd_delta: float
     expected: str
     needs_approval: tuple[str, ...]
+    prediction: dict | None = None  # the expected figure, its range, profile and fleet correction; or why none
 
     @property
     def id(self) -> str:
@@ -113,7 +121,8 @@ class Recommendation:
         return {"id": self.id, "pool": self.pool, "summary": self.summary,
                 "changes": [{"field": f, "old": o, "new": n} for f, o, n in self.changes],
                 "gpus_delta": self.gpus_delta, "hourly_usd_delta": round(self.hourly_usd_delta, 3),
-                "expected": self.expected, "needs_approval": list(self.needs_approval)}
+                "expected": self.expected, "prediction": self.prediction,
+                "needs_approval": list(self.needs_approval)}
 
 
 @dataclass(frozen=True)
@@ -126,10 +135,13 @@ class Diagnosis:
     window: str
     evidence: tuple[Evidence, ...]
     recommendation: Recommendation | None = None
+    expected: str = ""  # a stage bound by its own compute: what the model gives it, at twice the tensor parallelism
+    prediction: dict | None = None
 
     def to_json(self) -> dict:
         return {"kind": self.kind, "stage": self.stage, "message": self.message, "window": self.window,
-                "evidence": [e.to_json() for e in self.evidence],
+                "evidence": [e.to_json() for e in self.evidence], "expected": self.expected,
+                "prediction": self.prediction,
                 "recommendation": self.recommendation.to_json() if self.recommendation else None}
 
 
@@ -161,7 +173,8 @@ def _shrunk(spec: DeploymentSpec, stage: str) -> DeploymentSpec:
                                            nodes=min(p.nodes, _nodes_for(p, r)))})
 
 
-def _recommendation(spec: DeploymentSpec, stage: str, new_spec: DeploymentSpec, expected: str) -> Recommendation:
+def _recommendation(spec: DeploymentSpec, stage: str, new_spec: DeploymentSpec,
+                    expected: tuple[str, dict | None]) -> Recommendation:
     old_p, new_p = spec.pool(stage), new_spec.pool(stage)
     instance = INSTANCE_TYPES[old_p.instance_type]
     nodes = new_p.nodes - old_p.nodes
@@ -170,8 +183,8 @@ def _recommendation(spec: DeploymentSpec, stage: str, new_spec: DeploymentSpec, 
         pool=stage, summary=f"{stage} replicas {_replicas_text(old_p)} → {_replicas_text(new_p)}"
         + (f", nodes {old_p.nodes} → {new_p.nodes}" if nodes else ""),
         spec=new_spec, changes=changes, gpus_delta=nodes * old_p.gpus_per_node,
-        hourly_usd_delta=nodes * instance.hourly_usd, expected=expected,
-        needs_approval=tuple(changes_needing_approval(spec, new_spec)))
+        hourly_usd_delta=nodes * instance.hourly_usd, expected=expected[0],
+        needs_approval=tuple(changes_needing_approval(spec, new_spec)), prediction=expected[1])
 
 
 def _replicas_text(p: PoolSpec) -> str:
@@ -179,7 +192,8 @@ def _replicas_text(p: PoolSpec) -> str:
 
 
 def _one_more(spec: DeploymentSpec, stage: str, expected) -> Recommendation:
-    """One more replica (`_grown`); `expected(r, r2)` says what going from r to r2 replicas should do."""
+    """One more replica (`_grown`); `expected(r, r2)` says what going from r to r2 replicas should do: (line,
+    figures)."""
     r = spec.pool(stage).replicas_min
     return _recommendation(spec, stage, _grown(spec, stage), expected(r, r + 1))
 
@@ -197,7 +211,11 @@ def _link_text(spec: DeploymentSpec) -> str:
             "an instance type with EFA in both pools gives the link the bandwidth it needs")
 
 
-def _ttft(spec: DeploymentSpec, att, m: StageMetrics) -> list[Diagnosis]:
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def _ttft(spec: DeploymentSpec, att, m: StageMetrics, model: ModelBasis, traffic: Traffic) -> list[Diagnosis]:
     ttft = att.observed_p95_ms if att.observed_p95_ms is not None else m.engine_ttft_p95_ms
     shares = (Evidence("TTFT p95 at the gateway", att.observed_p95_ms, "ms"),
               Evidence("TTFT target", att.target_ms, "ms"),
@@ -212,13 +230,8 @@ def _ttft(spec: DeploymentSpec, att, m: StageMetrics) -> list[Diagnosis]:
     waiting = m.waiting_peak.get("prefill", 0) or 0
     if growing or waiting > 0:
         def expected(r, r2):
-            if ttft is None or m.queue_p95_ms is None:
-                return "expected: the queue spread over more replicas"
-            after = max(ttft - m.queue_p95_ms * (1 - r / r2), 0)
-            verdict = "under" if after <= att.target_ms else "still over"
-            return (f"expected TTFT p95 ≈ {_ms(ttft)} − queue {_ms(m.queue_p95_ms)} × (1 − {r}/{r2}) = "
-                    f"{_ms(after)}, {verdict} the {_ms(att.target_ms)} target (queueing falls at least in "
-                    "proportion to replicas)")
+            return ttft_with_prefill_replicas(model, spec, traffic, ttft_ms=ttft, queue_ms=m.queue_p95_ms,
+                                              replicas=r2, target_ms=att.target_ms)
         signs = ([f"its queue p95 grows from {_ms(early)} in the first half of the window to {_ms(late)} in the "
                   "second"] if growing else []) + ([f"up to {waiting:g} requests wait in it"] if waiting else [])
         out.append(Diagnosis(
@@ -236,16 +249,17 @@ def _ttft(spec: DeploymentSpec, att, m: StageMetrics) -> list[Diagnosis]:
             f"p95 ({_ms(ttft)}): the cause is {_link_text(spec)}. More replicas do not make the link faster.",
             m.window, shares))
     if not out:
+        line, prediction = prefill_compute(model, spec, traffic)
         out.append(Diagnosis(
             "prefill_compute", "prefill",
             f"TTFT misses its target ({_ms(ttft)} at p95 against {_ms(att.target_ms)}) with no queue building up "
             f"and KV moving in {_ms(kv)}: the time is each request's own prefill ({_ms(m.prefill_p95_ms)} at p95). "
             "More replicas do not shorten one request's prefill; a faster GPU, a larger tensor-parallel size or "
-            "shorter prompts do.", m.window, shares))
+            "shorter prompts do.", m.window, shares, expected=_sentence(line), prediction=prediction))
     return out
 
 
-def _itl(spec: DeploymentSpec, att, m: StageMetrics) -> list[Diagnosis]:
+def _itl(spec: DeploymentSpec, att, m: StageMetrics, model: ModelBasis, traffic: Traffic) -> list[Diagnosis]:
     d = spec.decode
     kv, waiting = m.kv_cache_peak.get("decode"), m.waiting_peak.get("decode", 0) or 0
     running = m.running_peak.get("decode")
@@ -262,35 +276,47 @@ def _itl(spec: DeploymentSpec, att, m: StageMetrics) -> list[Diagnosis]:
             or (max_seqs and per_replica is not None and per_replica >= RUNNING_HIGH * max_seqs))
     if busy:
         def expected(r, r2):
-            itl = att.observed_p95_ms
-            if itl is None:
-                return "expected: each replica's batch and KV use fall to r/r' of today's"
-            after = itl * r / r2
-            verdict = "under" if after <= att.target_ms else "still over"
-            return (f"expected ITL p95 ≈ {_ms(itl)} × {r}/{r2} = {_ms(after)}, {verdict} the {_ms(att.target_ms)} "
-                    "target, while ITL scales with each replica's batch (it does while the KV cache is full)")
+            return itl_with_decode_replicas(model, spec, traffic, running=running, itl_ms=att.observed_p95_ms,
+                                            replicas_now=r, replicas=r2, target_ms=att.target_ms)
         return [Diagnosis(
             "decode_short", "decode",
             f"ITL misses its target and decode is full (KV cache peak {'n/a' if kv is None else f'{kv:.0%}'}, "
             f"{running if running is not None else 'n/a'} sequences running, {waiting:g} waiting at peak): "
             "decode is short of replicas.", m.window, evidence, _one_more(spec, "decode", expected))]
+    line, prediction = decode_compute(model, spec, traffic, running=running)
     return [Diagnosis(
         "decode_compute", "decode",
         f"ITL misses its target ({_ms(att.observed_p95_ms)} at p95 against {_ms(att.target_ms)}) while decode has "
         "room (KV cache and running sequences low, nothing waiting): the time is the engine's own per-token step. "
         "More replicas do not shorten it; a faster GPU or a larger tensor-parallel size for decode does.",
-        m.window, evidence)]
+        m.window, evidence, expected=_sentence(line), prediction=prediction)]
 
 
-def _shrink(spec: DeploymentSpec, atts, m: StageMetrics) -> list[Diagnosis]:
+def _shrunk_latency(spec: DeploymentSpec, stage: str, atts, m: StageMetrics, model: ModelBasis,
+                    traffic: Traffic) -> tuple[str, dict | None]:
+    """What the stage's target is expected to become with one replica fewer ("", None: no target on it)."""
+    r = spec.pool(stage).replicas_max
+    att = next((a for a in atts if a.measure == ("itl" if stage == "decode" else "ttft")), None)
+    if att is None:
+        return "", None
+    if stage == "decode":
+        return itl_with_decode_replicas(model, spec, traffic, running=m.running_peak.get("decode"),
+                                        itl_ms=att.observed_p95_ms, replicas_now=r, replicas=r - 1,
+                                        target_ms=att.target_ms)
+    return ttft_with_prefill_replicas(model, spec, traffic, ttft_ms=att.observed_p95_ms, queue_ms=m.queue_p95_ms,
+                                      replicas=r - 1, target_ms=att.target_ms)
+
+
+def _shrink(spec: DeploymentSpec, atts, m: StageMetrics, model: ModelBasis, traffic: Traffic) -> list[Diagnosis]:
     for stage in ("decode", "prefill"):
         p = spec.pool(stage)
         kv, waiting = m.kv_cache_peak.get(stage), m.waiting_peak.get(stage, 0) or 0
         if p.replicas_max <= 1 or kv is None or kv >= LOW_USE or waiting:
             continue
-        rec = _recommendation(spec, stage, _shrunk(spec, stage), f"expected: {stage} KV cache peak ≈ {kv:.0%} × "
-                                                f"{p.replicas_max}/{p.replicas_max - 1} = "
-                                                f"{kv * p.replicas_max / (p.replicas_max - 1):.0%}")
+        latency, prediction = _shrunk_latency(spec, stage, atts, m, model, traffic)
+        rec = _recommendation(spec, stage, _shrunk(spec, stage), (
+            f"expected: {stage} KV cache peak ≈ {kv:.0%} × {p.replicas_max}/{p.replicas_max - 1} = "
+            f"{kv * p.replicas_max / (p.replicas_max - 1):.0%}" + (f"; {latency}" if latency else ""), prediction))
         evidence = tuple(Evidence(f"{a.measure.upper()} requests meeting the target", (a.share or 0) * 100, "%")
                          for a in atts) + (Evidence(f"{stage} KV cache usage (peak)", kv * 100, "%"),
                                            Evidence(f"requests waiting in {stage} (peak)", waiting, "requests"))
@@ -300,15 +326,19 @@ def _shrink(spec: DeploymentSpec, atts, m: StageMetrics) -> list[Diagnosis]:
     return []
 
 
-def advise(*, spec: DeploymentSpec, attainment: Attainment, metrics: StageMetrics) -> list[Diagnosis]:
-    """The diagnoses for one window (empty: nothing to say, e.g. no targets or no requests measured)."""
+def advise(*, spec: DeploymentSpec, attainment: Attainment, metrics: StageMetrics,
+           model: ModelBasis) -> list[Diagnosis]:
+    """The diagnoses for one window (empty: nothing to say, e.g. no targets or no requests measured); `model`: what
+    the expected figures are predicted with (observability.services.advice.model_basis_read)."""
     out: list[Diagnosis] = []
+    traffic = traffic_of(spec, requests=metrics.requests, prompt_tokens=metrics.prompt_tokens,
+                         output_tokens=metrics.output_tokens, seconds=metrics.seconds)
     ttft, itl = attainment.of("ttft"), attainment.of("itl")
     if ttft is not None and ttft.ok is False:
-        out += _ttft(spec, ttft, metrics)
+        out += _ttft(spec, ttft, metrics, model, traffic)
     if itl is not None and itl.ok is False:
-        out += _itl(spec, itl, metrics)
+        out += _itl(spec, itl, metrics, model, traffic)
     measured = [a for a in attainment.targets if a.ok is not None]
     if measured and all(a.ok for a in measured) and metrics.seconds >= LONG_WINDOW_S:
-        out += _shrink(spec, measured, metrics)
+        out += _shrink(spec, measured, metrics, model, traffic)
     return out

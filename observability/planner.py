@@ -34,6 +34,27 @@ def model_facts_from_source(source: str, roots: SourceRoots | None) -> dict | No
     return facts if isinstance(facts, dict) else None
 
 
+def model_facts_read(source: str, roots: SourceRoots) -> tuple[ModelFacts | None, str]:
+    """A stored deployment's model facts from its config.json (model_facts_from_source: a local source inside the
+    roots), else None and why, in words a member can act on. Nothing else is a source of facts for it: a request's
+    entered facts are not kept, and weights on S3 or Hugging Face are not read by the control plane."""
+    raw = model_facts_from_source(source, roots)
+    if raw is None:
+        if source.startswith("s3://"):
+            where = f"its weights are on S3 ({source}), and Tandem reads a model's config.json only from a local path"
+        elif not source.startswith("/"):
+            where = (f"its weights come from Hugging Face ({source}), and Tandem reads a model's config.json only "
+                     "from a local path")
+        else:
+            where = f"no config.json can be read in {source} inside the model sources the cluster allows the team"
+        return None, f"{where}, so the performance model has no facts for this model"
+    try:
+        return model_facts_parse(raw), ""
+    except SpecError as e:
+        why = " ".join(f"{k}: {m}" for k, v in e.errors.items() for m in v)
+        return None, f"{source}/config.json does not give the facts the performance model needs ({why})"
+
+
 def _gb(n: float) -> str:
     return f"{n / GIB:,.2f} GiB"
 

@@ -34,6 +34,13 @@ def _figure(seconds: float, error: tuple[float, float], correction: Correction |
     return {"expected_ms": round(seconds * ratio * 1000, 1), "range_ms": [round(low * 1000, 1), round(high * 1000, 1)]}
 
 
+def mm1_p95_wait_s(rate: float, service_s: float) -> float:
+    """The p95 wait of one M/M/1 server with `rate` arrivals per second, each served in `service_s` (ρ = rate ×
+    service_s below 1): ln(ρ / 0.05) / (μ − λ), zero when ρ ≤ 0.05."""
+    rho = rate * service_s
+    return math.log(rho / 0.05) / (1 / service_s - rate) if rho > 0.05 else 0.0
+
+
 def _profile_line(stage: str, est) -> str:
     p = est.profile
     lo, hi = p.prefill_error if stage == "prefill" else p.decode_error
@@ -95,7 +102,7 @@ def latency_plan(spec: DeploymentSpec, *, facts: ModelFacts, kv_bytes_per_reques
         lines.append(f"Latency: {out['text']}")
         return out
     mu = 1 / prefill_s
-    wait_s = math.log(rho / 0.05) / (mu - lam) if rho > 0.05 else 0.0
+    wait_s = mm1_p95_wait_s(lam, prefill_s)
     kv_s = kv_bytes_per_request * 8 / (link_gbps * 1e9) if link_gbps else 0.0
     lines.append(f"Latency, queue: M/M/1 per replica, p95 wait = ln({rho:.2f} / 0.05) / ({mu:,.2f} − {lam:g}) = "
                  f"{wait_s * 1000:,.1f} ms; KV transfer {kv_bytes_per_request:,} B × 8 / {link_gbps:g} Gbit/s = "

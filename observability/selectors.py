@@ -48,13 +48,17 @@ def _deployment_windows(d: Deployment, label: str, since: dt.datetime, until: dt
     return out
 
 
-def fleet_windows(spec: DeploymentSpec, *, user, now: dt.datetime) -> list[FleetWindow]:
+def fleet_windows(spec: DeploymentSpec, *, user=None, team=None, now: dt.datetime) -> list[FleetWindow]:
     """For each running deployment of the same weights (model source): its latest complete hour of enough traffic,
-    per stage. A deployment the user cannot see is named only as another team's."""
+    per stage. Named are the deployments the user can see, or those of `team` (the advisor's lines, which the
+    team reads and its events keep); any other only as another team's."""
     until = now.replace(minute=0, second=0, microsecond=0)
     running = Deployment.objects.filter(status=Status.RUNNING, spec__model_source=spec.model_source) \
         .select_related("team")
-    visible = set(deployments_visible_to(user).values_list("id", flat=True)) if user is not None else set()
+    if user is not None:
+        visible = set(deployments_visible_to(user).values_list("id", flat=True))
+    else:
+        visible = {d.pk for d in running if team is not None and d.team_id == team.pk}
     windows = []
     for d in running:
         label = f"{d.team.slug}/{d.name}" if d.pk in visible else "of another team"

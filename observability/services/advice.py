@@ -1,21 +1,26 @@
 """The advisor on stored data: attainment and per-stage rollups of a window in, diagnoses out; and turning a
 recommendation into an update through the normal path (a member's, or Tandem's where the team allows it)."""
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from django.db import transaction
+from django.db.models import Sum
 
 from deployments.errors import Conflict
 from deployments.event_kinds import EventKind
 from deployments.lifecycle import Status
+from deployments.model_sources import source_roots_of
 from deployments.models import Deployment
 from deployments.services.actions import deployment_update, deployment_update_by_tandem
 from deployments.services.events import event_record
 from deployments.spec import spec_request_shape
 from observability.advisor import Diagnosis, Recommendation, StageMetrics, advise, stage_metrics_from
+from observability.advisor_expected import ModelBasis
 from observability.attainment import Attainment, attainment
 from observability.histograms import Hist
-from observability.models import StageRollup, ValueRollup
+from observability.models import StageRollup, ThroughputRollup, ValueRollup
+from observability.planner import model_facts_read
+from observability.selectors import fleet_windows
 from observability.rollups import WINDOWS
 from observability.snapshot import Increase
 
@@ -49,7 +54,24 @@ def stage_metrics_read(*, deployment, window: str, now: dt.datetime) -> StageMet
                                           minute__gte=since, minute__lt=now):
         half = halves[row.minute >= middle]
         half.gauge[(row.name, row.pool)] = max(half.gauge.get((row.name, row.pool), row.value), row.value)
-    return stage_metrics_from(*halves, window=window, seconds=seconds)
+    traffic = ThroughputRollup.objects.filter(deployment=deployment, minute__gte=since, minute__lt=now).aggregate(
+        requests=Sum("requests"), prompt=Sum("prompt_tokens"), output=Sum("completion_tokens"))
+    return replace(stage_metrics_from(*halves, window=window, seconds=seconds), requests=traffic["requests"] or 0,
+                   prompt_tokens=traffic["prompt"] or 0, output_tokens=traffic["output"] or 0)
+
+
+def model_basis_read(*, deployment: Deployment, now: dt.datetime) -> ModelBasis:
+    """What the advisor predicts with: the facts of the model's config.json where the cluster's model sources let
+    Tandem read it (the one source of a stored deployment's facts; else why not), at the engine's dtype, and what
+    running deployments of the same model measured (this one included; the team's named, others not)."""
+    spec = deployment.spec_typed
+    facts, why = model_facts_read(spec.model_source, source_roots_of(cluster=deployment.cluster,
+                                                                     team=deployment.team))
+    if facts is None:
+        return ModelBasis(None, why)
+    if spec.engine.dtype != "auto":
+        facts = replace(facts, dtype=spec.engine.dtype)
+    return ModelBasis(facts, fleet=tuple(fleet_windows(spec, team=deployment.team, now=now)))
 
 
 def deployment_advice(*, deployment: Deployment, window: str, now: dt.datetime) -> Advice:
@@ -59,7 +81,8 @@ def deployment_advice(*, deployment: Deployment, window: str, now: dt.datetime) 
     if not att.targets:
         return Advice(att, ())
     metrics = stage_metrics_read(deployment=deployment, window=window, now=now)
-    return Advice(att, tuple(advise(spec=spec, attainment=att, metrics=metrics)))
+    model = model_basis_read(deployment=deployment, now=now)
+    return Advice(att, tuple(advise(spec=spec, attainment=att, metrics=metrics, model=model)))
 
 
 def _stale(rec_id: str) -> Conflict:
