@@ -40,6 +40,9 @@ def test_the_page_shows_attainment_and_diagnosis_and_applies_the_recommendation(
     assert 'data-measure="ttft"' in page and "25% (1 of 4)" in page and "missed" in page
     assert 'data-diagnosis="prefill_short"' in page and "prefill is short of replicas" in page
     assert "Recommendation: <strong>prefill replicas 1–2 → 2</strong>, +0 GPUs, +$0.00/h" in page
+    # Its weights are on S3: no config.json facts, so the expected TTFT is unavailable and the page says why.
+    assert ("expected TTFT: unavailable, because its weights are on S3 (s3://models/llama-3-8b), and Tandem reads a "
+            "model&#x27;s config.json only from a local path") in page
     fragment = client.get(f"/deployments/{d.pk}/targets/?targets_window=15m",
                           headers=htmx_headers("targets-panel")).content.decode()
     assert "<html" not in fragment and "Last 15m: 4 answered requests" in fragment
