@@ -96,10 +96,15 @@ def test_a_full_decode_expects_the_models_step_with_its_range_and_the_deployment
         in rec["expected"]
 
 
-@pytest.mark.parametrize("where", ["s3", "outside_the_roots"])
+@pytest.mark.parametrize("where", ["s3", "outside_the_roots", "not_a_decoder_config"])
 def test_facts_that_cannot_be_read_give_an_unavailable_figure_that_says_why(team, member, api, tmp_path, where):
-    (tmp_path / "config.json").write_text(json.dumps(LLAMA_8B))
-    if where == "s3":
+    config = {"architectures": ["CLIPModel"]} if where == "not_a_decoder_config" else LLAMA_8B
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    if where == "not_a_decoder_config":
+        d = _deployment(team, source=str(tmp_path), model_sources={"paths": [str(tmp_path)]})
+        why = (f"{tmp_path}/config.json does not give the facts the performance model needs (model_facts.num_layers: "
+               "A positive whole number is required (one of num_layers, num_hidden_layers).)")
+    elif where == "s3":
         d = _deployment(team, source="s3://models/llama-3-8b", model_sources={"s3": ["s3://models"]})
         why = ("its weights are on S3 (s3://models/llama-3-8b), and Tandem reads a model's config.json only from a "
                "local path, so the performance model has no facts for this model")
