@@ -149,6 +149,27 @@ def start_gateway(tmp: Path, **env) -> Proc:
     raise RuntimeError(f"gateway did not become ready: {log.read_text()[-3000:]}")
 
 
+class MinuteClock:
+    """A gateway clock (gateway/clock.py) that reads half a second into a minute now: gateways started with `env`
+    count rate limits in one window, `window`, for the next 59.5 s of real time, so a test that must stay in one
+    window needs no wait for a new minute of the wall clock. Time passes as usual; only the offset is chosen."""
+
+    def __init__(self):
+        now = time.time()
+        # 0.5 s in, not 0: `now - now % 60` can round to just below the boundary, a minute earlier.
+        self.offset = 0.5 - now % 60
+        self.window = int((now + self.offset) // 60)
+        self.env = {"TANDEM_GATEWAY_CLOCK_OFFSET_S": repr(self.offset)}
+
+    def now(self) -> float:
+        """What the gateways' clocks read."""
+        return time.time() + self.offset
+
+    def seconds_left(self) -> float:
+        """Real seconds until the gateways' window ends."""
+        return (self.window + 1) * 60 - self.now()
+
+
 def _wait_ready(proc: subprocess.Popen, base: str, log: Path, what: str, path: str = "/readyz") -> Proc:
     import httpx
 
