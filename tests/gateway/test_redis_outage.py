@@ -12,8 +12,8 @@ from django.db import connection
 
 from gateway.models import RequestRecord
 from gateway.tasks import drain_request_records
-from tests.gateway.conftest import start_gateway, wait_until
-from tests.support.processes import RedisServer
+from tests.gateway.conftest import start_gateway
+from tests.support.processes import RedisServer, wait_for
 
 MAX_STALE_S = 2.0  # the gateway's staleness limit in this test (TANDEM_GATEWAY_KEY_MAX_STALE_S)
 CHUNKS = 8  # the session's mock upstream sends this many content chunks
@@ -126,7 +126,7 @@ class Outage:
             drain_request_records()
             return ours.count() >= len(made)
 
-        assert wait_until(drained, timeout=20, interval=0.2)
+        wait_for(drained, timeout=20, every=0.2)
         time.sleep(0.5)  # anything written twice would have reached the database by now
         drain_request_records()
         records = list(ours)
