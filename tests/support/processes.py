@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
+import pytest
 from django.conf import settings
 from django.db import connection
 
@@ -73,6 +74,26 @@ class Worker:
             except subprocess.TimeoutExpired:
                 self.kill()
 
+
+
+@pytest.fixture
+def stop_at_end():
+    """Processes a test starts, each stopped at the test's end whatever happened:
+    `gw = stop_at_end(start_gateway(tmp_path))`, `w = stop_at_end(Worker(env).start())`. A start that fails raises
+    before anything is registered (each start_* kills its own process then), and what was registered before it is
+    stopped all the same, so no worker or gateway of a failed test serves the next one. Import it into the test
+    module that uses it."""
+    started = []
+
+    def keep(proc):
+        started.append(proc)
+        return proc
+
+    try:
+        yield keep
+    finally:
+        for proc in reversed(started):
+            proc.stop()
 
 
 def wait_for_idle_workers(redis, *, timeout: float = 60.0) -> None:
