@@ -30,7 +30,7 @@ from tests.e2e.conftest import MODEL, local_cluster_config, ray_apps
 from tandemctl import errors
 from tests.factories import MembershipFactory, TeamFactory, local_spec_input
 from tests.support.paired import paired_ratio_below
-from tests.support.processes import Worker, running, start_gateway, start_web, wait_for, worker_environment
+from tests.support.processes import Worker, start_gateway, start_web, stop_at_end, wait_for, worker_environment
 from tests.support.tandemctl import tandemctl
 
 pytestmark = [pytest.mark.pd, pytest.mark.e2e, pytest.mark.timeout(1800)]
@@ -88,16 +88,16 @@ def greedy_answer(base_url: str, key: str) -> str | None:
     return chat.choices[0].message.content
 
 
-def test_pd_deployment_end_to_end(transactional_db, redis_client, local_ray, tmp_path, running):
+def test_pd_deployment_end_to_end(transactional_db, redis_client, local_ray, tmp_path, stop_at_end):
     team = TeamFactory(slug="ml-research", gpu_quota=0)
     member = MembershipFactory(team=team, role=Membership.Role.MEMBER).user
     admin = MembershipFactory(team=team, role=Membership.Role.ADMIN).user
     cluster = Cluster.objects.create(name="local", kind=Cluster.Kind.RAY, secret_ref=local_ray["secret_ref"],
                                      config=local_cluster_config(local_ray))
-    gateway = running(start_gateway(tmp_path))
-    worker = running(Worker(worker_environment(tmp_path, TANDEM_GATEWAY_BASE_URL=f"{gateway.base_url}/v1",
-                                               TANDEM_TASK_TIME_LIMIT="300")).start())
-    web = running(start_web(tmp_path))
+    gateway = stop_at_end(start_gateway(tmp_path))
+    stop_at_end(Worker(worker_environment(tmp_path, TANDEM_GATEWAY_BASE_URL=f"{gateway.base_url}/v1",
+                                      TANDEM_TASK_TIME_LIMIT="300")).start())
+    web = stop_at_end(start_web(tmp_path))
     # Personal access tokens, as a pipeline holds them; tandemctl reads TANDEM_TOKEN and TANDEM_URL.
     as_member, as_admin = ({"token": credential_mint(model=AccessToken, user=user, name="ci")[1],
                             "server": web.base_url, "home": tmp_path} for user in (member, admin))
