@@ -24,10 +24,10 @@ def _one(client: OpenAI, model: str) -> tuple[float, float]:
     return ttft or float("nan"), time.perf_counter() - started
 
 
-def latency_p50(*, direct_url: str, gateway_url: str, api_key: str, model: str, runs: int = 10,
-                warmup: int = 2) -> dict[str, tuple[float, float]]:
-    """Median (TTFT, end-to-end) in seconds per path over `runs` streamed chats each, alternating, after `warmup`
-    unmeasured chats on each path."""
+def latency_samples(*, direct_url: str, gateway_url: str, api_key: str, model: str, runs: int = 10,
+                    warmup: int = 2) -> dict[str, list[tuple[float, float]]]:
+    """(TTFT, end-to-end) in seconds of each of `runs` streamed chats per path, alternating (the i-th of each path
+    ran back to back: a pair), after `warmup` unmeasured chats on each path."""
     clients = {"direct": OpenAI(base_url=direct_url, api_key="unused", max_retries=0, timeout=120),
                "gateway": OpenAI(base_url=gateway_url, api_key=api_key, max_retries=0, timeout=120)}
     samples = {name: [] for name in clients}
@@ -36,8 +36,18 @@ def latency_p50(*, direct_url: str, gateway_url: str, api_key: str, model: str, 
             sample = _one(client, model)
             if i >= warmup:
                 samples[name].append(sample)
+    return samples
+
+
+def medians(samples: dict[str, list[tuple[float, float]]]) -> dict[str, tuple[float, float]]:
+    """Median (TTFT, end-to-end) per path."""
     return {name: (statistics.median(t for t, _ in s), statistics.median(e for _, e in s))
             for name, s in samples.items()}
+
+
+def latency_p50(*, runs: int = 10, **kwargs) -> dict[str, tuple[float, float]]:
+    """Median (TTFT, end-to-end) in seconds per path over `runs` streamed chats each (latency_samples)."""
+    return medians(latency_samples(runs=runs, **kwargs))
 
 
 def latency_table(p50: dict[str, tuple[float, float]], runs: int) -> str:

@@ -7,6 +7,7 @@ from collections import Counter
 
 from redis.exceptions import RedisError
 
+from gateway import clock
 from gateway.errors import rate_limited
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ class RateLimiter:
         rpm, tpm = key.requests_per_minute, key.tokens_per_minute
         if not rpm and not tpm:
             return
-        now = time.time()
+        now = clock.now()
         window = int(now // 60)
         counts = self._live.get(key.key_id)
         if counts is None or counts.window != window:
@@ -111,7 +112,7 @@ class RateLimiter:
             counts = self._live.get(key_id)
             if counts is not None:
                 counts.dirty = True
-        current = int(time.time() // 60)
+        current = int(clock.now() // 60)
         queued = []
         for key_id, counts in list(self._live.items()):
             if counts.window < current - 1 or (len(self._live) > self._max_keys and not counts.dirty):

@@ -8,7 +8,7 @@ import time
 import orjson
 from redis.exceptions import RedisError
 
-from gateway import metrics
+from gateway import clock, metrics
 from gateway.config import RECORD_STREAM, RECORD_STREAM_MAXLEN, RECORDS_PER_ENTRY
 
 log = logging.getLogger("gateway.access")
@@ -17,7 +17,7 @@ MAX_BUFFERED = 200_000  # records kept in memory while Redis is away, then the o
 
 
 class Record:
-    """One request; timestamps come from perf_counter, `created_at` from the wall clock."""
+    """One request; timestamps come from perf_counter, `created_at` from the gateway's wall clock (gateway/clock.py)."""
 
     __slots__ = ("request_id", "client_request_id", "created_at", "t0", "endpoint", "stream", "model", "key_pk",
                  "key_id", "tpm", "deployment_id", "status_code", "error_type", "prompt_tokens", "completion_tokens", "partial",
@@ -27,7 +27,7 @@ class Record:
     def __init__(self, request_id: str, endpoint: str, client_request_id: str = ""):
         self.request_id = request_id
         self.client_request_id = client_request_id
-        self.created_at = time.time()
+        self.created_at = clock.now()
         self.t0 = time.perf_counter()
         self.endpoint = endpoint
         self.stream = False

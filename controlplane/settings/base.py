@@ -253,6 +253,8 @@ TANDEM_GATEWAY_AUTH_FAILURES_PER_MINUTE = env_int("TANDEM_GATEWAY_AUTH_FAILURES_
 # Proxies (comma-separated addresses/CIDRs, uvicorn's syntax) trusted to name the client in X-Forwarded-For.
 TANDEM_GATEWAY_FORWARDED_ALLOW_IPS = env("TANDEM_GATEWAY_FORWARDED_ALLOW_IPS", "")
 TANDEM_GATEWAY_MAX_HEADER_BYTES = env_int("TANDEM_GATEWAY_MAX_HEADER_BYTES", 64 * 1024)
+# Seconds added to the wall clock of the per-minute rate-limit windows (gateway/clock.py); tests only, keep 0.
+TANDEM_GATEWAY_CLOCK_OFFSET_S = env_float("TANDEM_GATEWAY_CLOCK_OFFSET_S", 0.0)
 
 # --- Company sign-in (OpenID Connect, mozilla-django-oidc) -------------------------------------------------
 # On when a client id is set. The provider's endpoints are named one by one (its discovery document lists them);

@@ -165,7 +165,6 @@ def test_a_key_revoked_in_admin_is_refused_by_a_running_gateway_within_a_second(
     key, raw = api_key_create(actor=member, team=team, name="ci")
     gateway = start_gateway(tmp_path)
     try:
-        assert_key_refused_within([gateway.base_url], raw, lambda: run_action(admin_client, "apikey", "revoke", key),
-                                  seconds=1.0)
+        assert_key_refused_within([gateway.base_url], raw, lambda: run_action(admin_client, "apikey", "revoke", key))
     finally:
         gateway.stop()

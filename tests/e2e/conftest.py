@@ -8,13 +8,12 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.support.processes import free_port
+from tests.support.processes import free_port, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNTIME = Path(os.environ.get("TANDEM_RUNTIME_DIR") or Path.home() / ".cache/tandem/pd-runtime")
@@ -78,9 +77,8 @@ def no_application_outlives_its_test(request):
         return
     httpx.delete(f"{state['dashboard_url']}/api/serve/applications/", headers=_auth(state),
                  timeout=60).raise_for_status()
-    deadline = time.monotonic() + 300
-    while ray_apps(state) and time.monotonic() < deadline:
-        time.sleep(2)
+    # A head that keeps them fails here, naming them, rather than starving the next test's engines unseen.
+    wait_for(lambda: not ray_apps(state), timeout=300, every=2, what="Serve's applications to be gone")
 
 
 def local_cluster_config(state: dict, **extra) -> dict:

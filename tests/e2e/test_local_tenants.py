@@ -15,7 +15,7 @@ from deployments.models import Cluster, Deployment, Membership
 from tests.e2e.conftest import MODEL, local_cluster_config, ray_apps
 from tests.e2e.test_local_pd import status_of
 from tests.factories import MembershipFactory, TeamFactory, UserFactory, local_spec_input
-from tests.support.processes import Worker, start_gateway, wait_for, worker_environment
+from tests.support.processes import Worker, start_gateway, stop_at_end, wait_for, worker_environment
 
 pytestmark = [pytest.mark.pd, pytest.mark.e2e, pytest.mark.timeout(1800)]
 PROMPT = [{"role": "user", "content": "Tell me about the cluster."}]
@@ -55,15 +55,15 @@ def _answered_or_none(base_url: str, api_key: str) -> str | None:
 
 
 def test_two_teams_share_one_ray_cluster_each_with_its_own_weights(transactional_db, redis_client, local_ray,
-                                                                    tiny_variant, tmp_path):
+                                                                    tiny_variant, tmp_path, stop_at_end):
     teams = {"team-a": MODEL, "team-b": tiny_variant}
     Cluster.objects.create(name="local", kind=Cluster.Kind.RAY, secret_ref=local_ray["secret_ref"],
                            config=local_cluster_config(local_ray, model_sources={"teams": {
                                slug: {"paths": [str(path)]} for slug, path in teams.items()}}))
     approver = UserFactory(is_staff=True, is_superuser=True)
-    gateway = start_gateway(tmp_path)
-    worker = Worker(worker_environment(tmp_path, TANDEM_GATEWAY_BASE_URL=f"{gateway.base_url}/v1",
-                                       TANDEM_TASK_TIME_LIMIT="300")).start()
+    gateway = stop_at_end(start_gateway(tmp_path))
+    stop_at_end(Worker(worker_environment(tmp_path, TANDEM_GATEWAY_BASE_URL=f"{gateway.base_url}/v1",
+                                      TANDEM_TASK_TIME_LIMIT="300")).start())
     api, pks, keys = APIClient(), {}, {}
     memory = {"idle": ray_memory(local_ray["pid"])}
     try:
@@ -120,5 +120,3 @@ def test_two_teams_share_one_ray_cluster_each_with_its_own_weights(transactional
         assert ray_apps(local_ray) == {}
     finally:
         print(f"\nRay session memory (GiB): {memory}")
-        worker.stop()
-        gateway.stop()

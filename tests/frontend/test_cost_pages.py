@@ -1,6 +1,7 @@
 """The portal's cost page, the budget banner, the deployment's cost card, and its pause and resume buttons; and
 the cost page in a real browser (its chart drawn by the vendored Chart.js), screenshotted."""
 import datetime as dt
+import re
 
 import pytest
 from django.urls import reverse
@@ -29,6 +30,29 @@ def test_cost_page_shows_spend_by_deployment_with_the_chart_data_and_the_csv_lin
     assert "chat-8b" in page and 'id="spend-data"' in page and 'id="spend-chart"' in page
     assert f"/api/v1/teams/{team.slug}/spend/?format=csv&amp;month={timezone.now():%Y-%m}" in page
     assert signed_in(member).get(reverse("frontend:team-cost"), {"month": "nope"}).status_code == 404
+
+
+@pytest.mark.django_db
+def test_cost_page_figures_are_the_hours_run_times_the_hourly_price(signed_in, member, team, cluster):
+    """A deployment of two nodes (one per pool) that started running 3 h before this month began, on a cluster
+    that prices its nodes at $7.50 an hour: last month's page bills exactly those 6 node-hours, $45.00, all on the
+    month's last day."""
+    d = DeploymentFactory(team=team, cluster=cluster, requested_by=member, name="chat-8b", status=Status.RUNNING)
+    assert (d.spec["prefill"]["nodes"], d.spec["decode"]["nodes"]) == (1, 1)
+    cluster.config = {**cluster.config,
+                      "prices": {d.spec[pool]["instance_type"]: 7.5 for pool in ("prefill", "decode")}}
+    cluster.save()
+    month_start = timezone.now().replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    for kind, after in (("requested", {"spec": d.spec}), ("status_running", {"status": "running"})):
+        e = Event.objects.create(kind=kind, team=team, deployment=d, after=after)
+        Event.objects.filter(pk=e.pk).update(created_at=month_start - dt.timedelta(hours=3))
+    last_month = month_start - dt.timedelta(days=1)
+    page = signed_in(member).get(reverse("frontend:team-cost"), {"month": f"{last_month:%Y-%m}"}).content.decode()
+    assert "data-cost-total>$45.00<" in page
+    assert re.search(r">chat-8b</a></td><td>6\.00</td><td>\$45\.00</td>", page), page
+    assert re.findall(r"<tr><td>(\w+ \d+)</td><td>\$([\d.]+)</td></tr>", page) == [
+        (f"{last_month:%b} {last_month.day}", "45.00")]
+    assert f"/api/v1/teams/{team.slug}/spend/?format=csv&amp;month={last_month:%Y-%m}" in page
 
 
 @pytest.mark.django_db

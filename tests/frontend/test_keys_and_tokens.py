@@ -132,8 +132,11 @@ def test_keys_never_live_forever(signed_in, member, team):
 def test_team_admins_set_key_and_token_lifetimes_on_the_team_page(signed_in, member, team_admin, team):
     page = signed_in(member).get(TEAM).content.decode()
     assert 'name="credential_max_days"' not in page and "at most 365 days" in page
+    before = (team.credential_default_days, team.credential_max_days)
     response = signed_in(member).post(TEAM, {"credential_default_days": "1", "credential_max_days": "3650"})
     assert response.status_code == 403
+    team.refresh_from_db()
+    assert (team.credential_default_days, team.credential_max_days) == before
     response = signed_in(team_admin).post(TEAM, {"credential_default_days": "7", "credential_max_days": "30"})
     assert response.status_code == 302
     team.refresh_from_db()

@@ -1,5 +1,5 @@
 """Real processes for gateway tests: the mock upstream and `python -m gateway`, on the test database."""
-import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -11,7 +11,7 @@ from deployments.services.api_keys import api_key_create
 from gateway.models import RequestRecord
 from gateway.tasks import drain_request_records
 from tests.factories import ClusterFactory, DeploymentFactory, MembershipFactory, TeamFactory
-from tests.support.processes import Proc, start_mock_upstream
+from tests.support.processes import MinuteClock, Proc, start_mock_upstream, wait_for
 from tests.support.processes import start_gateway as support_start_gateway
 
 RAY_TOKEN = "ray-token-for-tests"
@@ -41,6 +41,56 @@ def gateway(django_db_setup, django_db_blocker, mock_upstream, tmp_path_factory)
     proc.stop()
 
 
+class MinuteGateways:
+    """Two gateways whose clocks read one minute (`clock`, a MinuteClock), for tests of per-minute rate limits."""
+
+    def __init__(self, tmp: Path):
+        self.tmp = tmp
+        self.clock: MinuteClock | None = None
+        self.members: list[Proc] = []
+
+    def renew(self, *, need_s: float) -> None:
+        """Start a fresh pair on a new clock unless the current pair's minute has `need_s` left."""
+        if self.clock is not None and self.clock.seconds_left() >= need_s:
+            return
+        self.stop()
+        self.clock = MinuteClock()
+        with ThreadPoolExecutor(2) as pool:  # a start is mostly waiting for Django's imports: overlap the two
+            starting = [pool.submit(start_gateway, self.tmp, **self.clock.env) for _ in range(2)]
+            for future in starting:
+                try:
+                    self.members.append(future.result())
+                except Exception:
+                    self.stop()
+                    raise
+
+    def stop(self) -> None:
+        for member in self.members:
+            member.stop()
+        self.members = []
+
+
+@pytest.fixture(scope="module")
+def _minute_gateway_pair(django_db_setup, django_db_blocker, mock_upstream, tmp_path_factory):
+    pair = MinuteGateways(tmp_path_factory.mktemp("minute-gw"))
+    try:
+        yield pair
+    finally:
+        pair.stop()
+
+
+@pytest.fixture
+def minute_gateways(_minute_gateway_pair) -> MinuteGateways:
+    """Two gateways with at least 30 s left in their clocks' current minute (no test here takes 10 s, so that is
+    room for a loaded machine): a test's requests all count in the window `clock.window`. The pair is shared by
+    the module's tests and restarted on a new clock when its minute runs short. A test that still outlasted the
+    minute fails here rather than as a puzzling count."""
+    pair = _minute_gateway_pair
+    pair.renew(need_s=30)
+    yield pair
+    assert pair.clock.seconds_left() > 0, "the test outlasted its gateways' minute: its counts span two windows"
+
+
 @pytest.fixture
 def mock_requests(mock_upstream):
     """What upstream saw, by the X-Request-ID the gateway sent (its own id, the record's `request_id`)."""
@@ -59,9 +109,7 @@ def drained(client_request_id: str, timeout: float = 5.0) -> RequestRecord:
         drain_request_records()
         return RequestRecord.objects.filter(client_request_id=client_request_id).first()
 
-    record = wait_until(find, timeout=timeout, interval=0.1)
-    assert record is not None, f"no record for {client_request_id}"
-    return record
+    return wait_for(find, timeout=timeout, what=f"the record of {client_request_id}")
 
 
 def upstream_of(mock_requests, client_request_id: str) -> dict:
@@ -116,12 +164,3 @@ def openai_client(gateway):
 
     return make
 
-
-def wait_until(predicate, timeout: float = 5.0, interval: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    return predicate()

@@ -7,10 +7,10 @@ import time
 import httpx
 
 from gateway.models import RequestRecord
-from tests.gateway.conftest import wait_until
 from tests.gateway.test_errors import CHAT
 from tests.gateway.test_hostile import _proxied, _through
 from tests.support import processes
+from tests.support.processes import wait_for
 
 
 def test_the_drain_process_recovers_when_postgresql_drops_its_connections(world, gateway, tmp_path):
@@ -31,15 +31,15 @@ def test_the_drain_process_recovers_when_postgresql_drops_its_connections(world,
 
     try:
         assert ask("before-restart") == 200
-        assert wait_until(lambda: recorded("before-restart"), timeout=10, interval=0.1)
+        wait_for(lambda: recorded("before-restart"), timeout=10, every=0.1)
         pg.cut()  # as a restart does: every connection dropped, new ones refused for a while
         assert ask("during-restart") == 200
         time.sleep(1.0)  # several drain passes fail meanwhile
         pg.restore()
         restored = time.monotonic()
         assert ask("after-restart") == 200
-        assert wait_until(lambda: recorded("during-restart") and recorded("after-restart"), timeout=10,
-                          interval=0.1), log.read_text()[-2000:]
+        wait_for(lambda: recorded("during-restart") and recorded("after-restart"), timeout=10,
+                          every=0.1), log.read_text()[-2000:]
         print(f"drain caught up {time.monotonic() - restored:.2f} s after PostgreSQL came back")
         assert RequestRecord.objects.filter(client_request_id__endswith="-restart").count() == 3
     finally:

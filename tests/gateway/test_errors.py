@@ -1,5 +1,6 @@
 """Every error the gateway answers is OpenAI-shaped with the right status; none is a 500 page."""
 import datetime as dt
+import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -7,11 +8,13 @@ import httpx
 import openai
 import pytest
 from django.utils import timezone
+from openai import OpenAI
 
 from deployments.models import ApiKey
 from deployments.services.api_keys import api_key_create
-from tests.gateway.conftest import start_gateway, wait_until
-from tests.support.processes import free_port
+from gateway.ratelimit import SYNC_S
+from tests.gateway.conftest import start_gateway
+from tests.support.processes import free_port, wait_for
 
 
 def assert_openai_error(response: httpx.Response, status: int, code: str | None = None):
@@ -65,59 +68,71 @@ def test_404_unknown_model_including_another_teams(world, gateway):
     assert_openai_error(post(gateway, raw, {"model": "theirs", **CHAT}), 404, "model_not_found")
 
 
-def test_429_requests_per_minute_with_retry_after(world, gateway, openai_client):
+def test_429_requests_per_minute_with_retry_after(world, minute_gateways):
     world.deployment("m")
     _, raw = world.key(requests_per_minute=2)
+    gateway, clock = minute_gateways.members[0], minute_gateways.clock
     for _ in range(2):
         assert post(gateway, raw, {"model": "m", **CHAT}).status_code == 200
+    before = clock.now()
     r = post(gateway, raw, {"model": "m", **CHAT})
+    after = clock.now()
     assert_openai_error(r, 429, "rate_limit_exceeded")
-    assert 1 <= int(r.headers["retry-after"]) <= 60
+    # Retry-After: the whole seconds left in the gateway's minute when it refused, which lay between these two.
+    end = (clock.window + 1) * 60
+    assert math.ceil(end - after) <= int(r.headers["retry-after"]) <= math.ceil(end - before), (
+        r.headers["retry-after"], end - after, end - before)
     with pytest.raises(openai.RateLimitError):
-        openai_client(raw).chat.completions.create(model="m", **CHAT)
+        OpenAI(base_url=gateway.base_url + "/v1", api_key=raw, max_retries=0).chat.completions.create(
+            model="m", **CHAT)
 
 
-def test_request_limits_are_shared_by_replicas(world, gateway, tmp_path):
+def test_request_limits_are_shared_by_replicas(world, minute_gateways, redis_client):
     """Each replica counts its own requests and syncs with Redis every 50 ms, or before answering when its counts
     are older than half a second: what one admitted, the other knows."""
     world.deployment("m")
-    _, raw = world.key(requests_per_minute=10)
-    second = start_gateway(tmp_path)
-    try:
-        if time.time() % 60 > 55:  # the counts must not start again at a new minute halfway through
-            time.sleep(61 - time.time() % 60)
-        assert [post(gateway, raw, {"model": "m", **CHAT}).status_code for _ in range(6)] == [200] * 6
-        time.sleep(0.3)
-        assert [post(second, raw, {"model": "m", **CHAT}).status_code for _ in range(6)] == [200] * 4 + [429] * 2
-        time.sleep(0.6)  # the first replica has been quiet since: it reads the totals before answering
-        assert post(gateway, raw, {"model": "m", **CHAT}).status_code == 429
-    finally:
-        second.stop()
+    key, raw = world.key(requests_per_minute=10)
+    first, second = minute_gateways.members
+    counter = f"tandem:rl:{key.key_id}:{minute_gateways.clock.window}:r"
+    assert [post(first, raw, {"model": "m", **CHAT}).status_code for _ in range(6)] == [200] * 6
+    wait_for(lambda: int(redis_client.get(counter) or 0) == 6, timeout=5, what="the first replica's 6 in Redis")
+    # The second replica has not used this key: it reads the totals before its first answer.
+    assert [post(second, raw, {"model": "m", **CHAT}).status_code for _ in range(6)] == [200] * 4 + [429] * 2
+    wait_for(lambda: int(redis_client.get(counter) or 0) == 12, timeout=5, what="the second replica's 6 in Redis")
+    # The first replica's counts are then older than SYNC_S (its last flush read 6): it reads the totals before
+    # answering. Waiting here is the condition itself (a quiet spell), not a stand-in for one.
+    time.sleep(SYNC_S + 0.1)
+    assert post(first, raw, {"model": "m", **CHAT}).status_code == 429
 
 
-def test_429_tokens_per_minute(world, gateway):
+def test_429_tokens_per_minute(world, minute_gateways, redis_client):
     world.deployment("m")
-    _, raw = world.key(tokens_per_minute=5)  # one answer is 8 completion tokens
-    assert post(gateway, raw, {"model": "m", **CHAT}).status_code == 200
-    time.sleep(0.3)  # tokens are counted by the recorder, off the hot path
-    r = post(gateway, raw, {"model": "m", **CHAT})
+    key, raw = world.key(tokens_per_minute=5)  # one answer is 8 completion tokens
+    gateway = minute_gateways.members[0]
+    answer = post(gateway, raw, {"model": "m", **CHAT})
+    assert answer.status_code == 200
+    # Tokens are counted by the recorder, off the hot path: once its flush has put them in Redis, the next
+    # flush (every 50 ms) brings the total back to the replica that serves the next request.
+    counter = f"tandem:rl:{key.key_id}:{minute_gateways.clock.window}:t"
+    used = answer.json()["usage"]["total_tokens"]
+    wait_for(lambda: int(redis_client.get(counter) or 0) == used, timeout=5, what=f"{used} tokens in {counter}")
+    r = wait_for(lambda: (lambda r: r if r.status_code != 200 else None)(post(gateway, raw, {"model": "m", **CHAT})),
+                 timeout=5, what="a refusal once the tokens are counted")
     assert_openai_error(r, 429, "rate_limit_exceeded")
     assert "tokens" in r.json()["error"]["message"]
 
 
-def test_the_tokens_of_requests_flushed_together_all_count(world, gateway, redis_client):
+def test_the_tokens_of_requests_flushed_together_all_count(world, minute_gateways, redis_client):
     """A flush sums each key's tokens before it sends them: the minute's counter holds every answer's usage."""
     world.deployment("m")
     key, raw = world.key(tokens_per_minute=1_000_000)
-    if time.time() % 60 > 50:  # all of them in one minute's counter
-        time.sleep(61 - time.time() % 60)
-    window = int(time.time() // 60)
+    gateway = minute_gateways.members[0]
     with ThreadPoolExecutor(8) as pool:
         answers = list(pool.map(lambda _: post(gateway, raw, {"model": "m", **CHAT}), range(16)))
     assert [a.status_code for a in answers] == [200] * 16
     used = sum(a.json()["usage"]["total_tokens"] for a in answers)
-    counter = f"tandem:rl:{key.key_id}:{window}:t"
-    assert wait_until(lambda: int(redis_client.get(counter) or 0) == used), (redis_client.get(counter), used)
+    counter = f"tandem:rl:{key.key_id}:{minute_gateways.clock.window}:t"
+    wait_for(lambda: int(redis_client.get(counter) or 0) == used, timeout=5, what=f"{used} tokens in {counter}")
 
 
 def test_413_body_too_large(world, gateway):
@@ -213,7 +228,7 @@ def test_users_wait_for_the_first_conformance_run_while_tandem_checks_the_endpoi
     d.conditions = condition_set(d.conditions, type="ConformancePassed", status=False, reason="ChecksFailed",
                                  generation=d.generation, now=timezone.now())
     d.save()
-    assert wait_until(lambda: post(gateway, raw, {"model": "m", **CHAT}).status_code == 200, timeout=6)
+    wait_for(lambda: post(gateway, raw, {"model": "m", **CHAT}).status_code == 200, timeout=6)
 
 
 def test_a_key_named_like_tandems_service_key_gets_nothing_special(world, gateway):

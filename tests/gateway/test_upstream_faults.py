@@ -7,9 +7,9 @@ import httpx
 import openai
 import pytest
 
-from tests.gateway.conftest import drained, start_gateway, upstream_of, wait_until
+from tests.gateway.conftest import drained, start_gateway, upstream_of
 from tests.gateway.test_errors import CHAT, assert_openai_error, post
-from tests.support.processes import start_mock_upstream
+from tests.support.processes import start_mock_upstream, wait_for
 
 
 def test_a_stream_that_stalls_mid_way_ends_with_an_error_event_not_a_hang(world, gateway, mock_requests,
@@ -29,7 +29,7 @@ def test_a_stream_that_stalls_mid_way_ends_with_an_error_event_not_a_hang(world,
     assert 2 <= waited < 5, waited  # the read timeout ended it, not the client's own 10 s
     record = drained("rid-stall")
     assert record.partial and record.error_type == "upstream_timeout" and record.completion_tokens == 3
-    assert wait_until(lambda: upstream_of(mock_requests, "rid-stall").get("cancelled"), timeout=3)
+    wait_for(lambda: upstream_of(mock_requests, "rid-stall").get("cancelled"), timeout=3)
     with pytest.raises(openai.APIError):  # the SDK raises rather than waiting for ever
         list(openai_client(raw, timeout=10).chat.completions.create(model="stalls", stream=True, **CHAT))
 

@@ -11,7 +11,8 @@ from gateway.config import RECORD_STREAM
 from gateway.models import RequestRecord
 from gateway.tasks import drain_request_records
 from tests.factories import MembershipFactory, UserFactory
-from tests.gateway.conftest import drained, wait_until
+from tests.gateway.conftest import drained
+from tests.support.processes import wait_for
 
 TOTAL = 10_000
 CONCURRENCY = 48
@@ -57,7 +58,7 @@ def test_ten_thousand_requests_each_have_exactly_one_matching_record(world, gate
         drain_request_records()
         return RequestRecord.objects.filter(client_request_id__startswith="bulk-").count() >= TOTAL
 
-    assert wait_until(all_drained, timeout=60, interval=0.2)
+    wait_for(all_drained, timeout=60, every=0.2)
     records = {r.client_request_id: r for r in RequestRecord.objects.filter(client_request_id__startswith="bulk-")}
     assert set(records) == completed
     assert len({r.request_id for r in records.values()}) == TOTAL and all(r.request_id in upstream
@@ -107,7 +108,7 @@ def test_usage_api_totals_per_key_for_team_members_only(world, gateway, api):
         drain_request_records()
         return RequestRecord.objects.count() >= 4
 
-    assert wait_until(all_four, timeout=5)
+    wait_for(all_four, timeout=5)
     api.force_authenticate(world.member)
     r = api.get(f"/api/v1/usage/?deployment={dep.pk}&window=24h")
     assert r.status_code == 200
@@ -135,7 +136,7 @@ def test_metrics_by_deployment(world, gateway):
         # between the two: wait for the TTFT count, which is observed last, to reach one.
         return text if f'tandem_gateway_ttft_seconds_count{{deployment="{dep.pk}"}} 1.0' in text else None
 
-    text = wait_until(scraped, timeout=3)
+    text = wait_for(scraped, timeout=3)
     assert text, "no TTFT series for the deployment"
     assert f'tandem_gateway_requests_total{{deployment="{dep.pk}",endpoint="chat.completions",status="200"}}' in text
     assert f'tandem_gateway_tokens_total{{deployment="{dep.pk}",kind="completion"}}' in text
@@ -151,7 +152,7 @@ def test_last_used_at_is_updated(world, gateway):
         drain_request_records()
         return ApiKey.objects.get(pk=key.pk).last_used_at
 
-    assert wait_until(used, timeout=5)
+    wait_for(used, timeout=5)
 
 
 def test_access_log_has_one_json_line_per_request_matching_its_record(world, gateway, mock_requests):
@@ -175,7 +176,7 @@ def test_access_log_has_one_json_line_per_request_matching_its_record(world, gat
                     lines[entry["client_request_id"]] = entry
         return lines if len(lines) == 3 else None
 
-    lines = wait_until(logged, timeout=5)
+    lines = wait_for(logged, timeout=5)
     assert lines, "the access log has no line for some of the requests"
     for record in records:
         entry = lines[record.client_request_id]

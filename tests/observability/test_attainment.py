@@ -125,3 +125,27 @@ def test_tandem_applies_within_the_approved_bounds_only_for_a_team_that_allows_i
     _queue_growing(beyond, now)
     Deployment.objects.filter(pk=beyond.pk).update(status_changed_at=now - dt.timedelta(hours=2))
     assert recommendations_auto_apply(deployment_id=beyond.pk, now=now) is None  # needs an approver
+
+
+def test_the_beat_job_sends_the_advisor_to_each_running_deployment_of_teams_that_allow_it(team, redis_client):
+    """Beat's `apply-recommendations` entry names a registered task; that task enqueues one advisor pass per
+    running deployment whose team allows auto-apply, and none for a team that does not or a deployment that is not
+    running. The pass it enqueues applies what the advisor recommends (the test above)."""
+    from celery import current_app
+    from django.conf import settings
+
+    from observability.tasks import apply_recommendations, apply_recommendations_for
+    from tests.factories import TeamFactory
+    from tests.support.broker import queued
+
+    entry = settings.CELERY_BEAT_SCHEDULE["apply-recommendations"]
+    assert entry["task"] == apply_recommendations.name and entry["task"] in current_app.tasks
+    assert entry["schedule"] == 300.0
+    team.auto_apply_recommendations = True
+    team.save()
+    allowed = _deployment(team)
+    paused = _deployment(team)
+    Deployment.objects.filter(pk=paused.pk).update(status="paused")
+    _deployment(TeamFactory(slug="careful"))  # auto_apply_recommendations is off by default
+    assert apply_recommendations() == 1
+    assert queued(redis_client, task=apply_recommendations_for.name) == [[allowed.pk]]

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
+import pytest
 from django.conf import settings
 from django.db import connection
 
@@ -73,6 +74,26 @@ class Worker:
             except subprocess.TimeoutExpired:
                 self.kill()
 
+
+
+@pytest.fixture
+def stop_at_end():
+    """Processes a test starts, each stopped at the test's end whatever happened:
+    `gw = stop_at_end(start_gateway(tmp_path))`, `w = stop_at_end(Worker(env).start())`. A start that fails raises
+    before anything is registered (each start_* kills its own process then), and what was registered before it is
+    stopped all the same, so no worker or gateway of a failed test serves the next one. Import it into the test
+    module that uses it."""
+    started = []
+
+    def keep(proc):
+        started.append(proc)
+        return proc
+
+    try:
+        yield keep
+    finally:
+        for proc in reversed(started):
+            proc.stop()
 
 
 def wait_for_idle_workers(redis, *, timeout: float = 60.0) -> None:
@@ -147,6 +168,27 @@ def start_gateway(tmp: Path, **env) -> Proc:
         time.sleep(0.1)
     proc.kill()
     raise RuntimeError(f"gateway did not become ready: {log.read_text()[-3000:]}")
+
+
+class MinuteClock:
+    """A gateway clock (gateway/clock.py) that reads half a second into a minute now: gateways started with `env`
+    count rate limits in one window, `window`, for the next 59.5 s of real time, so a test that must stay in one
+    window needs no wait for a new minute of the wall clock. Time passes as usual; only the offset is chosen."""
+
+    def __init__(self):
+        now = time.time()
+        # 0.5 s in, not 0: `now - now % 60` can round to just below the boundary, a minute earlier.
+        self.offset = 0.5 - now % 60
+        self.window = int((now + self.offset) // 60)
+        self.env = {"TANDEM_GATEWAY_CLOCK_OFFSET_S": repr(self.offset)}
+
+    def now(self) -> float:
+        """What the gateways' clocks read."""
+        return time.time() + self.offset
+
+    def seconds_left(self) -> float:
+        """Real seconds until the gateways' window ends."""
+        return (self.window + 1) * 60 - self.now()
 
 
 def _wait_ready(proc: subprocess.Popen, base: str, log: Path, what: str, path: str = "/readyz") -> Proc:

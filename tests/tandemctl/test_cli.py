@@ -21,8 +21,8 @@ from tandemctl.client import operations_missing
 from tests.factories import (MODEL_SOURCES, ClusterFactory, DeploymentFactory, MembershipFactory, TeamFactory,
                              spec_input)
 from tests.observability.test_planner import LLAMA_8B
-from tests.support.processes import (ROOT, Worker, start_gateway, start_mock_upstream, start_web, wait_for,
-                                     worker_environment)
+from tests.support.processes import (ROOT, Worker, start_gateway, start_mock_upstream, start_web, stop_at_end,
+                                     wait_for, worker_environment)
 from tests.support.tandemctl import tandemctl
 from tests.test_layers import imported_modules
 
@@ -67,7 +67,7 @@ def test_tandem_up_leaves_tandemctl_a_working_config_and_never_replaces_one(live
 
 
 @pytest.fixture
-def stack(transactional_db, redis_client, kubeconfig, tmp_path):
+def stack(transactional_db, redis_client, kubeconfig, tmp_path, stop_at_end):
     """The web process, a worker, the gateway and its mock upstream; a team with a member and an admin."""
     team = TeamFactory(slug="ml-research", gpu_quota=16)
     member = MembershipFactory(team=team, role=Membership.Role.MEMBER).user
@@ -76,14 +76,9 @@ def stack(transactional_db, redis_client, kubeconfig, tmp_path):
                    config={"namespace_prefix": "tandem-", "model_sources": MODEL_SOURCES})
     tokens = {who: credential_mint(model=AccessToken, user=user, name="ci")[1]
               for who, user in (("member", member), ("admin", admin))}
-    procs = [start_web(tmp_path), start_mock_upstream(tmp_path), start_gateway(tmp_path)]
-    worker = Worker(worker_environment(tmp_path)).start()
-    try:
-        yield {"web": procs[0], "mock": procs[1], "gateway": procs[2], "worker": worker, "tokens": tokens}
-    finally:
-        worker.stop()
-        for p in procs:
-            p.stop()
+    return {"web": stop_at_end(start_web(tmp_path)), "mock": stop_at_end(start_mock_upstream(tmp_path)),
+            "gateway": stop_at_end(start_gateway(tmp_path)),
+            "worker": stop_at_end(Worker(worker_environment(tmp_path)).start()), "tokens": tokens}
 
 
 @pytest.mark.e2e

@@ -3,7 +3,6 @@ them), real PostgreSQL and Redis and the emulated Kubernetes cluster: a reconcil
 a hung worker, two workers on the same deployments, a pool child killed mid-task."""
 import os
 import signal
-import time
 from collections import Counter
 
 import pytest
@@ -13,7 +12,7 @@ from deployments.lifecycle import Status
 from deployments.models import Deployment, Membership
 from deployments.services.actions import deployment_approve, deployment_delete, deployment_request, deployment_retry
 from tests.factories import MembershipFactory, TeamFactory, spec_input
-from tests.support.processes import Worker, wait_for
+from tests.support.processes import Worker, wait_for, wait_for_idle_workers
 from workers.reconcile import LOCK_CLASS
 
 pytestmark = pytest.mark.e2e
@@ -34,12 +33,14 @@ def workers(worker_env):
     started = []
 
     def start(concurrency: int = 2, **env) -> Worker:
-        started.append(Worker({**worker_env, **env}, concurrency=concurrency).start())
-        return started[-1]
+        started.append(Worker({**worker_env, **env}, concurrency=concurrency))
+        return started[-1].start()
 
-    yield start
-    for w in started:
-        w.kill()
+    try:
+        yield start
+    finally:
+        for w in started:
+            w.kill()
 
 
 def _approved(people, cluster, name="llama"):
@@ -66,7 +67,7 @@ def _rayservice_writes(emulator) -> list[tuple[str, str]]:
 
 
 def test_a_pass_that_lost_its_lock_stops_before_touching_the_cluster(people, k8s_cluster, emulator, workers,
-                                                                    worker_env):
+                                                                    worker_env, redis_client):
     """The lock dies with its connection (as in a PostgreSQL restart) while a pass waits on the cluster; the user
     deletes the deployment and another pass tears it down. The old pass wakes up with a stale view (provisioning,
     nothing applied): without the fence it would create the RayService after the teardown, left behind for ever."""
@@ -83,7 +84,7 @@ def test_a_pass_that_lost_its_lock_stops_before_touching_the_cluster(people, k8s
     wait_for(held.done.is_set, timeout=10, what="the old pass to get its answer")
     stopped = lambda: "was lost" in open(worker_env["TANDEM_WORKER_LOG"]).read()  # noqa: E731
     wait_for(lambda: stopped() or emulator.live_objects(), timeout=10, what="the old pass to stop or apply")
-    time.sleep(0.5)  # anything the old pass would still send has arrived by now
+    wait_for_idle_workers(redis_client)  # every pass has ended: what the old pass would send, it has sent
     assert emulator.live_objects() == [], "a pass without its lock created objects after the teardown"
     assert stopped()
 

@@ -19,8 +19,8 @@ from deployments.services.api_keys import api_key_create
 from tests.factories import DeploymentFactory, MembershipFactory, TeamFactory, spec_input
 from tests.support.private_pg import PrivatePostgres
 from tests.support import processes
-from tests.support.processes import (ROOT, Worker, start_gateway, start_mock_upstream, start_web, wait_for,
-                                     worker_environment)
+from tests.support.processes import (ROOT, Worker, start_gateway, start_mock_upstream, start_web, stop_at_end,
+                                     wait_for, worker_environment)
 
 pytestmark = pytest.mark.e2e
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
@@ -40,11 +40,11 @@ def _beat(env: dict, tmp) -> subprocess.Popen:
 
 
 def test_web_gateway_worker_and_beat_recover_from_a_postgresql_restart(
-        transactional_db, redis_client, tmp_path, emulator, k8s_cluster, private_pg):
+        transactional_db, redis_client, tmp_path, emulator, k8s_cluster, private_pg, stop_at_end):
     team = TeamFactory(slug="ml-research", gpu_quota=64)
     member = MembershipFactory(team=team, role=Membership.Role.MEMBER).user
     admin = MembershipFactory(team=team, role=Membership.Role.ADMIN).user
-    mock = start_mock_upstream(tmp_path)
+    mock = stop_at_end(start_mock_upstream(tmp_path))
     served = DeploymentFactory(team=team, status=Status.RUNNING, endpoint_url=mock.base_url)
     served.spec["model_id"] = "m"
     served.save()
@@ -56,12 +56,17 @@ def test_web_gateway_worker_and_beat_recover_from_a_postgresql_restart(
     url = private_pg.copy_of(processes.test_database_url(), "tandem")
 
     env = worker_environment(tmp_path, DATABASE_URL=url)
-    worker = Worker(env, concurrency=2).start()
+    worker = stop_at_end(Worker(env, concurrency=2).start())
     beat = _beat(env, tmp_path)
-    # Started side by side; map keeps the order it was given (this test's tmp_path holds "gateway" too).
-    with ThreadPoolExecutor(2) as pool:
-        web, gateway = pool.map(lambda start: start(tmp_path, DATABASE_URL=url), (start_web, start_gateway))
     try:
+        # Started side by side, named by what started them (this test's tmp_path holds "gateway" too); each that
+        # started is stopped even when the other failed to.
+        with ThreadPoolExecutor(2) as pool:
+            starting = [pool.submit(start, tmp_path, DATABASE_URL=url) for start in (start_web, start_gateway)]
+        started = [stop_at_end(f.result()) for f in starting if f.exception() is None]
+        for f in starting:
+            f.result()  # a failed start's error, once the other is in `stop_at_end`
+        web, gateway = started
         api = httpx.Client(base_url=web.base_url + "/api/v1", timeout=10,
                            headers={"Authorization": f"Bearer {member_token}"})
         chat = httpx.Client(base_url=gateway.base_url + "/v1", timeout=10)
@@ -118,8 +123,6 @@ def test_web_gateway_worker_and_beat_recover_from_a_postgresql_restart(
         assert records() == answered
         assert worker.proc.poll() is None and beat.poll() is None
     finally:
-        for p in (web, gateway, mock):
-            p.stop()
         worker.kill()
         beat.terminate()
         beat.wait(10)

@@ -1,7 +1,7 @@
 """The REST API as automation uses it: tokens, requests, approval and errors (two tenants: test_two_tenants.py)."""
 import pytest
 
-from deployments.models import AccessToken, Membership
+from deployments.models import AccessToken, Cluster, Deployment, Membership, Team
 from deployments.services.credentials import credential_mint
 from tests.factories import DeploymentFactory, UserFactory, spec_input
 
@@ -28,6 +28,7 @@ def test_request_and_approve_over_the_api_with_access_tokens(api, member, team_a
                                                                                   "llama-3-8b", member.username)
     decision = {"generation": body["generation"]}
     assert api.post(f"/api/v1/deployments/{body['id']}/approve/", decision, format="json").status_code == 403
+    assert Deployment.objects.get(pk=body["id"]).status == "pending_approval"
     bearer(api, team_admin)
     r = api.post(f"/api/v1/deployments/{body['id']}/approve/", {**decision, "comment": "go"}, format="json")
     assert r.status_code == 200 and r.json()["status"] == "approved"
@@ -99,6 +100,7 @@ def test_cluster_secret_ref_is_write_only_and_only_platform_admins_register(api,
             "secret_ref": "env:TANDEM_CLUSTER_LOCAL_RAY_TOKEN"}
     api.force_authenticate(member)
     assert api.post("/api/v1/clusters/", body, format="json").status_code == 403
+    assert not Cluster.objects.filter(name="local").exists()
     api.force_authenticate(platform_admin)
     r = api.post("/api/v1/clusters/", body, format="json")
     assert r.status_code == 201 and "secret_ref" not in r.json() and r.json()["has_secret"] is True
@@ -118,3 +120,4 @@ def test_platform_admin_creates_team_and_team_admin_adds_members(api, platform_a
     assert r.status_code == 201
     assert Membership.objects.filter(team=team, user=newbie, role="member").exists()
     assert api.post("/api/v1/teams/", {"slug": "mine", "name": "Mine"}, format="json").status_code == 403
+    assert not Team.objects.filter(slug="mine").exists()

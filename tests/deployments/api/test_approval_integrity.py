@@ -146,6 +146,7 @@ def test_a_requester_made_team_admin_mid_flight_cannot_approve_their_own_request
     Membership.objects.filter(team=team, user=member).update(role=Membership.Role.ADMIN)
     r = api.post(f"/api/v1/deployments/{created['id']}/approve/", decision(created), format="json")
     assert r.status_code == 403
+    assert Deployment.objects.get(pk=created["id"]).status == "pending_approval"
 
 
 def test_the_admin_who_proposed_an_update_cannot_approve_it(api, team_admin, running, team):
@@ -154,6 +155,8 @@ def test_the_admin_who_proposed_an_update_cannot_approve_it(api, team_admin, run
     assert body["proposed_by"] == team_admin.username
     r = api.post(url(running, "approve"), decision(body), format="json")
     assert r.status_code == 403 and "You proposed this update" in r.json()["detail"]
+    running.refresh_from_db()
+    assert running.proposed_spec is not None and running.spec != running.proposed_spec, "approved anyway"
     other = MembershipFactory(team=team, role=Membership.Role.ADMIN).user
     api.force_authenticate(other)
     assert api.post(url(running, "approve"), decision(body), format="json").status_code == 200
@@ -175,3 +178,5 @@ def test_an_approver_demoted_after_opening_it_cannot_approve(api, member, team_a
     Membership.objects.filter(team=team, user=team_admin).update(role=Membership.Role.MEMBER)
     api.force_authenticate(team_admin)
     assert api.post(url(running, "approve"), decision(body), format="json").status_code == 403
+    running.refresh_from_db()
+    assert running.proposed_spec is not None and running.spec != running.proposed_spec, "approved anyway"

@@ -71,11 +71,16 @@ def test_a_token_follows_the_strictest_of_its_owners_teams(api, team, member):
 def test_team_admins_set_lifetimes_and_members_cannot(api, team, team_admin, member):
     url = f"/api/v1/teams/{team.slug}/"
     api.force_authenticate(member)
+    before = (team.credential_default_days, team.credential_max_days)
     assert api.patch(url, {"credential_max_days": 3650}, format="json").status_code == 403
+    team.refresh_from_db()
+    assert (team.credential_default_days, team.credential_max_days) == before
     api.force_authenticate(team_admin)
     r = api.patch(url, {"credential_default_days": 14, "credential_max_days": 30}, format="json")
     assert r.status_code == 200 and (r.json()["credential_default_days"], r.json()["credential_max_days"]) == (14, 30)
     assert api.patch(url, {"gpu_quota": 1000}, format="json").status_code == 403
+    team.refresh_from_db()
+    assert team.gpu_quota != 1000
     r = api.patch(url, {"credential_default_days": 31}, format="json")
     assert r.status_code == 400 and "credential_default_days" in r.json()["errors"]
     team.refresh_from_db()

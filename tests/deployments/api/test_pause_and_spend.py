@@ -32,6 +32,8 @@ def test_the_requester_pauses_and_resumes_through_the_api_and_others_may_not(api
     api.force_authenticate(MembershipFactory(team=llama.team, role=Membership.Role.MEMBER).user)
     r = api.post(f"/api/v1/deployments/{llama.pk}/pause/")
     assert r.status_code == 403 and "requester or an admin" in r.json()["detail"]
+    llama.refresh_from_db()
+    assert llama.status == Status.RUNNING and not llama.events.filter(kind__contains="paus").exists()
     api.force_authenticate(member)
     r = api.post(f"/api/v1/deployments/{llama.pk}/resume/")
     assert r.status_code == 409 and "Only a paused deployment" in r.json()["detail"]
