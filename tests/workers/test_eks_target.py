@@ -270,3 +270,21 @@ def test_a_token_eks_refuses_fails_the_deployment_saying_what_the_worker_needs(a
     assert d.status_reason.startswith("Kubernetes refused Tandem's credentials on eks-prod (401)")
     assert "give the worker's IAM role access to the cluster (an EKS access entry" in d.status_reason
     assert "kubeconfig" not in d.status_reason
+
+
+def test_every_pass_uses_the_one_ca_file_of_its_cluster(monkeypatch, tmp_path):
+    """The worker's /tmp is a small emptyDir: a CA copy per pass would fill it. One file per CA, written once."""
+    import tempfile
+
+    from workers.clients import kubernetes_api_from_token
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    pem = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    paths = {kubernetes_api_from_token(host="https://eks.example", token="t",
+                                       ca_data=base64.b64encode(pem).decode()).configuration.ssl_ca_cert
+             for _ in range(3)}
+    assert len(paths) == 1 and list(tmp_path.iterdir()) == [tmp_path / paths.pop().rsplit("/", 1)[1]]
+    assert next(tmp_path.iterdir()).read_bytes() == pem
+    other = kubernetes_api_from_token(host="https://eks2.example", token="t",
+                                      ca_data=base64.b64encode(pem + b"\n").decode()).configuration.ssl_ca_cert
+    assert len(list(tmp_path.iterdir())) == 2 and open(other, "rb").read() == pem + b"\n"
