@@ -67,3 +67,25 @@ def test_the_policy_command_prints_the_teams_policy(db):
     policy = json.loads(out.getvalue())
     assert policy == team_weights_policy({**EKS, "model_sources": SOURCES}, "vision")
     assert policy["Statement"][0]["Resource"] == ["arn:aws:s3:::acme-models/shared/*", "arn:aws:s3:::acme-vision/v1/*"]
+
+
+def test_an_approval_past_ekss_node_group_limit_is_refused_with_the_numbers(api, team_admin, team):
+    from deployments.lifecycle import Status
+    from tests.factories import MODEL_SOURCES, DeploymentFactory
+
+    cluster = ClusterFactory(name="eks-prod", kind="eks", config={**EKS, "model_sources": MODEL_SOURCES})
+    team.gpu_quota = 10_000
+    team.save()
+    for i in range(14):  # 28 node groups, paused ones (kept at zero nodes) included
+        DeploymentFactory(team=team, cluster=cluster, name=f"d{i}",
+                          status=Status.PAUSED if i % 2 else Status.RUNNING)
+    fits = DeploymentFactory(team=team, cluster=cluster, name="fits", status=Status.PENDING_APPROVAL)
+    over = DeploymentFactory(team=team, cluster=cluster, name="over", status=Status.PENDING_APPROVAL)
+    api.force_authenticate(team_admin)
+    r = api.post(f"/api/v1/deployments/{fits.pk}/approve/", {"generation": fits.generation}, format="json")
+    assert r.status_code == 200, r.json()
+    r = api.post(f"/api/v1/deployments/{over.pk}/approve/", {"generation": over.generation}, format="json")
+    assert 400 <= r.status_code < 500 and r.json()["code"] == "quota_exceeded", r.json()
+    assert "would need 32 managed node groups; EKS allows 30 per cluster" in json.dumps(r.json())
+    over.refresh_from_db()
+    assert over.status == Status.PENDING_APPROVAL

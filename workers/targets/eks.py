@@ -19,6 +19,7 @@ from django.utils import timezone as dj_timezone
 from deployments.catalog import INSTANCE_TYPES
 from deployments.cluster_config import PROVISIONING_DEADLINE_MINUTES
 from deployments.lifecycle import Status
+from deployments.services.node_groups import NODEGROUPS_PER_CLUSTER
 from deployments.serve_config import STAGES
 from deployments.spec import PoolSpec
 from workers import clients
@@ -39,7 +40,6 @@ NODEGROUP_LABEL = "eks.amazonaws.com/nodegroup"  # EKS puts it on every node of 
 # A paused deployment's node groups: no nodes, kept so a resume resizes them rather than creating them (EKS wants
 # maxSize of at least 1).
 PAUSED_SCALING = {"minSize": 0, "maxSize": 1, "desiredSize": 0}
-NODEGROUPS_PER_CLUSTER = 30  # EKS's default quota of managed node groups per cluster (Service Quotas L-6D54EA21)
 # Node group health issue codes (botocore's eks NodegroupIssueCode) that waiting does not fix: a missing or
 # misconfigured resource, a permission or a quota someone has to change. Any other issue of a DEGRADED group
 # (AsgInstanceLaunchFailures while capacity is short, InternalFailure, throttling, ClusterUnreachable) is waited
