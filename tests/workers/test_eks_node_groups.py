@@ -1,12 +1,16 @@
 """What the eks driver asks EC2 and EKS for, read back from moto's server (made as strict as EKS by
 tests/support/eks_rules.py) with real boto3: launch templates, EFA, subnets, capacity, failures, call counts."""
 import base64
+import dataclasses
 import email
 from datetime import timedelta
 
 import boto3
 import pytest
+import yaml
 from django.utils import timezone
+
+from deployments.catalog import INSTANCE_TYPES
 
 from deployments.lifecycle import Status
 from deployments.manifests import EFA_HUGEPAGES
@@ -17,6 +21,7 @@ from tests.workers.conftest import gpu_spec
 from workers.pipeline import reconcile_pass
 from workers.targets.base import PermanentError
 from workers.targets.eks import EksTarget
+from workers.targets.eks_launch_template import launch_template_data
 
 REGION = "us-west-2"
 
@@ -84,19 +89,32 @@ def test_an_efa_pool_runs_on_a_launch_template_with_every_network_card_a_placeme
     assert prefill["subnets"] == made["subnet_ids"][:1]
     assert prefill["capacityType"] == "ON_DEMAND"
     assert "IamInstanceProfile" not in data
-    # The root volume holds the image and what the node's 8 × 80 GB of GPU memory can load (EKS's default: 20 GiB).
-    root = data["BlockDeviceMappings"][0]["Ebs"]["VolumeSize"]
-    assert root >= 8 * 80 + 15
-    # Hugepages: the node reserves at least what the Ray pod on it requests (manifests.EFA_HUGEPAGES), in user data
-    # EKS can merge (MIME multipart).
-    message = email.message_from_bytes(base64.b64decode(data["UserData"]))
-    assert message.is_multipart()
-    script = message.get_payload()[0].get_payload()
-    pages = int(script.split("vm.nr_hugepages = ")[1].split("'")[0])
+    # User data EKS can merge (MIME multipart): the 30 TB NVMe instance store as RAID0 under containerd and the
+    # kubelet (images and weights; EKS's default root disk is 20 GiB), and hugepages reserved for at least what
+    # the Ray pod on the node requests (manifests.EFA_HUGEPAGES).
+    parts = _user_data(data)
+    assert yaml.safe_load(parts["application/node.eks.aws"]) == {
+        "apiVersion": "node.eks.aws/v1alpha1", "kind": "NodeConfig",
+        "spec": {"instance": {"localStorage": {"strategy": "RAID0"}}}}
+    pages = int(parts["text/x-shellscript"].split("vm.nr_hugepages = ")[1].split("'")[0])
     assert pages * 2 >= int(EFA_HUGEPAGES.removesuffix("Mi"))
     decode = _template(aws, _group(aws, f"tandem-d{d.pk}-decode"))  # g6e.xlarge: no EFA, no placement group
     assert "NetworkInterfaces" not in decode and "Placement" not in decode
-    assert decode["BlockDeviceMappings"][0]["Ebs"]["VolumeSize"] >= 48
+    assert set(_user_data(decode)) == {"application/node.eks.aws"}  # its 250 GB NVMe holds image and 48 GB
+
+
+def _user_data(data) -> dict[str, str]:
+    message = email.message_from_bytes(base64.b64decode(data["UserData"]))
+    assert message.is_multipart()
+    return {part.get_content_type(): part.get_payload() for part in message.get_payload()}
+
+
+def test_a_type_without_an_instance_store_big_enough_gets_a_root_volume_for_image_and_weights():
+    big = dataclasses.replace(INSTANCE_TYPES["p5.48xlarge"], nvme_gb=0)
+    data = launch_template_data(instance=big, security_group_ids=["sg-1"], placement_group="pg",
+                                capacity_reservation_id=None, capacity_block=False)
+    assert data["BlockDeviceMappings"][0]["Ebs"]["VolumeSize"] >= 8 * 80 + 15  # 8 × 80 GB of GPU memory, the image
+    assert set(_user_data(data)) == {"text/x-shellscript"}
 
 
 def test_subnets_in_two_zones_fail_the_deployment_before_anything_is_created(aws, emulator, db):
