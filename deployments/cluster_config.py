@@ -12,7 +12,8 @@ URL = re.compile(r"^https?://[^\s/]+(/[^\s]*)?$")
 SUBNET_ID = re.compile(r"^subnet-[0-9a-f]{8,17}$")
 RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{17}$")
 CAPACITY_TYPES = ("ON_DEMAND", "SPOT", "CAPACITY_BLOCK")  # botocore's eks CapacityTypes
-PROVISIONING_DEADLINE_MINUTES = 45  # node groups not ACTIVE by then fail the deployment (eks `provisioning_deadline_minutes`)
+# Node groups not ACTIVE this long after provisioning began fail the deployment (`provisioning_deadline_minutes`).
+PROVISIONING_DEADLINE_MINUTES = 45
 PREFIX_MAX = 20  # a DNS-1123 label of at most this, then an optional '-' before the team or deployment name
 
 KNOWN_KEYS = {

@@ -103,7 +103,8 @@ def test_denied_credentials_are_permanent(aws, deployment):
 def test_teardown_deletes_the_kubernetes_objects_and_only_the_node_groups_tandem_created(aws, emulator, deployment):
     eks = _eks(aws)
     eks.create_nodegroup(clusterName="gpu-prod", nodegroupName="someone-elses", nodeRole="arn:aws:iam::123456789012:role/n",
-                         subnets=deployment.cluster.config["subnet_ids"], scalingConfig={"minSize": 1, "maxSize": 1, "desiredSize": 1})
+                         subnets=deployment.cluster.config["subnet_ids"],
+                         scalingConfig={"minSize": 1, "maxSize": 1, "desiredSize": 1})
     target = EksTarget(deployment.cluster)
     target.ensure_node_pools(deployment)
     objects, _ = target.desired(deployment)

@@ -65,7 +65,7 @@ def aws_error(e: Exception, *, doing: str) -> Exception:
             return TransientError(f"AWS is throttling or unavailable while {doing} ({code}); retrying.")
         if code in DENIED:
             return PermanentError(f"AWS refused the worker's credentials while {doing} ({code}): give the "
-                                  "worker's role eks:DescribeCluster and eks:*Nodegroup* permissions.")
+                                  "worker's role deploy/iam/eks-driver-policy.json.")
         return PermanentError(f"AWS rejected {doing}: {code}: {message}")
     if isinstance(e, (BotoConnectionError, BotoCoreError)):
         return TransientError(f"Cannot reach AWS while {doing}: {type(e).__name__}; retrying.")
@@ -151,10 +151,16 @@ class EksTarget(KubernetesTarget):
                                            endpoint_url=self.cluster.config.get("aws_endpoint_url"))
         return self._ec2
 
-    def _aws(self, doing: str, fn, **kwargs):
+    def _aws(self, doing: str, fn, *, tolerate: str = "", **kwargs):
+        """One AWS call, its failure classified; None when it fails with the error code `tolerate` (an expected
+        answer such as "not found" or "already exists")."""
         try:
             return fn(**kwargs)
-        except (ClientError, BotoCoreError) as e:
+        except ClientError as e:
+            if tolerate and _code(e) == tolerate:
+                return None
+            raise aws_error(e, doing=doing) from None
+        except BotoCoreError as e:
             raise aws_error(e, doing=doing) from None
 
     def _new_pass(self) -> None:
@@ -227,14 +233,9 @@ class EksTarget(KubernetesTarget):
         """DescribeNodegroup, at most once per name per pass (a write forgets it: see `_changed`)."""
         if name in self._groups:
             return self._groups[name]
-        try:
-            ng = self.eks.describe_nodegroup(clusterName=self.eks_name, nodegroupName=name)["nodegroup"]
-        except ClientError as e:
-            if _code(e) != "ResourceNotFoundException":
-                raise aws_error(e, doing=f"describing node group {name}") from None
-            ng = None
-        except BotoCoreError as e:
-            raise aws_error(e, doing=f"describing node group {name}") from None
+        found = self._aws(f"describing node group {name}", self.eks.describe_nodegroup,
+                          tolerate="ResourceNotFoundException", clusterName=self.eks_name, nodegroupName=name)
+        ng = found["nodegroup"] if found else None
         self._groups[name] = ng
         return ng
 
@@ -264,7 +265,7 @@ class EksTarget(KubernetesTarget):
         ids = [s["SubnetId"] for s in self._subnets]
         return ids[:1] if efa else ids
 
-    def _efa_security_group(self, deployment) -> str:
+    def _efa_security_group(self) -> str:
         """Tandem's EFA security group in the cluster's VPC: all traffic in from and out to its own members, which
         EFA's OS-bypass traffic needs. Created once per cluster; its rules are checked on each node group
         creation."""
@@ -284,8 +285,8 @@ class EksTarget(KubernetesTarget):
         rule = {"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": gid}]}
 
         def has_self(perms):
-            return any(p.get("IpProtocol") == "-1" and any(u.get("GroupId") == gid for u in p.get("UserIdGroupPairs", []))
-                       for p in perms)
+            return any(p.get("IpProtocol") == "-1"
+                       and any(u.get("GroupId") == gid for u in p.get("UserIdGroupPairs", [])) for p in perms)
 
         if not has_self(group.get("IpPermissions", [])):
             self._aws("opening the EFA security group to itself", self.ec2.authorize_security_group_ingress,
@@ -297,14 +298,9 @@ class EksTarget(KubernetesTarget):
 
     def _placement_group(self, deployment, name: str) -> str:
         """A cluster placement group for one EFA pool: its nodes on the same network spine."""
-        try:
-            self.ec2.create_placement_group(GroupName=name, Strategy="cluster",
-                                            TagSpecifications=_tag_spec("placement-group", _tags(deployment)))
-        except ClientError as e:
-            if _code(e) != "InvalidPlacementGroup.Duplicate":  # a previous pass made it
-                raise aws_error(e, doing=f"creating placement group {name}") from None
-        except BotoCoreError as e:
-            raise aws_error(e, doing=f"creating placement group {name}") from None
+        self._aws(f"creating placement group {name}", self.ec2.create_placement_group,
+                  tolerate="InvalidPlacementGroup.Duplicate",  # a previous pass made it
+                  GroupName=name, Strategy="cluster", TagSpecifications=_tag_spec("placement-group", _tags(deployment)))
         return name
 
     def _capacity(self, instance_type: str) -> tuple[str, str | None]:
@@ -321,7 +317,7 @@ class EksTarget(KubernetesTarget):
         instance = INSTANCE_TYPES[deployment.spec_typed.pool(stage).instance_type]
         groups = []
         if instance.has_efa:
-            groups = [self._efa_security_group(deployment),
+            groups = [self._efa_security_group(),
                       self._active_cluster()["resourcesVpcConfig"]["clusterSecurityGroupId"]]
         data = launch_template_data(instance=instance, security_group_ids=groups,
                                     placement_group=self._placement_group(deployment, name) if instance.has_efa
@@ -329,32 +325,21 @@ class EksTarget(KubernetesTarget):
                                     capacity_reservation_id=reservation, capacity_block=capacity == "CAPACITY_BLOCK")
         kwargs = {"LaunchTemplateName": name, "LaunchTemplateData": data,
                   "TagSpecifications": _tag_spec("launch-template", _tags(deployment))}
-        try:
-            template = self.ec2.create_launch_template(**kwargs)["LaunchTemplate"]
-        except ClientError as e:
-            if _code(e) != "InvalidLaunchTemplateName.AlreadyExistsException":
-                raise aws_error(e, doing=f"creating launch template {name}") from None
+        doing = f"creating launch template {name}"
+        made = self._aws(doing, self.ec2.create_launch_template,
+                         tolerate="InvalidLaunchTemplateName.AlreadyExistsException", **kwargs)
+        if made is None:
             self._aws(f"replacing launch template {name}", self.ec2.delete_launch_template, LaunchTemplateName=name)
-            template = self._aws(f"creating launch template {name}", self.ec2.create_launch_template,
-                                 **kwargs)["LaunchTemplate"]
-        except BotoCoreError as e:
-            raise aws_error(e, doing=f"creating launch template {name}") from None
+            made = self._aws(doing, self.ec2.create_launch_template, **kwargs)
+        template = made["LaunchTemplate"]
         return {"id": template["LaunchTemplateId"], "version": str(template["LatestVersionNumber"])}
 
     def _free_ec2(self, name: str) -> None:
         """The launch template and placement group of a node group that is gone (absent ones are fine)."""
-        for doing, fn, kwargs, missing in (
-                ("deleting launch template", self.ec2.delete_launch_template, {"LaunchTemplateName": name},
-                 "InvalidLaunchTemplateName.NotFoundException"),
-                ("deleting placement group", self.ec2.delete_placement_group, {"GroupName": name},
-                 "InvalidPlacementGroup.Unknown")):
-            try:
-                fn(**kwargs)
-            except ClientError as e:
-                if _code(e) != missing:
-                    raise aws_error(e, doing=f"{doing} {name}") from None
-            except BotoCoreError as e:
-                raise aws_error(e, doing=f"{doing} {name}") from None
+        self._aws(f"deleting launch template {name}", self.ec2.delete_launch_template,
+                  tolerate="InvalidLaunchTemplateName.NotFoundException", LaunchTemplateName=name)
+        self._aws(f"deleting placement group {name}", self.ec2.delete_placement_group,
+                  tolerate="InvalidPlacementGroup.Unknown", GroupName=name)
 
     def _create_nodegroup(self, deployment, stage: str, name: str) -> None:
         pool = deployment.spec_typed.pool(stage)
@@ -382,13 +367,8 @@ class EksTarget(KubernetesTarget):
             "subnets": subnets,
             "nodeRole": self.cluster.config["node_role_arn"],
         }
-        try:
-            self.eks.create_nodegroup(**kwargs)
-        except ClientError as e:
-            if _code(e) != "ResourceInUseException":  # else a previous pass (or a killed worker) asked for it
-                raise aws_error(e, doing=f"creating node group {name}") from None
-        except BotoCoreError as e:
-            raise aws_error(e, doing=f"creating node group {name}") from None
+        self._aws(f"creating node group {name}", self.eks.create_nodegroup,
+                  tolerate="ResourceInUseException", **kwargs)  # else a previous pass (or a killed worker) asked
         self._groups.pop(name, None)
 
     def _ensure_one(self, deployment, stage: str) -> tuple[bool, str]:
