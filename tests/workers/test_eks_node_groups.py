@@ -254,3 +254,12 @@ def test_teardown_removes_the_launch_templates_and_placement_groups_with_the_nod
     assert _eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"] == []
     assert _ec2(aws).describe_launch_templates()["LaunchTemplates"] == []
     assert _ec2(aws).describe_placement_groups()["PlacementGroups"] == []
+
+
+def test_the_fatal_issue_codes_are_codes_eks_reports():
+    """A misspelt code would never match, and its DEGRADED group would be waited on until the deadline."""
+    from workers.targets.eks import FATAL_ISSUES
+
+    model = boto3.client("eks", region_name=REGION).meta.service_model
+    codes = set(model.shape_for("NodegroupIssueCode").enum)
+    assert FATAL_ISSUES < codes and "AsgInstanceLaunchFailures" not in FATAL_ISSUES

@@ -40,7 +40,8 @@ NODEGROUP_LABEL = "eks.amazonaws.com/nodegroup"  # EKS puts it on every node of 
 # A paused deployment's node groups: no nodes, kept so a resume resizes them rather than creating them (EKS wants
 # maxSize of at least 1).
 PAUSED_SCALING = {"minSize": 0, "maxSize": 1, "desiredSize": 0}
-# Node group health issue codes (botocore's eks NodegroupIssueCode) that waiting does not fix: a missing or
+# Node group health issue codes (botocore's eks NodegroupIssueCode, described in the EKS API reference's `Issue`,
+# docs.aws.amazon.com/eks/latest/APIReference/API_Issue.html) that waiting does not fix: a missing or
 # misconfigured resource, a permission or a quota someone has to change. Any other issue of a DEGRADED group
 # (AsgInstanceLaunchFailures while capacity is short, InternalFailure, throttling, ClusterUnreachable) is waited
 # for, up to the cluster's provisioning deadline.
