@@ -3,6 +3,8 @@ made as strict as the real services where moto is lenient.
 
 `MotoServer.inject(...)` makes the next N requests whose method and path match answer with an AWS error
 (throttling by default), the way a busy AWS API does, so the product's retry and classification run for real.
+`operations` logs each request by its IAM name (`eks:DescribeNodegroup`, from botocore's routes), which tests count
+and compare with the driver's IAM policy.
 
 What moto accepts and EKS does not (tests/support/eks_rules.py holds the rules and their sources): a node group
 without a node role or subnets, or on subnets EC2 does not have; a launch template with fields EKS forbids; a
@@ -10,6 +12,7 @@ capacity block without its reservation; a 31st node group. What EKS accepts and 
 health issue): an EFA launch template over subnets in more than one Availability Zone, and an instance type
 `short_of(...)` marks as out of capacity. moto has no placement groups: `EksRules` answers those EC2 calls.
 """
+import functools
 import io
 import json
 import logging
@@ -17,6 +20,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import parse_qs
 
+import botocore.session
 import httpx
 from moto.server import DomainDispatcherApplication, MotoRequestHandler, ThreadedMotoServer, create_backend_app
 from werkzeug.serving import make_server
@@ -42,7 +46,7 @@ class MotoServer(ThreadedMotoServer):
         super().__init__(ip_address="127.0.0.1", port=0, verbose=False)
         self.faults: list[AwsFault] = []
         self.hits: list[tuple[str, str]] = []
-        self.ec2_actions: list[str] = []  # EC2's query-protocol Action of each EC2 request, in order
+        self.operations: list[str] = []  # "<service>:<Operation>" of each signed request, in order (IAM's names)
         self.access_keys: list[str] = []  # the access key id that signed each request
         self.short: set[str] = set()  # instance types with no capacity (EC2's InsufficientInstanceCapacity)
         self.rules = EksRules()
@@ -65,7 +69,7 @@ class MotoServer(ThreadedMotoServer):
         """Forget every AWS resource and fault (moto's own reset endpoint)."""
         self.faults.clear()
         self.hits.clear()
-        self.ec2_actions.clear()
+        self.operations.clear()
         self.access_keys.clear()
         self.short.clear()
         self.rules.reset()
@@ -83,10 +87,11 @@ class MotoServer(ThreadedMotoServer):
                 self.access_keys.append(key)
             else:
                 region, service = "us-west-2", ""
+            params = parse_qs(body.decode()) if service in ("ec2", "sts") else {}
+            if service:
+                self.operations.append(f"{service}:{operation_of(service, method, path, params)}")
             if service == "ec2":
-                action = parse_qs(body.decode()).get("Action", [""])[0]
-                self.ec2_actions.append(action)
-                if answer := self.rules.ec2_answer(action, parse_qs(body.decode()), region=region):
+                if answer := self.rules.ec2_answer(params.get("Action", [""])[0], params, region=region):
                     return _respond(start_response, *answer)
             for fault in self.faults:
                 if fault.count > 0 and fault.method == method and fault.path.search(path):
@@ -115,6 +120,26 @@ class MotoServer(ThreadedMotoServer):
 
 
 NODEGROUPS_PATH = re.compile(r"/clusters/([^/]+)/node-groups")
+
+
+@functools.cache
+def _rest_routes(service: str) -> list[tuple[str, re.Pattern, str]]:
+    """(method, path pattern, operation) of each operation of a REST service, from botocore's model."""
+    model = botocore.session.get_session().get_service_model(service)
+    routes = []
+    for name in model.operation_names:
+        http = model.operation_model(name).http
+        uri = re.sub(r"\{[^}]+\}", "[^/]+", http["requestUri"].split("?")[0])
+        routes.append((http["method"], re.compile(uri), name))
+    return routes
+
+
+def operation_of(service: str, method: str, path: str, params: dict) -> str:
+    """The API operation of a request: the Action of a query-protocol call (EC2, STS), else the botocore route
+    its method and path match (EKS)."""
+    if "Action" in params:
+        return params["Action"][0]
+    return next((name for m, pattern, name in _rest_routes(service) if m == method and pattern.fullmatch(path)), "?")
 
 
 def _respond(start_response, status: int, headers: list, body: bytes):

@@ -123,7 +123,7 @@ def test_subnets_in_two_zones_fail_the_deployment_before_anything_is_created(aws
     assert d.status == "failed"
     assert d.status_reason.startswith("The cluster's subnet_ids span us-west-2a, us-west-2b: EFA does not cross")
     assert _eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"] == []
-    assert "CreateLaunchTemplate" not in aws.ec2_actions
+    assert "ec2:CreateLaunchTemplate" not in aws.operations
 
 
 def test_a_public_subnet_is_refused(aws, emulator, db):
@@ -211,13 +211,13 @@ def test_a_pass_over_a_serving_deployment_describes_the_cluster_once_and_each_no
             break
     assert d.status == "running", d.status_reason
     aws.hits.clear()
-    aws.ec2_actions.clear()
+    aws.operations.clear()
     assert _passed(d).status == "running"
     eks_calls = [(m, p) for m, p in aws.hits if p.startswith("/clusters")]
     assert sorted(eks_calls) == sorted([("GET", "/clusters/gpu-prod"),
                                         ("GET", f"/clusters/gpu-prod/node-groups/tandem-d{d.pk}-prefill"),
                                         ("GET", f"/clusters/gpu-prod/node-groups/tandem-d{d.pk}-decode")])
-    assert aws.ec2_actions == []
+    assert sorted(aws.operations) == ["eks:DescribeCluster", "eks:DescribeNodegroup", "eks:DescribeNodegroup"]
 
 
 def test_a_cluster_at_eks_node_group_quota_fails_the_deployment_saying_so(aws, emulator, db):
@@ -228,7 +228,7 @@ def test_a_cluster_at_eks_node_group_quota_fails_the_deployment_saying_so(aws, e
     d = _passed(_deployment(cluster))
     assert d.status == "failed"
     assert d.status_reason.startswith("EKS cluster gpu-prod has 30 managed node groups, EKS's limit per cluster")
-    assert "CreateLaunchTemplate" not in aws.ec2_actions
+    assert "ec2:CreateLaunchTemplate" not in aws.operations
 
 
 def test_a_role_arn_is_assumed_for_every_aws_call(aws, emulator, db):
@@ -263,3 +263,31 @@ def test_the_fatal_issue_codes_are_codes_eks_reports():
     model = boto3.client("eks", region_name=REGION).meta.service_model
     codes = set(model.shape_for("NodegroupIssueCode").enum)
     assert FATAL_ISSUES < codes and "AsgInstanceLaunchFailures" not in FATAL_ISSUES
+
+
+def test_every_aws_call_of_a_deployments_life_is_one_the_driver_policy_allows_and_it_allows_no_more(
+        aws, emulator, db):
+    """Measured from moto's request log (not read from the code): create (EFA and not), resize, pause, tear down."""
+    import json
+
+    from tests.deploy.render import ROOT
+    from tests.deploy.test_iam import IMPLIED
+
+    cluster, _ = _cluster(aws, emulator)
+    d = _deployment(cluster)
+    aws.operations.clear()  # the cluster's own making is the platform team's, not the driver's
+    for _ in range(3):
+        EksTarget(cluster).ensure_node_pools(d)
+    d.spec["decode"]["nodes"] = 3
+    EksTarget(cluster).ensure_node_pools(d)
+    for _ in range(3):
+        if EksTarget(cluster).pause(d).ready:
+            break
+    for _ in range(5):
+        if EksTarget(cluster).teardown(d).ready:
+            break
+    made = {op for op in aws.operations if op.startswith(("eks:", "ec2:"))}
+    statements = json.loads((ROOT / "deploy" / "iam" / "eks-driver-policy.json").read_text())["Statement"]
+    allowed = {a for s in statements for a in s["Action"]}
+    assert made <= allowed, made - allowed
+    assert allowed == made | set().union(*(IMPLIED.get(op, set()) for op in made))
