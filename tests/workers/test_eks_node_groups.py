@@ -291,3 +291,52 @@ def test_every_aws_call_of_a_deployments_life_is_one_the_driver_policy_allows_an
     allowed = {a for s in statements for a in s["Action"]}
     assert made <= allowed, made - allowed
     assert allowed == made | set().union(*(IMPLIED.get(op, set()) for op in made))
+
+
+def test_a_retry_deletes_a_group_an_earlier_attempt_left_failed_and_creates_it_again(aws, emulator, db):
+    """EKS never retries a CREATE_FAILED group; one left from before this attempt began is replaced, not fatal."""
+    from datetime import datetime, timezone as tz
+
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.eks.models import eks_backends
+
+    cluster, _ = _cluster(aws, emulator)
+    d = _deployment(cluster, status=Status.PROVISIONING)
+    EksTarget(cluster).ensure_node_pools(d)
+    name = f"tandem-d{d.pk}-prefill"
+    group = eks_backends[DEFAULT_ACCOUNT_ID][REGION].clusters["gpu-prod"].nodegroups[name]
+    group.status = "CREATE_FAILED"
+    group.created_at = datetime.now(tz.utc) - timedelta(hours=2)  # before the retry (status_changed_at) began
+    aws.hits.clear()
+    step = EksTarget(cluster).ensure_node_pools(d)
+    assert not step.ready and f"{name}: deleting the group a previous attempt failed to create" in step.message
+    assert ("DELETE", f"/clusters/gpu-prod/node-groups/{name}") in aws.hits
+    for _ in range(3):
+        if EksTarget(cluster).ensure_node_pools(d).ready:
+            break
+    assert _group(aws, name)["status"] == "ACTIVE"
+
+
+def test_a_new_instance_type_replaces_the_group_and_its_launch_template(aws, emulator, db):
+    cluster, _ = _cluster(aws, emulator)
+    d = _deployment(cluster)
+    for _ in range(3):
+        EksTarget(cluster).ensure_node_pools(d)
+    d.spec["prefill"] = {**d.spec["prefill"], "instance_type": "p4d.24xlarge"}
+    for _ in range(4):
+        if EksTarget(cluster).ensure_node_pools(d).ready:
+            break
+    prefill = _group(aws, f"tandem-d{d.pk}-prefill")
+    assert prefill["instanceTypes"] == ["p4d.24xlarge"]
+    assert len(_template(aws, prefill)["NetworkInterfaces"]) == 4  # p4d.24xlarge has 4 network cards
+    assert len(_ec2(aws).describe_launch_templates()["LaunchTemplates"]) == 2  # replaced, not added
+
+
+def test_a_cluster_registered_without_node_role_or_subnets_fails_the_deployment_naming_them(aws, emulator, db):
+    cluster, _ = _cluster(aws, emulator)
+    Cluster.objects.filter(pk=cluster.pk).update(config={k: v for k, v in cluster.config.items()
+                                                         if k not in ("node_role_arn", "subnet_ids")})
+    d = _passed(_deployment(Cluster.objects.get(pk=cluster.pk)))
+    assert d.status == "failed"
+    assert d.status_reason.startswith("Cluster eks-prod has no node_role_arn or subnet_ids in its config")
+    assert _eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"] == []
