@@ -345,8 +345,9 @@ class EksTarget(KubernetesTarget):
     def _create_nodegroup(self, deployment, stage: str, name: str) -> None:
         missing = [k for k in ("node_role_arn", "subnet_ids") if not self.cluster.config.get(k)]
         if missing:  # a cluster registered before they were required
-            raise PermanentError(f"Cluster {self.cluster.name} has no {' or '.join(missing)} in its config; EKS creates "
-                                 "no node group without them. A platform admin adds them to the cluster, then retry.")
+            raise PermanentError(f"Cluster {self.cluster.name} has no {' or '.join(missing)} in its config; EKS "
+                                 "creates no node group without them. A platform admin adds them to the cluster, "
+                                 "then retry.")
         pool = deployment.spec_typed.pool(stage)
         instance = INSTANCE_TYPES[pool.instance_type]
         count = len(self._aws("listing node groups", self.eks.list_nodegroups, clusterName=self.eks_name,
