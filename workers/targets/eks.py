@@ -413,8 +413,9 @@ class EksTarget(KubernetesTarget):
         return True, f"{name}: {pool.nodes} × {pool.instance_type} active"
 
     def _deadline_passed(self, deployment) -> int | None:
-        """Minutes the deployment has been provisioning past the cluster's deadline start, when over it."""
-        if deployment.status not in (Status.PROVISIONING, Status.UPDATING):
+        """The cluster's deadline in minutes, when the deployment has been provisioning for longer. Not while it
+        updates: its node groups may be serving the previous generation, and deleting them would stop it."""
+        if deployment.status != Status.PROVISIONING:
             return None
         deadline = self.cluster.config.get("provisioning_deadline_minutes", PROVISIONING_DEADLINE_MINUTES)
         waited = (dj_timezone.now() - deployment.status_changed_at).total_seconds() / 60
