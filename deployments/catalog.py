@@ -15,8 +15,9 @@ class InstanceType:
     vcpus: int
     memory_gib: int
     network_gbps: float
-    efa_interfaces: int
+    efa_interfaces: int  # EFA interfaces it takes: one per network card (32 on p5.48xlarge)
     hourly_usd: float
+    nvme_gb: int = 0  # local NVMe instance store, all disks together (GB as AWS publishes it)
 
     @property
     def has_efa(self) -> bool:
@@ -41,20 +42,20 @@ GPUS: dict[str, GpuFigures] = {
 }
 
 _INSTANCES = [
-    InstanceType("g5.xlarge", "A10G", 1, 24, 4, 16, 10, 0, 1.006),
-    InstanceType("g5.12xlarge", "A10G", 4, 24, 48, 192, 40, 0, 5.672),
-    InstanceType("g5.48xlarge", "A10G", 8, 24, 192, 768, 100, 1, 16.288),
-    InstanceType("g6.xlarge", "L4", 1, 24, 4, 16, 10, 0, 0.805),
-    InstanceType("g6.12xlarge", "L4", 4, 24, 48, 192, 40, 0, 4.602),
-    InstanceType("g6.48xlarge", "L4", 8, 24, 192, 768, 100, 1, 13.350),
-    InstanceType("g6e.xlarge", "L40S", 1, 48, 4, 32, 20, 0, 1.861),
-    InstanceType("g6e.12xlarge", "L40S", 4, 48, 48, 384, 100, 1, 10.493),
-    InstanceType("g6e.48xlarge", "L40S", 8, 48, 192, 1536, 400, 4, 30.131),
-    InstanceType("p4d.24xlarge", "A100-40GB", 8, 40, 96, 1152, 400, 4, 21.958),
-    InstanceType("p4de.24xlarge", "A100-80GB", 8, 80, 96, 1152, 400, 4, 27.447),
-    InstanceType("p5.48xlarge", "H100", 8, 80, 192, 2048, 3200, 32, 55.040),
-    InstanceType("p5e.48xlarge", "H200", 8, 141, 192, 2048, 3200, 32, 63.296),
-    InstanceType("p5en.48xlarge", "H200", 8, 141, 192, 2048, 3200, 16, 63.296),
+    InstanceType("g5.xlarge", "A10G", 1, 24, 4, 16, 10, 0, 1.006, nvme_gb=250),
+    InstanceType("g5.12xlarge", "A10G", 4, 24, 48, 192, 40, 0, 5.672, nvme_gb=3800),
+    InstanceType("g5.48xlarge", "A10G", 8, 24, 192, 768, 100, 1, 16.288, nvme_gb=7600),
+    InstanceType("g6.xlarge", "L4", 1, 24, 4, 16, 10, 0, 0.805, nvme_gb=250),
+    InstanceType("g6.12xlarge", "L4", 4, 24, 48, 192, 40, 0, 4.602, nvme_gb=3760),
+    InstanceType("g6.48xlarge", "L4", 8, 24, 192, 768, 100, 1, 13.350, nvme_gb=7520),
+    InstanceType("g6e.xlarge", "L40S", 1, 48, 4, 32, 20, 0, 1.861, nvme_gb=250),
+    InstanceType("g6e.12xlarge", "L40S", 4, 48, 48, 384, 100, 1, 10.493, nvme_gb=3800),
+    InstanceType("g6e.48xlarge", "L40S", 8, 48, 192, 1536, 400, 4, 30.131, nvme_gb=7600),
+    InstanceType("p4d.24xlarge", "A100-40GB", 8, 40, 96, 1152, 400, 4, 21.958, nvme_gb=8000),
+    InstanceType("p4de.24xlarge", "A100-80GB", 8, 80, 96, 1152, 400, 4, 27.447, nvme_gb=8000),
+    InstanceType("p5.48xlarge", "H100", 8, 80, 192, 2048, 3200, 32, 55.040, nvme_gb=30720),
+    InstanceType("p5e.48xlarge", "H200", 8, 141, 192, 2048, 3200, 32, 63.296, nvme_gb=30720),
+    InstanceType("p5en.48xlarge", "H200", 8, 141, 192, 2048, 3200, 16, 63.296, nvme_gb=30720),
     # The local target: a Ray cluster on CPUs (vLLM's CPU build), for trying Tandem and for CI.
     InstanceType("cpu", "", 0, 0, 2, 24, 0, 0, 0.0),
 ]

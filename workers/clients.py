@@ -4,6 +4,8 @@ Credentials come from a cluster's `secret_ref` (deployments.secret_refs) at the 
 stay inside the client object and are never logged, stored or put into an error message.
 """
 import base64
+import hashlib
+import os
 import tempfile
 
 import boto3
@@ -61,16 +63,35 @@ def kubernetes_api_from_token(*, host: str, token: str, ca_data: str | None = No
     configuration.api_key = {"authorization": token}
     configuration.api_key_prefix = {"authorization": "Bearer"}
     if ca_data and host.startswith("https://"):
-        # The client wants a file; the CA is public data, so a temp file is fine.
-        with tempfile.NamedTemporaryFile("wb", suffix=".crt", delete=False) as f:
-            f.write(base64.b64decode(ca_data))
-        configuration.ssl_ca_cert = f.name
+        configuration.ssl_ca_cert = ca_file(ca_data)
     return _api_client(configuration)
+
+
+def ca_file(ca_data: str) -> str:
+    """The path of a file holding a cluster's CA (public data; the client wants a file), one per CA: named by its
+    digest and written once, so passes do not fill the worker's small /tmp with copies."""
+    pem = base64.b64decode(ca_data)
+    path = os.path.join(tempfile.gettempdir(), f"tandem-ca-{hashlib.sha256(pem).hexdigest()[:32]}.crt")
+    if not os.path.exists(path):
+        with tempfile.NamedTemporaryFile("wb", dir=os.path.dirname(path), suffix=".tmp", delete=False) as f:
+            f.write(pem)
+        os.replace(f.name, path)  # atomic: a concurrent reader sees the whole file or none
+    return path
 
 
 def aws_session(*, region: str) -> boto3.session.Session:
     """A boto3 session from the worker's ambient AWS credentials (instance role, IRSA or environment)."""
     return boto3.session.Session(region_name=region)
+
+
+def aws_assumed_session(session: boto3.session.Session, *, role_arn: str, region: str,
+                        endpoint_url: str | None = None) -> boto3.session.Session:
+    """A session on a role the worker assumes (STS AssumeRole) for one cluster's AWS calls."""
+    sts = aws_client(session, "sts", endpoint_url=endpoint_url)
+    creds = sts.assume_role(RoleArn=role_arn, RoleSessionName="tandem-worker")["Credentials"]
+    return boto3.session.Session(aws_access_key_id=creds["AccessKeyId"],
+                                 aws_secret_access_key=creds["SecretAccessKey"],
+                                 aws_session_token=creds["SessionToken"], region_name=region)
 
 
 def aws_client(session: boto3.session.Session, service: str, *, endpoint_url: str | None = None):

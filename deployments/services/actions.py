@@ -15,6 +15,7 @@ from deployments.quota_rules import quota_gpus
 from deployments.redaction import internal_redact
 from deployments.services.budgets import budget_require_approver
 from deployments.services.events import event_record
+from deployments.services.node_groups import nodegroup_quota_check
 from deployments.services.quota import quota_check
 from deployments.services.status import deployment_reconcile_request
 from deployments.services.teams import is_platform_admin, team_role
@@ -164,6 +165,7 @@ def deployment_approve(*, actor, deployment: Deployment, generation: int, propos
         raise Conflict(f"Nothing to approve: the deployment is {d.status}.")
     approved = _recheck(d.spec, d.cluster, d.team)
     quota_check(team=team, gpus=quota_gpus(approved, target_kind=d.cluster.kind), exclude_id=d.pk)
+    nodegroup_quota_check(cluster=d.cluster, exclude_id=d.pk)
     d.proposed_by = None
     d.save(update_fields=["proposed_by", "updated_at"])
     return deployment_transition(deployment=d, to=Status.APPROVED, actor=actor, reason=comment,

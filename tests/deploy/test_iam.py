@@ -1,47 +1,94 @@
-"""deploy/iam/eks-driver-policy.json against what the `eks` driver calls: every EKS operation it makes is allowed,
-nothing else is, and what it may change is limited to Tandem's own node groups."""
+"""deploy/iam/eks-driver-policy.json against what the `eks` driver calls: every EKS and EC2 operation it makes is
+allowed, nothing else is, and what it may change is limited to Tandem's own (tagged) node groups, launch
+templates, placement groups and security group."""
 import ast
 import json
 import re
 
 from tests.deploy.render import ROOT
 
-# Calls that need more than their own action: creating a node group with tags is also eks:TagResource on it, and
-# naming its node role is iam:PassRole on that role.
-IMPLIED = {"CreateNodegroup": {"eks:TagResource", "iam:PassRole"}}
+# Calls that need more than their own action: creating a node group with tags is also eks:TagResource on it, naming
+# its node role is iam:PassRole on that role, and naming a launch template makes EKS check that the caller may read
+# it (ec2:DescribeLaunchTemplateVersions; without it EKS answers "You are not authorized to describe the launch
+# template version"). EC2 creations with TagSpecifications are also ec2:CreateTags (tag on create).
+IMPLIED = {"eks:CreateNodegroup": {"eks:TagResource", "iam:PassRole", "ec2:DescribeLaunchTemplateVersions"},
+           "ec2:CreateLaunchTemplate": {"ec2:CreateTags"}, "ec2:CreatePlacementGroup": {"ec2:CreateTags"},
+           "ec2:CreateSecurityGroup": {"ec2:CreateTags"}}
+TAGGED = {"StringEquals": {"aws:ResourceTag/tandem.dev/managed-by": "tandem"}}
+TAGGING = {"StringEquals": {"aws:RequestTag/tandem.dev/managed-by": "tandem"}}
+
+
+def _policy() -> list[dict]:
+    return json.loads((ROOT / "deploy" / "iam" / "eks-driver-policy.json").read_text())["Statement"]
+
+
+def _resources(statement) -> list[str]:
+    r = statement["Resource"]
+    return r if isinstance(r, list) else [r]
 
 
 def operations_the_driver_calls() -> set[str]:
-    """EKS API operations used in workers/targets/eks.py (`self.eks.<operation>`, called or passed on)."""
+    """AWS operations used in workers/targets/eks.py (`self.eks.<operation>`, `self.ec2.<operation>`, called or
+    passed on), as IAM actions."""
     tree = ast.parse((ROOT / "workers" / "targets" / "eks.py").read_text())
     ops = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) and node.value.attr == "eks" \
-                and isinstance(node.value.value, ast.Name) and node.value.value.id == "self":
-            ops.add("".join(part.capitalize() for part in node.attr.split("_")))
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) \
+                and node.value.attr in ("eks", "ec2") and isinstance(node.value.value, ast.Name) \
+                and node.value.value.id == "self":
+            ops.add(f"{node.value.attr}:" + "".join(part.capitalize() for part in node.attr.split("_")))
     return ops
 
 
 def test_the_policy_allows_exactly_the_operations_the_eks_driver_makes():
-    policy = json.loads((ROOT / "deploy" / "iam" / "eks-driver-policy.json").read_text())
-    allowed = {a for s in policy["Statement"] if s["Effect"] == "Allow" for a in s["Action"]}
+    statements = _policy()
+    allowed = {a for s in statements if s["Effect"] == "Allow" for a in s["Action"]}
     ops = operations_the_driver_calls()
-    assert ops == {"DescribeCluster", "DescribeNodegroup", "CreateNodegroup", "UpdateNodegroupConfig",
-                   "DeleteNodegroup"}
-    needed = {f"eks:{op}" for op in ops} | set().union(*(IMPLIED.get(op, set()) for op in ops))
-    assert allowed == needed
-    assert not [s for s in policy["Statement"] if "*" in "".join(s["Action"]) or s["Resource"] == "*"]
+    assert ops == {"eks:DescribeCluster", "eks:DescribeNodegroup", "eks:ListNodegroups", "eks:CreateNodegroup",
+                   "eks:UpdateNodegroupConfig", "eks:DeleteNodegroup",
+                   "ec2:DescribeSubnets", "ec2:DescribeSecurityGroups", "ec2:CreateSecurityGroup",
+                   "ec2:AuthorizeSecurityGroupIngress", "ec2:AuthorizeSecurityGroupEgress",
+                   "ec2:CreatePlacementGroup", "ec2:DeletePlacementGroup", "ec2:CreateLaunchTemplate",
+                   "ec2:DeleteLaunchTemplate"}
+    assert allowed == ops | set().union(*(IMPLIED.get(op, set()) for op in ops))
+    assert not [s for s in statements if "*" in "".join(s["Action"])]
+    # EC2's Describe calls take no resource-level permissions: only they may name every resource.
+    assert {a for s in statements if "*" in _resources(s) for a in s["Action"]} == \
+        {"ec2:DescribeSubnets", "ec2:DescribeSecurityGroups", "ec2:DescribeLaunchTemplateVersions"}
 
 
 def test_changes_are_limited_to_tandems_node_groups_and_the_node_role():
-    statements = json.loads((ROOT / "deploy" / "iam" / "eks-driver-policy.json").read_text())["Statement"]
-    by_action = {a: s for s in statements for a in s["Action"]}
+    statements = _policy()
+    by_action = {a: s for s in statements for a in s["Action"] if "vpc/" not in "".join(_resources(s))}
     for action in ("eks:UpdateNodegroupConfig", "eks:DeleteNodegroup"):
-        assert by_action[action]["Condition"] == {"StringEquals": {"aws:ResourceTag/tandem.dev/managed-by": "tandem"}}
-    assert by_action["eks:CreateNodegroup"]["Condition"] == \
-        {"StringEquals": {"aws:RequestTag/tandem.dev/managed-by": "tandem"}}
+        assert by_action[action]["Condition"] == TAGGED
+    assert by_action["eks:CreateNodegroup"]["Condition"] == TAGGING
     assert re.fullmatch(r"arn:aws:eks:\$\{AWS_REGION\}:\$\{AWS_ACCOUNT_ID\}:nodegroup/\$\{CLUSTER_NAME\}/tandem-\*/\*",
                         by_action["eks:DeleteNodegroup"]["Resource"])
     passrole = by_action["iam:PassRole"]
     assert passrole["Resource"] == "arn:aws:iam::${AWS_ACCOUNT_ID}:role/${NODE_ROLE_NAME}"
     assert passrole["Condition"] == {"StringEquals": {"iam:PassedToService": "eks.amazonaws.com"}}
+
+
+def test_ec2_writes_carry_the_same_tag_conditions_as_the_node_groups():
+    statements = _policy()
+    for statement in statements:
+        writes = [a for a in statement["Action"] if a.startswith("ec2:") and not a.startswith("ec2:Describe")]
+        if not writes:
+            continue
+        resources = _resources(statement)
+        if resources == ["arn:aws:ec2:${AWS_REGION}:${AWS_ACCOUNT_ID}:vpc/${VPC_ID}"]:
+            # A security group is created in the cluster's VPC, which carries no Tandem tag: only that VPC.
+            assert statement["Action"] == ["ec2:CreateSecurityGroup"] and "Condition" not in statement
+            continue
+        assert all(re.fullmatch(r"arn:aws:ec2:\$\{AWS_REGION\}:\$\{AWS_ACCOUNT_ID\}:"
+                                r"(launch-template/\*|placement-group/tandem-\*|security-group/\*)", r)
+                   for r in resources), resources
+        condition = statement["Condition"]["StringEquals"]
+        if any(a.startswith(("ec2:Create")) for a in writes):
+            assert condition["aws:RequestTag/tandem.dev/managed-by"] == "tandem"
+            if writes == ["ec2:CreateTags"]:  # tags only as part of Tandem's own creations
+                assert sorted(condition["ec2:CreateAction"]) == ["CreateLaunchTemplate", "CreatePlacementGroup",
+                                                                 "CreateSecurityGroup"]
+        else:
+            assert statement["Condition"] == TAGGED

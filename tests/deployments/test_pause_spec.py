@@ -34,5 +34,7 @@ def test_a_cluster_may_set_its_own_prices_per_known_instance_type():
     errors = cluster_config_errors("ray", {**base, "prices": {"p9.huge": 1, "g6e.xlarge": -1}})
     assert any("unknown instance type 'p9.huge'" in e for e in errors)
     assert any("g6e.xlarge must be USD per node-hour" in e for e in errors)
-    assert cluster_config_errors("eks", {"region": "us-west-2", "cluster_name": "x", "prices": [1]})[0].startswith(
-        "prices: an object")
+    assert cluster_config_errors("eks", {"region": "us-west-2", "cluster_name": "x", "prices": [1],
+                                         "subnet_ids": ["subnet-0123456789abcdef0"],
+                                         "node_role_arn": "arn:aws:iam::123456789012:role/nodes"}) == [
+        "prices: an object of instance type → USD per node-hour, e.g. {\"p5.48xlarge\": 31.5}."]

@@ -125,4 +125,5 @@ def test_every_kubernetes_bound_name_goes_through_the_one_dns_label_check(bad):
 @pytest.mark.parametrize("good", ["tandem-", "t", "team-a", "a" * 20 + "-"])
 def test_prefixes_may_end_in_one_dash(good):
     assert cluster_config_errors("eks", {"region": "us-west-2", "cluster_name": "c", "nodegroup_prefix": good,
-                                         "namespace_prefix": good}) == []
+                                         "namespace_prefix": good, "subnet_ids": ["subnet-0123456789abcdef0"],
+                                         "node_role_arn": "arn:aws:iam::123456789012:role/nodes"}) == []

@@ -1,16 +1,31 @@
-"""moto's server mode on 127.0.0.1 for tests (real boto3 over HTTP), with injectable AWS faults.
+"""moto's server mode on 127.0.0.1 for tests (real boto3 over HTTP), with injectable AWS faults, and EKS and EC2
+made as strict as the real services where moto is lenient.
 
 `MotoServer.inject(...)` makes the next N requests whose method and path match answer with an AWS error
 (throttling by default), the way a busy AWS API does, so the product's retry and classification run for real.
+`operations` logs each request by its IAM name (`eks:DescribeNodegroup`, from botocore's routes), which tests count
+and compare with the driver's IAM policy.
+
+What moto accepts and EKS does not (tests/support/eks_rules.py holds the rules and their sources): a node group
+without a node role or subnets, or on subnets EC2 does not have; a launch template with fields EKS forbids; a
+capacity block without its reservation; a 31st node group. What EKS accepts and then fails (CREATE_FAILED with its
+health issue): an EFA launch template over subnets in more than one Availability Zone, and an instance type
+`short_of(...)` marks as out of capacity. moto has no placement groups: `EksRules` answers those EC2 calls.
 """
+import functools
+import io
 import json
 import logging
 import re
 from dataclasses import dataclass
+from urllib.parse import parse_qs
 
+import botocore.session
 import httpx
 from moto.server import DomainDispatcherApplication, MotoRequestHandler, ThreadedMotoServer, create_backend_app
 from werkzeug.serving import make_server
+
+from tests.support.eks_rules import EksRules, cluster_vpc
 
 EKS_CLUSTER_CREATE = {"name", "roleArn", "resourcesVpcConfig"}
 
@@ -31,6 +46,14 @@ class MotoServer(ThreadedMotoServer):
         super().__init__(ip_address="127.0.0.1", port=0, verbose=False)
         self.faults: list[AwsFault] = []
         self.hits: list[tuple[str, str]] = []
+        self.operations: list[str] = []  # "<service>:<Operation>" of each signed request, in order (IAM's names)
+        self.access_keys: list[str] = []  # the access key id that signed each request
+        self.short: set[str] = set()  # instance types with no capacity (EC2's InsufficientInstanceCapacity)
+        self.rules = EksRules()
+
+    def short_of(self, instance_type: str) -> None:
+        """EC2 has no capacity of this instance type: a node group of it fails as EKS reports that."""
+        self.short.add(instance_type)
 
     @property
     def url(self) -> str:
@@ -46,12 +69,30 @@ class MotoServer(ThreadedMotoServer):
         """Forget every AWS resource and fault (moto's own reset endpoint)."""
         self.faults.clear()
         self.hits.clear()
+        self.operations.clear()
+        self.access_keys.clear()
+        self.short.clear()
+        self.rules.reset()
         httpx.post(f"{self.url}/moto-api/reset", timeout=10).raise_for_status()
 
     def _middleware(self, app):
         def wsgi(environ, start_response):
             method, path = environ["REQUEST_METHOD"], environ.get("PATH_INFO", "")
             self.hits.append((method, path))
+            body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+            environ["wsgi.input"] = io.BytesIO(body)
+            auth = environ.get("HTTP_AUTHORIZATION", "")
+            if m := re.search(r"Credential=([^/]+)/\d+/([\w-]+)/(\w+)/", auth):
+                key, region, service = m.groups()
+                self.access_keys.append(key)
+            else:
+                region, service = "us-west-2", ""
+            params = parse_qs(body.decode()) if service in ("ec2", "sts") else {}
+            if service:
+                self.operations.append(f"{service}:{operation_of(service, method, path, params)}")
+            if service == "ec2":
+                if answer := self.rules.ec2_answer(params.get("Action", [""])[0], params, region=region):
+                    return _respond(start_response, *answer)
             for fault in self.faults:
                 if fault.count > 0 and fault.method == method and fault.path.search(path):
                     fault.count -= 1
@@ -59,6 +100,13 @@ class MotoServer(ThreadedMotoServer):
                     start_response(f"{fault.status} Injected", [("Content-Type", "application/json"),
                                                                ("x-amzn-ErrorType", fault.code)])
                     return [body.encode()]
+            if service == "eks" and method == "POST" and (m := NODEGROUPS_PATH.fullmatch(path)):
+                request = json.loads(body or b"{}")
+                if refusal := self.rules.nodegroup_refusal(m.group(1), request, region=region):
+                    return _respond(start_response, *refusal)
+                answer = app(environ, start_response)
+                self.rules.nodegroup_created(m.group(1), request, region=region, short=self.short)
+                return answer
             return app(environ, start_response)
 
         return wsgi
@@ -71,10 +119,52 @@ class MotoServer(ThreadedMotoServer):
         self._server.serve_forever()
 
 
-def eks_cluster_create(*, url: str, name: str, region: str = "us-west-2") -> dict:
-    """Create an EKS cluster in moto (what a platform team would have before registering it)."""
+NODEGROUPS_PATH = re.compile(r"/clusters/([^/]+)/node-groups")
+
+
+@functools.cache
+def _rest_routes(service: str) -> list[tuple[str, re.Pattern, str]]:
+    """(method, path pattern, operation) of each operation of a REST service, from botocore's model."""
+    model = botocore.session.get_session().get_service_model(service)
+    routes = []
+    for name in model.operation_names:
+        http = model.operation_model(name).http
+        uri = re.sub(r"\{[^}]+\}", "[^/]+", http["requestUri"].split("?")[0])
+        routes.append((http["method"], re.compile(uri), name))
+    return routes
+
+
+def operation_of(service: str, method: str, path: str, params: dict) -> str:
+    """The API operation of a request: the Action of a query-protocol call (EC2, STS), else the botocore route
+    its method and path match (EKS)."""
+    if "Action" in params:
+        return params["Action"][0]
+    return next((name for m, pattern, name in _rest_routes(service) if m == method and pattern.fullmatch(path)), "?")
+
+
+def _respond(start_response, status: int, headers: list, body: bytes):
+    start_response(f"{status} Emulated", headers)
+    return [body]
+
+
+def eks_cluster_create(*, url: str, name: str, region: str = "us-west-2", zones: tuple[str, ...] = ("a",),
+                       public: bool = False) -> dict:
+    """An EKS cluster in moto as a platform team has it before registering it: a VPC, one private subnet per zone
+    letter in `zones`, and the cluster, whose DescribeCluster also reports its VPC and cluster security group
+    (real EKS creates that group; moto reports neither). Returns the cluster with `subnet_ids` added."""
     import boto3
 
+    ec2 = boto3.client("ec2", region_name=region, endpoint_url=url)
+    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    subnets = []
+    for i, zone in enumerate(zones):
+        subnet = ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.0.{i}.0/24", AvailabilityZone=f"{region}{zone}")
+        subnets.append(subnet["Subnet"]["SubnetId"])
+        if public:
+            ec2.modify_subnet_attribute(SubnetId=subnets[-1], MapPublicIpOnLaunch={"Value": True})
+    group = ec2.create_security_group(GroupName=f"eks-cluster-sg-{name}", Description="EKS cluster", VpcId=vpc)
     eks = boto3.client("eks", region_name=region, endpoint_url=url)
-    return eks.create_cluster(name=name, roleArn="arn:aws:iam::123456789012:role/eks",
-                              resourcesVpcConfig={"subnetIds": ["subnet-1", "subnet-2"]})["cluster"]
+    cluster = eks.create_cluster(name=name, roleArn="arn:aws:iam::123456789012:role/eks",
+                                 resourcesVpcConfig={"subnetIds": subnets})["cluster"]
+    cluster_vpc(name, region=region, vpc_id=vpc, security_group_id=group["GroupId"])
+    return {**cluster, "subnet_ids": subnets, "vpc_id": vpc, "cluster_security_group_id": group["GroupId"]}

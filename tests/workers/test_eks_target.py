@@ -23,12 +23,12 @@ def _pool(itype, gpus, tp, nodes=1):
 
 @pytest.fixture
 def eks_cluster(aws, emulator, db):
-    eks_cluster_create(url=aws.url, name="gpu-prod", region=REGION)
+    made = eks_cluster_create(url=aws.url, name="gpu-prod", region=REGION)
     emulator.token, emulator.token_prefix = None, "k8s-aws-v1."  # accepts only EKS-style tokens
     return ClusterFactory(name="eks-prod", kind=Cluster.Kind.EKS, config={
         "region": REGION, "cluster_name": "gpu-prod", "aws_endpoint_url": aws.url,
         "kubernetes_endpoint_url": emulator.base_url, "node_role_arn": "arn:aws:iam::123456789012:role/nodes",
-        "subnet_ids": ["subnet-1"]})
+        "subnet_ids": made["subnet_ids"]})
 
 
 @pytest.fixture
@@ -103,7 +103,8 @@ def test_denied_credentials_are_permanent(aws, deployment):
 def test_teardown_deletes_the_kubernetes_objects_and_only_the_node_groups_tandem_created(aws, emulator, deployment):
     eks = _eks(aws)
     eks.create_nodegroup(clusterName="gpu-prod", nodegroupName="someone-elses", nodeRole="arn:aws:iam::123456789012:role/n",
-                         subnets=["subnet-1"], scalingConfig={"minSize": 1, "maxSize": 1, "desiredSize": 1})
+                         subnets=deployment.cluster.config["subnet_ids"],
+                         scalingConfig={"minSize": 1, "maxSize": 1, "desiredSize": 1})
     target = EksTarget(deployment.cluster)
     target.ensure_node_pools(deployment)
     objects, _ = target.desired(deployment)
@@ -156,7 +157,7 @@ def test_a_node_group_of_another_deployment_under_our_name_is_a_permanent_error_
     target = EksTarget(deployment.cluster)
     name = target.nodegroup_name(deployment, "decode")
     _eks(aws).create_nodegroup(clusterName="gpu-prod", nodegroupName=name, nodeRole="arn:aws:iam::123456789012:role/n",
-                               subnets=["subnet-1"], instanceTypes=["g6e.xlarge"],
+                               subnets=deployment.cluster.config["subnet_ids"], instanceTypes=["g6e.xlarge"],
                                scalingConfig={"minSize": 5, "maxSize": 5, "desiredSize": 5},
                                tags={"tandem.dev/managed-by": "tandem", "tandem.dev/deployment-id": "999999",
                                      "tandem.dev/team": "other-team", "tandem.dev/deployment": "llama"})
@@ -178,7 +179,7 @@ def test_a_node_group_named_before_ids_is_kept_by_its_own_deployment(aws, deploy
     for stage, name in legacy.items():
         pool = deployment.spec_typed.pool(stage)
         _eks(aws).create_nodegroup(clusterName="gpu-prod", nodegroupName=name, nodeRole="arn:aws:iam::123456789012:role/n",
-                                   subnets=["subnet-1"], instanceTypes=[pool.instance_type],
+                                   subnets=deployment.cluster.config["subnet_ids"], instanceTypes=[pool.instance_type],
                                    scalingConfig={"minSize": pool.nodes, "maxSize": pool.nodes,
                                                   "desiredSize": pool.nodes},
                                    tags={"tandem.dev/managed-by": "tandem",
@@ -220,7 +221,8 @@ def _passed(d):
 
 
 @pytest.mark.parametrize(("status", "advice"), [
-    ("CREATE_FAILED", "Check the instance type's availability and quota in the cluster's subnets, then retry."),
+    ("CREATE_FAILED", "Tandem deleted it; check the instance type's availability and quota in the cluster's "
+                      "subnets, then retry."),
     ("DEGRADED", "fix it in the EKS console, then retry."),
 ])
 def test_a_node_group_that_fails_or_degrades_fails_the_deployment_with_eks_words_and_what_to_do(
@@ -269,3 +271,21 @@ def test_a_token_eks_refuses_fails_the_deployment_saying_what_the_worker_needs(a
     assert d.status_reason.startswith("Kubernetes refused Tandem's credentials on eks-prod (401)")
     assert "give the worker's IAM role access to the cluster (an EKS access entry" in d.status_reason
     assert "kubeconfig" not in d.status_reason
+
+
+def test_every_pass_uses_the_one_ca_file_of_its_cluster(monkeypatch, tmp_path):
+    """The worker's /tmp is a small emptyDir: a CA copy per pass would fill it. One file per CA, written once."""
+    import tempfile
+
+    from workers.clients import kubernetes_api_from_token
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    pem = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    paths = {kubernetes_api_from_token(host="https://eks.example", token="t",
+                                       ca_data=base64.b64encode(pem).decode()).configuration.ssl_ca_cert
+             for _ in range(3)}
+    assert len(paths) == 1 and list(tmp_path.iterdir()) == [tmp_path / paths.pop().rsplit("/", 1)[1]]
+    assert next(tmp_path.iterdir()).read_bytes() == pem
+    other = kubernetes_api_from_token(host="https://eks2.example", token="t",
+                                      ca_data=base64.b64encode(pem + b"\n").decode()).configuration.ssl_ca_cert
+    assert len(list(tmp_path.iterdir())) == 2 and open(other, "rb").read() == pem + b"\n"

@@ -69,12 +69,12 @@ def test_pause_deletes_the_rayservice_keeps_the_deployment_and_a_resume_is_check
 
 @pytest.fixture
 def eks_serving(aws, emulator, db):
-    eks_cluster_create(url=aws.url, name="gpu-prod", region=REGION)
+    made = eks_cluster_create(url=aws.url, name="gpu-prod", region=REGION)
     emulator.token, emulator.token_prefix = None, "k8s-aws-v1."
     cluster = ClusterFactory(name="eks-prod", kind=Cluster.Kind.EKS, config={
         "region": REGION, "cluster_name": "gpu-prod", "aws_endpoint_url": aws.url,
         "kubernetes_endpoint_url": emulator.base_url, "node_role_arn": "arn:aws:iam::123456789012:role/nodes",
-        "subnet_ids": ["subnet-1"], "model_sources": {"s3": ["s3://models"]}})
+        "subnet_ids": made["subnet_ids"], "model_sources": {"s3": ["s3://models"]}})
     return DeploymentFactory(team=TeamFactory(slug="ml-research"), cluster=cluster, name="llama",
                              spec=gpu_spec(), status=Status.RUNNING)
 

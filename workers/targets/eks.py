@@ -5,15 +5,26 @@ Node groups are one per deployment and stage, named by the deployment's primary 
 characters) and tagged with its id. Tandem resizes, replaces and deletes a node group only when its
 `deployment-id` tag is this deployment's; any other owner is a permanent error naming both. Each pass does one
 step and returns, so a node group that is still CREATING makes the reconciler come back later instead of
-blocking a worker.
+blocking a worker. A pass describes the cluster once and each node group once.
+
+Each node group runs on its own EC2 launch template of the same name (workers.targets.eks_launch_template); EFA
+pools also get a cluster placement group of that name and Tandem's EFA security group (one per cluster). All of
+them carry the same tags, which the driver's IAM policy (deploy/iam/) requires.
 """
+from datetime import datetime
+
 from botocore.exceptions import BotoCoreError, ClientError, ConnectionError as BotoConnectionError
+from django.utils import timezone as dj_timezone
 
 from deployments.catalog import INSTANCE_TYPES
+from deployments.cluster_config import PROVISIONING_DEADLINE_MINUTES
+from deployments.lifecycle import Status
+from deployments.services.node_groups import NODEGROUPS_PER_CLUSTER
 from deployments.serve_config import STAGES
 from deployments.spec import PoolSpec
 from workers import clients
 from workers.targets.base import PermanentError, Step, TransientError
+from workers.targets.eks_launch_template import launch_template_data
 from workers.targets.kubernetes import KubernetesTarget
 
 TAG_MANAGED = "tandem.dev/managed-by"
@@ -29,6 +40,20 @@ NODEGROUP_LABEL = "eks.amazonaws.com/nodegroup"  # EKS puts it on every node of 
 # A paused deployment's node groups: no nodes, kept so a resume resizes them rather than creating them (EKS wants
 # maxSize of at least 1).
 PAUSED_SCALING = {"minSize": 0, "maxSize": 1, "desiredSize": 0}
+# Node group health issue codes (botocore's eks NodegroupIssueCode, described in the EKS API reference's `Issue`,
+# docs.aws.amazon.com/eks/latest/APIReference/API_Issue.html) that waiting does not fix: a missing or
+# misconfigured resource, a permission or a quota someone has to change. Any other issue of a DEGRADED group
+# (AsgInstanceLaunchFailures while capacity is short, InternalFailure, throttling, ClusterUnreachable) is waited
+# for, up to the cluster's provisioning deadline.
+FATAL_ISSUES = {
+    "AccessDenied", "AmiIdNotFound", "AutoScalingGroupNotFound", "AutoScalingGroupInvalidConfiguration",
+    "AutoScalingGroupOptInRequired", "Ec2SecurityGroupNotFound", "Ec2LaunchTemplateNotFound",
+    "Ec2LaunchTemplateVersionMismatch", "Ec2LaunchTemplateInvalidConfiguration", "Ec2SubnetNotFound",
+    "Ec2SubnetInvalidConfiguration", "Ec2SubnetMissingIpv6Assignment", "Ec2SubnetListTooLong",
+    "Ec2InstanceTypeDoesNotExist", "IamInstanceProfileNotFound", "IamNodeRoleNotFound", "IamLimitExceeded",
+    "InstanceLimitExceeded", "InsufficientFreeAddresses", "KubernetesLabelInvalid", "LimitExceeded",
+    "SourceEc2LaunchTemplateNotFound", "Ec2LaunchTemplateMaxLimitExceeded", "Ec2LaunchTemplateVersionMaxLimitExceeded",
+}
 
 
 def aws_error(e: Exception, *, doing: str) -> Exception:
@@ -41,7 +66,7 @@ def aws_error(e: Exception, *, doing: str) -> Exception:
             return TransientError(f"AWS is throttling or unavailable while {doing} ({code}); retrying.")
         if code in DENIED:
             return PermanentError(f"AWS refused the worker's credentials while {doing} ({code}): give the "
-                                  "worker's role eks:DescribeCluster and eks:*Nodegroup* permissions.")
+                                  "worker's role deploy/iam/eks-driver-policy.json.")
         return PermanentError(f"AWS rejected {doing}: {code}: {message}")
     if isinstance(e, (BotoConnectionError, BotoCoreError)):
         return TransientError(f"Cannot reach AWS while {doing}: {type(e).__name__}; retrying.")
@@ -59,6 +84,23 @@ def _issues(ng: dict) -> str:
                      for i in ng.get("health", {}).get("issues", [])) or "EKS gives no detail"
 
 
+def _fatal(ng: dict) -> bool:
+    return any(i.get("code") in FATAL_ISSUES for i in ng.get("health", {}).get("issues", []))
+
+
+def _tags(deployment) -> dict[str, str]:
+    return {TAG_MANAGED: "tandem", TAG_DEPLOYMENT_ID: str(deployment.pk), TAG_TEAM: deployment.team.slug,
+            TAG_NAME: deployment.name}
+
+
+def _tag_spec(resource_type: str, tags: dict[str, str]) -> list[dict]:
+    return [{"ResourceType": resource_type, "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}]
+
+
+def _code(e: ClientError) -> str:
+    return e.response.get("Error", {}).get("Code", "")
+
+
 class EksTarget(KubernetesTarget):
     """Drives a deployment onto an EKS cluster, managing the prefill and decode node groups."""
 
@@ -68,9 +110,11 @@ class EksTarget(KubernetesTarget):
     def __init__(self, cluster, *, api=None, session=None):
         super().__init__(cluster, api=api)
         self._session = session
-        self._eks = None
+        self._eks = self._ec2 = None
         self._names: dict[tuple[int, str], str] = {}
         self._cluster_info: dict | None = None
+        self._groups: dict[str, dict | None] = {}  # node groups described in this pass, by name
+        self._subnets: list[dict] | None = None
 
     @property
     def region(self) -> str:
@@ -81,18 +125,48 @@ class EksTarget(KubernetesTarget):
         return self.cluster.config["cluster_name"]
 
     @property
+    def session(self):
+        """The worker's own AWS session, or the cluster's `role_arn` assumed through STS."""
+        if self._session is None:
+            session = clients.aws_session(region=self.region)
+            if role := self.cluster.config.get("role_arn"):
+                try:
+                    session = clients.aws_assumed_session(session, role_arn=role, region=self.region,
+                                                          endpoint_url=self.cluster.config.get("aws_endpoint_url"))
+                except (ClientError, BotoCoreError) as e:
+                    raise aws_error(e, doing=f"assuming {role}") from None
+            self._session = session
+        return self._session
+
+    @property
     def eks(self):
         if self._eks is None:
-            session = self._session or clients.aws_session(region=self.region)
-            self._session = session
-            self._eks = clients.aws_client(session, "eks", endpoint_url=self.cluster.config.get("aws_endpoint_url"))
+            self._eks = clients.aws_client(self.session, "eks",
+                                           endpoint_url=self.cluster.config.get("aws_endpoint_url"))
         return self._eks
 
-    def _aws(self, doing: str, fn, **kwargs):
+    @property
+    def ec2(self):
+        if self._ec2 is None:
+            self._ec2 = clients.aws_client(self.session, "ec2",
+                                           endpoint_url=self.cluster.config.get("aws_endpoint_url"))
+        return self._ec2
+
+    def _aws(self, doing: str, fn, *, tolerate: str = "", **kwargs):
+        """One AWS call, its failure classified; None when it fails with the error code `tolerate` (an expected
+        answer such as "not found" or "already exists")."""
         try:
             return fn(**kwargs)
-        except (ClientError, BotoCoreError) as e:
+        except ClientError as e:
+            if tolerate and _code(e) == tolerate:
+                return None
             raise aws_error(e, doing=doing) from None
+        except BotoCoreError as e:
+            raise aws_error(e, doing=doing) from None
+
+    def _new_pass(self) -> None:
+        """Forget what the last pass saw: each pass reads the cluster and its node groups once, afresh."""
+        self._cluster_info, self._groups, self._subnets = None, {}, None
 
     def _active_cluster(self) -> dict:
         """DescribeCluster, once per pass: an ACTIVE cluster, else wait for it (creating, updating) or fail (failed,
@@ -114,7 +188,7 @@ class EksTarget(KubernetesTarget):
         info = self._active_cluster()
         host = self.cluster.config.get("kubernetes_endpoint_url") or info["endpoint"]
         try:
-            token = clients.eks_bearer_token(session=self._session, cluster_name=self.eks_name, region=self.region,
+            token = clients.eks_bearer_token(session=self.session, cluster_name=self.eks_name, region=self.region,
                                              sts_endpoint_url=self.cluster.config.get("aws_endpoint_url"))
         except BotoCoreError as e:
             raise aws_error(e, doing="signing the EKS token") from None
@@ -157,41 +231,151 @@ class EksTarget(KubernetesTarget):
                              "group, then retry.")
 
     def _describe(self, name: str) -> dict | None:
-        try:
-            return self.eks.describe_nodegroup(clusterName=self.eks_name, nodegroupName=name)["nodegroup"]
-        except ClientError as e:
-            if e.response.get("Error", {}).get("Code") == "ResourceNotFoundException":
-                return None
-            raise aws_error(e, doing=f"describing node group {name}") from None
-        except BotoCoreError as e:
-            raise aws_error(e, doing=f"describing node group {name}") from None
+        """DescribeNodegroup, at most once per name per pass (a write forgets it: see `_changed`)."""
+        if name in self._groups:
+            return self._groups[name]
+        found = self._aws(f"describing node group {name}", self.eks.describe_nodegroup,
+                          tolerate="ResourceNotFoundException", clusterName=self.eks_name, nodegroupName=name)
+        ng = found["nodegroup"] if found else None
+        self._groups[name] = ng
+        return ng
+
+    def _changed(self, name: str, doing: str, fn, **kwargs) -> None:
+        """A node group write; its description this pass is stale afterwards."""
+        self._aws(f"{doing} node group {name}", fn, clusterName=self.eks_name, nodegroupName=name, **kwargs)
+        self._groups.pop(name, None)
+
+    # --- what a node group runs on: subnets, security group, placement group, launch template --------------
+    def _node_subnets(self, *, efa: bool) -> list[str]:
+        """The configured subnets after DescribeSubnets: private, in one Availability Zone (EFA does not cross
+        zones, and prefill and decode move KV between them); an EFA pool gets exactly one, the first listed."""
+        if self._subnets is None:
+            ids = list(self.cluster.config.get("subnet_ids") or [])
+            found = self._aws("describing the node subnets", self.ec2.describe_subnets, SubnetIds=ids)["Subnets"]
+            by_id = {s["SubnetId"]: s for s in found}
+            self._subnets = [by_id[i] for i in ids]
+        zones = sorted({s["AvailabilityZone"] for s in self._subnets})
+        if len(zones) > 1:
+            raise PermanentError(f"The cluster's subnet_ids span {', '.join(zones)}: EFA does not cross Availability "
+                                 "Zones and KV traffic between zones is slow and billed. List private subnets of "
+                                 "one zone in the cluster's subnet_ids, then retry.")
+        public = [s["SubnetId"] for s in self._subnets if s.get("MapPublicIpOnLaunch")]
+        if public:
+            raise PermanentError(f"Subnet {', '.join(public)} gives instances public IP addresses; GPU nodes "
+                                 "belong in private subnets. List private subnets in the cluster's subnet_ids.")
+        ids = [s["SubnetId"] for s in self._subnets]
+        return ids[:1] if efa else ids
+
+    def _efa_security_group(self) -> str:
+        """Tandem's EFA security group in the cluster's VPC: all traffic in from and out to its own members, which
+        EFA's OS-bypass traffic needs. Created once per cluster; its rules are checked on each node group
+        creation."""
+        vpc = self._active_cluster().get("resourcesVpcConfig", {}).get("vpcId")
+        name = f"{self.cluster.config.get('nodegroup_prefix', 'tandem-')}efa"
+        found = self._aws("finding the EFA security group", self.ec2.describe_security_groups,
+                          Filters=[{"Name": "group-name", "Values": [name]},
+                                   {"Name": "vpc-id", "Values": [vpc]}])["SecurityGroups"]
+        if found:
+            group = found[0]
+        else:
+            gid = self._aws("creating the EFA security group", self.ec2.create_security_group, GroupName=name,
+                            VpcId=vpc, Description="Tandem EFA: all traffic between members",
+                            TagSpecifications=_tag_spec("security-group", {TAG_MANAGED: "tandem"}))["GroupId"]
+            group = {"GroupId": gid, "IpPermissions": [], "IpPermissionsEgress": []}
+        gid = group["GroupId"]
+        rule = {"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": gid}]}
+
+        def has_self(perms):
+            return any(p.get("IpProtocol") == "-1"
+                       and any(u.get("GroupId") == gid for u in p.get("UserIdGroupPairs", [])) for p in perms)
+
+        if not has_self(group.get("IpPermissions", [])):
+            self._aws("opening the EFA security group to itself", self.ec2.authorize_security_group_ingress,
+                      GroupId=gid, IpPermissions=[rule])
+        if not has_self(group.get("IpPermissionsEgress", [])):
+            self._aws("opening the EFA security group to itself", self.ec2.authorize_security_group_egress,
+                      GroupId=gid, IpPermissions=[rule])
+        return gid
+
+    def _placement_group(self, deployment, name: str) -> str:
+        """A cluster placement group for one EFA pool: its nodes on the same network spine."""
+        self._aws(f"creating placement group {name}", self.ec2.create_placement_group,
+                  tolerate="InvalidPlacementGroup.Duplicate",  # a previous pass made it
+                  GroupName=name, Strategy="cluster", TagSpecifications=_tag_spec("placement-group", _tags(deployment)))
+        return name
+
+    def _capacity(self, instance_type: str) -> tuple[str, str | None]:
+        """The node group's capacityType and the capacity reservation its launch template targets."""
+        capacity = self.cluster.config.get("capacity_type", "ON_DEMAND")
+        reservation = (self.cluster.config.get("capacity_reservation_ids") or {}).get(instance_type)
+        if capacity == "CAPACITY_BLOCK" and not reservation:
+            raise PermanentError(f"The cluster's capacity_type is CAPACITY_BLOCK but its capacity_reservation_ids "
+                                 f"names no reservation for {instance_type}; add the capacity block's id for it.")
+        return capacity, reservation if capacity != "SPOT" else None
+
+    def _launch_template(self, deployment, stage: str, name: str, *, capacity: str, reservation: str | None) -> dict:
+        """The node group's launch template, made afresh (one left by a killed pass may describe an older spec)."""
+        instance = INSTANCE_TYPES[deployment.spec_typed.pool(stage).instance_type]
+        groups = []
+        if instance.has_efa:
+            groups = [self._efa_security_group(),
+                      self._active_cluster()["resourcesVpcConfig"]["clusterSecurityGroupId"]]
+        data = launch_template_data(instance=instance, security_group_ids=groups,
+                                    placement_group=self._placement_group(deployment, name) if instance.has_efa
+                                    else None,
+                                    capacity_reservation_id=reservation, capacity_block=capacity == "CAPACITY_BLOCK")
+        kwargs = {"LaunchTemplateName": name, "LaunchTemplateData": data,
+                  "TagSpecifications": _tag_spec("launch-template", _tags(deployment))}
+        doing = f"creating launch template {name}"
+        made = self._aws(doing, self.ec2.create_launch_template,
+                         tolerate="InvalidLaunchTemplateName.AlreadyExistsException", **kwargs)
+        if made is None:
+            self._aws(f"replacing launch template {name}", self.ec2.delete_launch_template, LaunchTemplateName=name)
+            made = self._aws(doing, self.ec2.create_launch_template, **kwargs)
+        template = made["LaunchTemplate"]
+        return {"id": template["LaunchTemplateId"], "version": str(template["LatestVersionNumber"])}
+
+    def _free_ec2(self, name: str) -> None:
+        """The launch template and placement group of a node group that is gone (absent ones are fine)."""
+        self._aws(f"deleting launch template {name}", self.ec2.delete_launch_template,
+                  tolerate="InvalidLaunchTemplateName.NotFoundException", LaunchTemplateName=name)
+        self._aws(f"deleting placement group {name}", self.ec2.delete_placement_group,
+                  tolerate="InvalidPlacementGroup.Unknown", GroupName=name)
 
     def _create_nodegroup(self, deployment, stage: str, name: str) -> None:
+        missing = [k for k in ("node_role_arn", "subnet_ids") if not self.cluster.config.get(k)]
+        if missing:  # a cluster registered before they were required
+            raise PermanentError(f"Cluster {self.cluster.name} has no {' or '.join(missing)} in its config; EKS "
+                                 "creates no node group without them. A platform admin adds them to the cluster, "
+                                 "then retry.")
         pool = deployment.spec_typed.pool(stage)
         instance = INSTANCE_TYPES[pool.instance_type]
+        count = len(self._aws("listing node groups", self.eks.list_nodegroups, clusterName=self.eks_name,
+                              maxResults=100)["nodegroups"])
+        if count >= NODEGROUPS_PER_CLUSTER:
+            raise PermanentError(f"EKS cluster {self.eks_name} has {count} managed node groups, EKS's limit per "
+                                 "cluster; delete unused ones (or ask AWS for a higher quota), then retry.")
         taints = [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}]
         if instance.has_efa:
             taints.append({"key": "vpc.amazonaws.com/efa", "value": "true", "effect": "NO_SCHEDULE"})
+        subnets = self._node_subnets(efa=instance.has_efa)
+        capacity, reservation = self._capacity(pool.instance_type)
+        template = self._launch_template(deployment, stage, name, capacity=capacity, reservation=reservation)
         kwargs = {
             "clusterName": self.eks_name, "nodegroupName": name,
             "scalingConfig": _scaling(pool),
-            "instanceTypes": [pool.instance_type], "amiType": "AL2023_x86_64_NVIDIA",
+            "instanceTypes": [pool.instance_type], "amiType": "AL2023_x86_64_NVIDIA", "capacityType": capacity,
+            "launchTemplate": template,
             "labels": {"tandem.dev/pool": stage, "tandem.dev/deployment": deployment.name,
                        "tandem.dev/team": deployment.team.slug},
             "taints": taints,
-            "tags": {TAG_MANAGED: "tandem", TAG_DEPLOYMENT_ID: str(deployment.pk), TAG_TEAM: deployment.team.slug,
-                     TAG_NAME: deployment.name},
-            "subnets": list(self.cluster.config.get("subnet_ids") or []),
-            "nodeRole": self.cluster.config.get("node_role_arn", ""),
+            "tags": _tags(deployment),
+            "subnets": subnets,
+            "nodeRole": self.cluster.config["node_role_arn"],
         }
-        try:
-            self.eks.create_nodegroup(**kwargs)
-        except ClientError as e:
-            if e.response.get("Error", {}).get("Code") == "ResourceInUseException":
-                return  # a previous pass (or a killed worker) already asked for it
-            raise aws_error(e, doing=f"creating node group {name}") from None
-        except BotoCoreError as e:
-            raise aws_error(e, doing=f"creating node group {name}") from None
+        self._aws(f"creating node group {name}", self.eks.create_nodegroup,
+                  tolerate="ResourceInUseException", **kwargs)  # else a previous pass (or a killed worker) asked
+        self._groups.pop(name, None)
 
     def _ensure_one(self, deployment, stage: str) -> tuple[bool, str]:
         name = self.nodegroup_name(deployment, stage)
@@ -203,34 +387,66 @@ class EksTarget(KubernetesTarget):
         self._require_owned(deployment, ng, doing="use, resize or replace")
         status = ng.get("status")
         if status == "CREATE_FAILED":
-            raise PermanentError(f"Node group {name} could not be created ({_issues(ng)}). Check the instance "
-                                 "type's availability and quota in the cluster's subnets, then retry.")
+            created = ng.get("createdAt")
+            # EKS never retries a failed creation: the group goes, and a retry creates it again.
+            self._changed(name, "deleting failed", self.eks.delete_nodegroup)
+            if isinstance(created, datetime) and created < deployment.status_changed_at:
+                return False, f"{name}: deleting the group a previous attempt failed to create ({_issues(ng)})"
+            raise PermanentError(f"Node group {name} could not be created ({_issues(ng)}). Tandem deleted it; check "
+                                 "the instance type's availability and quota in the cluster's subnets, then retry.")
         if status in WAITING:
             return False, f"{name}: {status.lower()}"
         if pool.instance_type not in (ng.get("instanceTypes") or []):
             # Instance types of a managed node group are fixed: replace it.
-            self._aws(f"replacing node group {name}", self.eks.delete_nodegroup, clusterName=self.eks_name,
-                      nodegroupName=name)
+            self._changed(name, "replacing", self.eks.delete_nodegroup)
             return False, f"{name}: replacing for {pool.instance_type}"
         want = _scaling(pool)
         have = {k: ng.get("scalingConfig", {}).get(k) for k in want}
         if have != want:
-            self._aws(f"resizing node group {name}", self.eks.update_nodegroup_config, clusterName=self.eks_name,
-                      nodegroupName=name, scalingConfig=want)
+            self._changed(name, "resizing", self.eks.update_nodegroup_config, scalingConfig=want)
             return False, f"{name}: resizing to {pool.nodes} node(s)"
-        if status != "ACTIVE":  # DEGRADED, DELETE_FAILED: EKS says why in its health issues
+        if status == "DEGRADED" and not _fatal(ng):
+            return False, f"{name}: degraded ({_issues(ng)}); waiting for EKS to recover it"
+        if status != "ACTIVE":  # fatally DEGRADED, DELETE_FAILED: EKS says why in its health issues
             raise PermanentError(f"Node group {name} is {status} ({_issues(ng)}); fix it in the EKS console, then "
                                  "retry.")
         return True, f"{name}: {pool.nodes} × {pool.instance_type} active"
 
+    def _deadline_passed(self, deployment) -> int | None:
+        """The cluster's deadline in minutes, when the deployment has been provisioning for longer. Not while it
+        updates: its node groups may be serving the previous generation, and deleting them would stop it."""
+        if deployment.status != Status.PROVISIONING:
+            return None
+        deadline = self.cluster.config.get("provisioning_deadline_minutes", PROVISIONING_DEADLINE_MINUTES)
+        waited = (dj_timezone.now() - deployment.status_changed_at).total_seconds() / 60
+        return deadline if waited > deadline else None
+
     def ensure_node_pools(self, deployment) -> Step:
-        """Both stages' node groups exist, ACTIVE, with the requested instance type and size."""
+        """Both stages' node groups exist, ACTIVE, with the requested instance type and size; past the cluster's
+        provisioning deadline, the deployment fails with what EKS says and its node groups go."""
+        self._new_pass()
         self._active_cluster()
         results = [self._ensure_one(deployment, stage) for stage in STAGES]
-        return Step(ready=all(ok for ok, _ in results), message="; ".join(m for _, m in results))
+        ready = all(ok for ok, _ in results)
+        if not ready and (deadline := self._deadline_passed(deployment)) is not None:
+            reasons = []
+            for stage in STAGES:
+                name = self.nodegroup_name(deployment, stage)
+                ng = self._describe(name)
+                if ng is None:
+                    continue
+                if ng.get("status") != "ACTIVE":
+                    reasons.append(f"{name} is {ng.get('status')} ({_issues(ng)})")
+                if ng.get("status") != "DELETING":
+                    self._changed(name, "deleting", self.eks.delete_nodegroup)
+            raise PermanentError(f"The node groups were not ready within the cluster's {deadline}-minute provisioning "
+                                 f"deadline: {'; '.join(reasons) or 'no detail from EKS'}. Tandem deleted them so "
+                                 "they stop billing; retry once EKS can provide the capacity.")
+        return Step(ready=ready, message="; ".join(m for _, m in results))
 
     def pause(self, deployment) -> Step:
         """The RayService goes (as in a teardown), the node groups stay at zero nodes."""
+        self._new_pass()
         step = super().teardown(deployment)
         if not step.ready:
             return step
@@ -246,15 +462,16 @@ class EksTarget(KubernetesTarget):
                 continue
             have = {k: ng.get("scalingConfig", {}).get(k) for k in PAUSED_SCALING}
             if have != PAUSED_SCALING:
-                self._aws(f"scaling node group {name} to zero", self.eks.update_nodegroup_config,
-                          clusterName=self.eks_name, nodegroupName=name, scalingConfig=PAUSED_SCALING)
+                self._changed(name, "scaling to zero", self.eks.update_nodegroup_config, scalingConfig=PAUSED_SCALING)
                 waiting.append(f"{name}: scaling to zero")
         if waiting:
             return Step(ready=False, message="; ".join(waiting))
         return Step(ready=True, message=f"{step.message} Node groups scaled to zero.")
 
     def teardown(self, deployment) -> Step:
-        """Kubernetes objects first (so pods leave the nodes), then the node groups Tandem created."""
+        """Kubernetes objects first (so pods leave the nodes), then the node groups Tandem created, then (once a
+        group is gone) its launch template and placement group."""
+        self._new_pass()
         step = super().teardown(deployment)
         if not step.ready:
             return step
@@ -263,11 +480,11 @@ class EksTarget(KubernetesTarget):
             name = self.nodegroup_name(deployment, stage)
             ng = self._describe(name)
             if ng is None:
+                self._free_ec2(name)
                 continue
             self._require_owned(deployment, ng, doing="delete")
             if ng.get("status") != "DELETING":
-                self._aws(f"deleting node group {name}", self.eks.delete_nodegroup, clusterName=self.eks_name,
-                          nodegroupName=name)
+                self._changed(name, "deleting", self.eks.delete_nodegroup)
             left.append(name)
         if left:
             return Step(ready=False, message=f"Deleting node groups: {', '.join(left)}.")
