@@ -3,6 +3,7 @@ today's catalog (at approval and in the reconciler), and one DNS-1123 check serv
 import json
 
 import pytest
+from django.utils import timezone
 
 from deployments.api.serializers import ClusterSerializer, TeamSerializer
 from deployments.catalog import INSTANCE_TYPES, KNOWN_BROKEN
@@ -14,6 +15,7 @@ from deployments.services.quota import team_gpus_held
 from deployments.spec import SpecError, name_errors, spec_check, spec_load, spec_parse
 from deployments.spec_diff import spec_hourly_cost
 from frontend import planning
+from observability.selectors import fleet_reader
 from tests.factories import DeploymentFactory, local_spec_input, spec_input
 from workers.pipeline import reconcile_pass
 
@@ -105,7 +107,8 @@ def test_old_rows_count_against_quota_and_get_a_plan(cluster):
     d = DeploymentFactory(cluster=cluster, spec=json.loads(json.dumps(OLD_ROW)), status=Status.RUNNING)
     assert team_gpus_held(team=d.team) == 12
     d.refresh_from_db()
-    plan, note = planning.plan_for_stored(d.spec_typed, source_roots=source_roots_of(cluster=cluster, team=d.team))
+    plan, note = planning.plan_for_stored(d.spec_typed, source_roots=source_roots_of(cluster=cluster, team=d.team),
+                                          fleet=fleet_reader(user=d.requested_by, now=timezone.now()))
     # An s3:// model cannot be read from here: no plan, and the note says why (not a crash on the old row).
     assert plan is None and "config.json facts" in note
     assert spec_hourly_cost(d.spec_typed) == pytest.approx(3 * INSTANCE_TYPES["g6e.12xlarge"].hourly_usd)
