@@ -11,6 +11,9 @@ Extensions (kept here, never in the product code):
 - objects found by their key, not by scanning every object (kmock does), and kmock's log of past requests kept to
   those in flight (it matches each request against every earlier one), so a request costs the same at 10,000
   objects and after 100,000 requests (`hits` is the record tests assert on);
+- KubeRay's CRD at the version a test names (`kuberay_version`, default 1.5.1, the oldest KubeRay Tandem's
+  RayService is whole on): a RayService written (create, replace, patch) is pruned and defaulted as the API server
+  does for that CRD's structural schema (tests.support.structural_pruning), with its `Warning: 299` headers;
 - "KubeRay": a RayService reads as Ready with its Serve application RUNNING `ready_after` seconds after its
   spec last changed (or DEPLOY_FAILED when `fail_apps` is set, with Serve's recorded failure).
 
@@ -38,8 +41,10 @@ import kmock
 import yaml
 
 from tests.support.serve_examples import kuberay_deploy_failed
+from tests.support.structural_pruning import admit, crd_schema
 
 RAYSERVICES = kmock.resource("ray.io", "v1", "rayservices")
+DEFAULT_KUBERAY_VERSION = "1.5.1"  # the first release that keeps workerGroupSpecs[].resources and authOptions
 NAMESPACE_PATH = re.compile(r"^/api/v1/namespaces(?:/([^/]+))?/?$")
 
 
@@ -80,6 +85,7 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
     """KubernetesEmulator + real-server metadata, PUT, auth, faults, stalls and a stand-in KubeRay."""
 
     base_url: str = ""  # set once served (EmulatorThread)
+    kuberay_version: str = DEFAULT_KUBERAY_VERSION  # whose CRD prunes what is written (../shared/reference/kuberay)
     ready_after: float = 0.3
     fail_apps: bool = False
     operator_enabled: bool = True
@@ -202,6 +208,7 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
         if request.method == kmock.method.PUT and request.name:
             return await self._replace(request)
         creating = request.action == kmock.action.CREATE and isinstance(request.data, dict)
+        warnings = self._admit(request) if creating or request.action == kmock.action.UPDATE else []
         if creating:
             meta = request.data.setdefault("metadata", {})
             meta.update(uid=str(uuid.uuid4()), resourceVersion=str(next(self._versions)), generation=1,
@@ -209,6 +216,8 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
         elif request.action == kmock.action.UPDATE and isinstance(request.data, dict):
             self._bump(request)
         response = await super()._handle(request)
+        for warning in warnings:
+            response.headers.add("Warning", f"299 - {json.dumps(warning)}")
         if creating and request.resource == RAYSERVICES and response.status == 200:
             meta = request.data["metadata"]
             self._changed[(request.namespace or meta.get("namespace"), meta["name"])] = time.monotonic()
@@ -251,6 +260,14 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
                 "reason": reason, "message": message}
         return aiohttp.web.json_response(body, status=code, headers=headers or {})
 
+    def _admit(self, request) -> list[str]:
+        """Prune and default a RayService write against this KubeRay version's CRD, as the API server does; the
+        field-validation warnings it answers with (a real server sends them in `Warning` headers, and the
+        official client ignores them)."""
+        if request.resource != RAYSERVICES or not isinstance(request.data, dict):
+            return []
+        return admit(request.data, crd_schema(self.kuberay_version))
+
     def _bump(self, request) -> None:
         """A PATCH: new resourceVersion; a new generation when it touches the spec (not the status)."""
         key = (request.resource, request.namespace, request.name)
@@ -268,6 +285,7 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
             if key not in self.objects or self.objects[key].deleted:
                 return self._status(404, "NotFound", f"{request.name} not found")
             current = self.objects[key].raw
+            warnings = self._admit(request)
             new = dict(request.data)
             given = new.get("metadata", {}).get("resourceVersion")
             if given is not None and given != current["metadata"].get("resourceVersion"):
@@ -286,7 +304,10 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
             self.objects[key].create(new)
             if spec_changed and request.resource == RAYSERVICES:
                 self._changed[(request.namespace, request.name)] = time.monotonic()
-            return aiohttp.web.json_response(new)
+            response = aiohttp.web.json_response(new)
+            for warning in warnings:
+                response.headers.add("Warning", f"299 - {json.dumps(warning)}")
+            return response
 
     def _operate(self, *, only: tuple | None = None) -> None:
         """The stand-in KubeRay: write each RayService's status (or only that of `(namespace, name)`) from how

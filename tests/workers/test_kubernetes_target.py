@@ -97,7 +97,7 @@ def test_a_concurrent_writer_makes_the_replace_conflict(emulator, k8s_deployment
 
 def test_missing_kuberay_is_permanent_and_says_what_to_install(emulator, k8s_deployment):
     del emulator.resources["ray.io/v1/rayservices"]
-    with pytest.raises(PermanentError, match="KubeRay is not installed.*Install KubeRay 1.4"):
+    with pytest.raises(PermanentError, match="KubeRay is not installed.*Install KubeRay 1.5.1"):
         apply(KubernetesTarget(k8s_deployment.cluster), k8s_deployment)
 
 

@@ -13,6 +13,8 @@ import urllib3
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from deployments.applied_check import applied_differences, applied_mismatch_message
+from deployments.catalog import RUNTIMES
 from deployments.manifests import (HASH_ANNOTATION, MANAGED_BY, TEAM_LABEL, endpoint_url, manifests_build, manifests_hash,
                                   namespace_name)
 from workers import clients
@@ -21,6 +23,8 @@ from workers.targets.serve_status import serve_app_message
 
 GROUP, VERSION, PLURAL = "ray.io", "v1", "rayservices"
 TIMEOUT = (5, 20)  # connect, read seconds for every API call
+KUBERAY_MIN = max((r.kuberay_min for r in RUNTIMES.values() if r.kuberay_min),
+                  key=lambda v: tuple(int(n) for n in v.split(".")))  # what every runtime on Kubernetes runs on
 
 
 KUBECONFIG_ACCESS = "check the kubeconfig's user and its RBAC"
@@ -159,7 +163,7 @@ class KubernetesTarget(Target):
         found = self._get("looking for KubeRay", k8s.CustomObjectsApi(self.api).get_api_resources, GROUP, VERSION)
         if not any(r.get("name") == PLURAL for r in (found or {}).get("resources", [])):
             raise PermanentError(f"KubeRay is not installed on {self.cluster.name}: the RayService CRD "
-                                 f"({PLURAL}.{GROUP}/{VERSION}) is missing. Install KubeRay 1.4 or newer.")
+                                 f"({PLURAL}.{GROUP}/{VERSION}) is missing. Install KubeRay {KUBERAY_MIN} or newer.")
 
     def _require_our_namespace(self, ns: dict, wanted: dict) -> None:
         """Refuse a namespace Tandem did not make for this team (an existing one of the same name)."""
@@ -191,10 +195,33 @@ class KubernetesTarget(Target):
                 done.append(f"updated {label}")
             else:
                 unchanged.append(obj["kind"])
+                continue
+            if obj["kind"] == "RayService":
+                self._require_kept(deployment, obj)
         message = "; ".join(done) or "nothing changed"
         if unchanged:
             message += f" (unchanged: {', '.join(unchanged)})"
         return Step(ready=True, message=message)
+
+    def _require_kept(self, deployment, rs: dict) -> None:
+        """Read the RayService back and compare it with what was written: a field the API server dropped (a
+        KubeRay CRD older than the runtime needs) or changed fails the deployment now, naming the field and the
+        KubeRay release that keeps it, instead of leaving it DEPLOYING for ever. The RayService is removed: it
+        would hold GPU nodes (and run Ray without its token) with no chance of serving."""
+        stored = self._read(rs)
+        if stored is None:
+            raise TransientError(f"The RayService {rs['metadata']['name']} was written to {self.cluster.name} but "
+                                 "does not read back yet; retrying.")
+        dropped, changed = applied_differences(rs["spec"], stored.get("spec") or {})
+        if not dropped and not changed:
+            return
+        meta = rs["metadata"]
+        self._delete("removing the RayService KubeRay cannot run",
+                     lambda: k8s.CustomObjectsApi(self.api).delete_namespaced_custom_object(
+                         GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], _request_timeout=TIMEOUT))
+        raise PermanentError(applied_mismatch_message(
+            dropped=dropped, changed=changed, cluster=self.cluster.name,
+            kuberay_min=RUNTIMES[deployment.spec_typed.runtime].kuberay_min))
 
     def _create(self, obj: dict) -> None:
         kind, meta = obj["kind"], obj["metadata"]
