@@ -20,6 +20,7 @@ HASH_ANNOTATION = "tandem.dev/spec-hash"
 DEPLOYMENT_LABEL = "tandem.dev/deployment"
 TEAM_LABEL = "tandem.dev/team"
 POOL_LABEL = "tandem.dev/pool"
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"  # the kubelet sets it on every node
 # Where a model-access credential (e.g. HF_TOKEN for gated Hugging Face models) lives: a Secret the cluster's
 # operator creates in the namespace. Manifests only reference it; optional, so public models need none.
 MODEL_SECRET = "tandem-model-access"
@@ -111,7 +112,7 @@ def manifests_build(*, name: str, namespace: str, team_slug: str, spec: Deployme
                     node_selectors: dict[str, dict] | None = None) -> list[dict]:
     """Namespace, endpoint Service and RayService for one deployment, each with its spec-hash annotation."""
     if node_selectors is None:
-        node_selectors = {s: {"node.kubernetes.io/instance-type": spec.pool(s).instance_type} for s in STAGES}
+        node_selectors = {s: {INSTANCE_TYPE_LABEL: spec.pool(s).instance_type} for s in STAGES}
     labels = _labels(team_slug=team_slug, name=name)
     ns = template("namespace.yaml")
     ns["metadata"] = {"name": namespace, "labels": {**MANAGED_BY, TEAM_LABEL: team_slug}}

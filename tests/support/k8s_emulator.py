@@ -14,8 +14,15 @@ Extensions (kept here, never in the product code):
 - KubeRay's CRD at the version a test names (`kuberay_version`, default 1.5.1, the oldest KubeRay Tandem's
   RayService is whole on): a RayService written (create, replace, patch) is pruned and defaulted as the API server
   does for that CRD's structural schema (tests.support.structural_pruning), with its `Warning: 299` headers;
-- "KubeRay": a RayService reads as Ready with its Serve application RUNNING `ready_after` seconds after its
-  spec last changed (or DEPLOY_FAILED when `fail_apps` is set, with Serve's recorded failure).
+- "KubeRay": for each RayService, its head and worker pods (replicas x numOfHosts per group, KubeRay's labels
+  beside the template's), placed by the scheduler's fit rules (tests.support.scheduler) against `nodes` (a fixed
+  fleet) or, when none are declared, against node groups made for that RayService as Tandem's eks target makes
+  them (one node of the pool's instance type per worker, or one as big as the pod where it is pinned by node
+  group name only; a CPU node for the head). A pod that fits nowhere stays
+  Pending with the scheduler's own PodScheduled message. The RayService reads as Ready with its Serve application
+  RUNNING `ready_after` seconds after its spec last changed and every pod was placed (or DEPLOY_FAILED when
+  `fail_apps` is set, with Serve's recorded failure). Pods and nodes are served read-only (GET, list with a
+  labelSelector).
 
 Runnable as a process of its own, as the scale bench runs it (so its CPU is not the bench's):
 
@@ -25,6 +32,7 @@ prints the URL it serves once it listens, then serves until stopped.
 """
 import argparse
 import asyncio
+import copy
 import functools
 import itertools
 import json
@@ -40,12 +48,18 @@ import attrs
 import kmock
 import yaml
 
+from deployments.catalog import INSTANCE_TYPES
+from deployments.manifests import EFA_HUGEPAGES
+from tests.support.scheduler import Node, cpu_node, eks_node, pod_requests, release, schedule
 from tests.support.serve_examples import kuberay_deploy_failed
 from tests.support.structural_pruning import admit, crd_schema
 
 RAYSERVICES = kmock.resource("ray.io", "v1", "rayservices")
 DEFAULT_KUBERAY_VERSION = "1.5.1"  # the first release that keeps workerGroupSpecs[].resources and authOptions
 NAMESPACE_PATH = re.compile(r"^/api/v1/namespaces(?:/([^/]+))?/?$")
+POD_PATH = re.compile(r"^/api/v1(?:/namespaces/([^/]+))?/pods(?:/([^/]+))?/?$")
+NODE_PATH = re.compile(r"^/api/v1/nodes(?:/([^/]+))?/?$")
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 
 
 # (group/version/plural, kind, namespaced) of what deploy/ renders, beside Namespace (served by the emulator).
@@ -86,6 +100,8 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
 
     base_url: str = ""  # set once served (EmulatorThread)
     kuberay_version: str = DEFAULT_KUBERAY_VERSION  # whose CRD prunes what is written (../shared/reference/kuberay)
+    nodes: list[Node] | None = None  # a fixed fleet every pod competes for; None: node groups per RayService
+    _ray_pods: dict = attrs.field(factory=dict)  # (namespace, rayservice) -> RayPods
     ready_after: float = 0.3
     fail_apps: bool = False
     operator_enabled: bool = True
@@ -156,7 +172,44 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
             body = await raw_request.read()
             return self._namespace(raw_request.method, match.group(1), raw_request.headers,
                                    json.loads(body) if body else None)
+        if (match := POD_PATH.match(raw_request.path) or NODE_PATH.match(raw_request.path)) is not None:
+            return self._read_only(raw_request, match)
         return await super().__call__(raw_request)
+
+    def pods(self, namespace: str | None = None) -> list[dict]:
+        """Every pod the stand-in KubeRay made (in `namespace`)."""
+        return [p for (ns, _), made in list(self._ray_pods.items()) if namespace in (None, ns) for p in made.pods]
+
+    def _read_only(self, raw_request, match):
+        """Pods and nodes: GET one, or list (with an equality labelSelector), as the API serves them."""
+        if (refused := self._guard(raw_request.method, raw_request.path, raw_request.headers)) is not None:
+            return refused
+        if raw_request.method != "GET":
+            return self._status(405, "MethodNotAllowed", f"{raw_request.method} is not served for this resource")
+        is_pods = match.re is POD_PATH
+        if is_pods:
+            namespace, name = match.group(1), match.group(2)
+            found = self.pods(namespace)
+        else:
+            namespace, name = None, match.group(1)
+            found = [n.as_object() for n in self._all_nodes()]
+        kind = "Pod" if is_pods else "Node"
+        if name is not None:
+            one = next((o for o in found if o["metadata"]["name"] == name), None)
+            if one is None:
+                return self._status(404, "NotFound", f'{kind.lower()}s "{name}" not found')
+            return aiohttp.web.json_response(one)
+        wanted = dict(term.split("=", 1) for term in
+                      filter(None, raw_request.query.get("labelSelector", "").split(",")))
+        items = [o for o in found if all(o["metadata"].get("labels", {}).get(k) == v for k, v in wanted.items())]
+        return aiohttp.web.json_response({"apiVersion": "v1", "kind": f"{kind}List",
+                                          "metadata": {"resourceVersion": str(next(self._versions))},
+                                          "items": items})
+
+    def _all_nodes(self) -> list[Node]:
+        if self.nodes is not None:
+            return list(self.nodes)
+        return [n for made in list(self._ray_pods.values()) for n in made.fleet]
 
     def _guard(self, method: str, path: str, headers):
         self.hits.append((method, path))
@@ -189,6 +242,8 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
             for key, obj in list(self.objects.items()):
                 if key[1] == name and not obj.deleted:
                     obj.delete()
+            for key in [k for k in self._ray_pods if k[0] == name]:
+                self._ray_pods.pop(key).release()
             return aiohttp.web.json_response(self.namespaces.pop(name))
         return self._status(405, "MethodNotAllowed", method)
 
@@ -216,6 +271,9 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
         elif request.action == kmock.action.UPDATE and isinstance(request.data, dict):
             self._bump(request)
         response = await super()._handle(request)
+        if request.resource == RAYSERVICES and request.action == kmock.action.DELETE and \
+                (made := self._ray_pods.pop((request.namespace, request.name), None)) is not None:
+            made.release()  # KubeRay deletes the RayCluster, and with it its pods
         for warning in warnings:
             response.headers.add("Warning", f"299 - {json.dumps(warning)}")
         if creating and request.resource == RAYSERVICES and response.status == 200:
@@ -325,7 +383,14 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
             raw = obj.raw
             generation = raw.get("metadata", {}).get("generation", 1)
             apps = _app_names(raw.get("spec", {}).get("serveConfigV2") or "{}")
-            ready = time.monotonic() - self._changed.get((ns, name), 0) >= self.ready_after
+            made = self._ray_pods.get((ns, name))
+            if made is None or made.generation != generation:
+                if made is not None:
+                    made.release()
+                made = self._ray_pods[(ns, name)] = RayPods.of(raw)
+            placed_at = made.place(self.nodes if self.nodes is not None else made.fleet)
+            since = max(self._changed.get((ns, name), 0), placed_at or 0)
+            ready = placed_at is not None and time.monotonic() - since >= self.ready_after
             app_status = ("DEPLOY_FAILED" if self.fail_apps else "RUNNING") if ready else "DEPLOYING"
             now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
             serving = ready and not self.fail_apps
@@ -343,6 +408,84 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
             if raw.get("status") != status:
                 obj.patch({"status": None})
                 obj.patch({"status": status})
+
+
+@attrs.define
+class RayPods:
+    """The pods the stand-in KubeRay runs for one generation of a RayService, and the nodes they may go to."""
+
+    generation: int
+    pods: list[dict]
+    fleet: list[Node]  # the node groups made for this RayService (used when the cluster has no fixed fleet)
+    placed: dict = attrs.field(factory=dict)  # pod name -> Node
+    placed_at: float | None = None  # when the last pod was placed
+
+    @classmethod
+    def of(cls, rs: dict) -> "RayPods":
+        meta, cluster = rs["metadata"], rs.get("spec", {}).get("rayClusterConfig") or {}
+        name, ns = meta["name"], meta.get("namespace")
+        groups = [("headgroup", "head", 1, cluster.get("headGroupSpec") or {})] + [
+            (g.get("groupName", "workers"), "worker", g.get("replicas", 1) * g.get("numOfHosts", 1), g)
+            for g in cluster.get("workerGroupSpecs") or []]
+        pods = []
+        for group, node_type, count, spec in groups:
+            template = spec.get("template") or {}
+            for i in range(count):
+                pod_name = f"{name}-{'head' if node_type == 'head' else group + '-worker'}-{i}"
+                labels = {**(template.get("metadata") or {}).get("labels", {}), "ray.io/cluster": name,
+                          "ray.io/group": group, "ray.io/node-type": node_type, "ray.io/is-ray-node": "yes"}
+                pods.append({"apiVersion": "v1", "kind": "Pod",
+                             "metadata": {"name": pod_name, "namespace": ns, "labels": labels,
+                                          "uid": str(uuid.uuid4())},
+                             "spec": copy.deepcopy(template.get("spec") or {}),
+                             "status": {"phase": "Pending", "conditions": []}})
+        return cls(generation=meta.get("generation", 1), pods=pods, fleet=_node_groups_for(name, pods))
+
+    def place(self, nodes: list[Node]) -> float | None:
+        """Schedule every pod not placed yet on `nodes`; when all are, the time the last one was."""
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        for pod in self.pods:
+            if pod["metadata"]["name"] in self.placed:
+                continue
+            node, message = schedule(pod["spec"], nodes)
+            if node is None:
+                pod["status"] = {"phase": "Pending", "qosClass": "Guaranteed", "conditions": [
+                    {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
+                     "lastProbeTime": None, "lastTransitionTime": now}]}
+                continue
+            self.placed[pod["metadata"]["name"]] = node
+            pod["spec"]["nodeName"] = node.name
+            pod["status"] = {"phase": "Running", "qosClass": "Guaranteed", "conditions": [
+                {"type": "PodScheduled", "status": "True", "lastProbeTime": None, "lastTransitionTime": now},
+                {"type": "Ready", "status": "True", "lastProbeTime": None, "lastTransitionTime": now}]}
+            if len(self.placed) == len(self.pods):
+                self.placed_at = time.monotonic()
+        return self.placed_at if len(self.placed) == len(self.pods) else None
+
+    def release(self) -> None:
+        """The pods are gone: what they held on their nodes is free again."""
+        for pod in self.pods:
+            if (node := self.placed.pop(pod["metadata"]["name"], None)) is not None:
+                release(node, pod["spec"])
+
+
+def _node_groups_for(name: str, pods: list[dict]) -> list[Node]:
+    """Nodes made for one RayService, as Tandem's eks target sizes its node groups: one node per worker pod, of
+    the instance type (and with the labels) its nodeSelector names, with the hugepages the EFA node groups'
+    user data reserves; and an untainted CPU node for the head."""
+    nodes = [cpu_node(f"{name}-head-node")]
+    for pod in pods:
+        selector = pod["spec"].get("nodeSelector") or {}
+        if pod["metadata"]["labels"]["ray.io/node-type"] != "worker":
+            continue
+        name = f"{pod['metadata']['name']}-node"
+        itype = selector.get(INSTANCE_TYPE_LABEL)
+        if itype in INSTANCE_TYPES:
+            nodes.append(eks_node(name, itype, labels=selector,
+                                  hugepages_2mi=EFA_HUGEPAGES if INSTANCE_TYPES[itype].has_efa else ""))
+        else:  # pinned by node group name only (the eks target): a node of that group, as big as the pod asks
+            nodes.append(Node(name=name, labels=dict(selector), taints=[], allocatable=dict(pod_requests(pod["spec"]))))
+    return nodes
 
 
 @functools.lru_cache(maxsize=4096)

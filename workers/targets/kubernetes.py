@@ -15,8 +15,8 @@ from kubernetes.client.exceptions import ApiException
 
 from deployments.applied_check import applied_differences, applied_mismatch_message
 from deployments.catalog import RUNTIMES
-from deployments.manifests import (HASH_ANNOTATION, MANAGED_BY, TEAM_LABEL, endpoint_url, manifests_build, manifests_hash,
-                                  namespace_name)
+from deployments.manifests import (DEPLOYMENT_LABEL, HASH_ANNOTATION, MANAGED_BY, POOL_LABEL, TEAM_LABEL, endpoint_url,
+                                  manifests_build, manifests_hash, namespace_name)
 from workers import clients
 from workers.targets.base import Observed, PermanentError, Step, Target, TransientError
 from workers.targets.serve_status import serve_app_message
@@ -139,9 +139,34 @@ class KubernetesTarget(Target):
         applied = manifests_hash([{"metadata": {"annotations": {HASH_ANNOTATION: h}}} for h in hashes]) \
             if all(hashes) else ""
         serve_status, message, ready = self._serve_status(rs, deployment.name)
+        if not ready and serve_status != "RUNNING" and (pending := self._unschedulable(deployment)):
+            message = f"{pending} {message}"
         return Observed(exists=True, applied_hash=applied, serve_status=serve_status, message=message,
                         endpoint_url=endpoint_url(name=deployment.name, namespace=self.namespace(deployment)),
                         details={"ready": ready, "numServeEndpoints": rs.get("status", {}).get("numServeEndpoints", 0)})
+
+    def _unschedulable(self, deployment) -> str:
+        """Why the deployment's pods that the scheduler cannot place are Pending, in the scheduler's own words, per
+        pool ("" when every pod is placed). A RayService waiting on them says only that it is not ready."""
+        try:
+            found = k8s.CoreV1Api(self.api).list_namespaced_pod(
+                self.namespace(deployment), label_selector=f"{DEPLOYMENT_LABEL}={deployment.name}",
+                _request_timeout=TIMEOUT)
+        except ApiException as e:
+            if e.status in (403, 404):  # a role without pods/list: the deployment goes on, without this detail
+                return ""
+            raise api_error(e, doing="listing the Ray pods", cluster=self.cluster.name, access=self.ACCESS) from None
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise api_error(e, doing="listing the Ray pods", cluster=self.cluster.name, access=self.ACCESS) from None
+        counts: dict[tuple[str, str], int] = {}
+        for pod in self.api.sanitize_for_serialization(found).get("items", []):
+            scheduled = next((c for c in (pod.get("status") or {}).get("conditions") or []
+                              if c.get("type") == "PodScheduled"), None)
+            if scheduled and scheduled.get("status") == "False":
+                key = ((pod["metadata"].get("labels") or {}).get(POOL_LABEL, "Ray"), scheduled.get("message", ""))
+                counts[key] = counts.get(key, 0) + 1
+        return " ".join(f"{n} {pool} pod{'s' if n > 1 else ''} cannot be scheduled: {why}"
+                        for (pool, why), n in sorted(counts.items()))
 
     @staticmethod
     def _serve_status(rs: dict, app: str) -> tuple[str, str, bool]:
