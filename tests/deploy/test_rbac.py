@@ -78,6 +78,9 @@ def test_the_driver_role_allows_exactly_what_the_driver_does(emulator, in_cluste
     svc = next(o for (res, _, _), o in emulator.objects.items() if res.plural == "services")
     svc.patch({"metadata": {"annotations": {"tandem.dev/spec-hash": "old"}}})
     target.apply(deployment, target.desired(deployment)[0])
+    # the team gets an IAM role for its Ray pods: the driver annotates the team's service account
+    cluster.config["team_roles"] = {"ml-research": "arn:aws:iam::123456789012:role/tandem-ml-research"}
+    target.apply(deployment, target.desired(deployment)[0])
     wait_for(lambda: target.observe(deployment).serve_status == "RUNNING", timeout=5, what="RUNNING")
     wait_for(lambda: target.teardown(deployment).ready, timeout=5, what="teardown")
     assert emulator.live_objects() == []

@@ -121,6 +121,7 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
     def install_kuberay(self) -> None:
         """Declare the resources a cluster with KubeRay serves (discovery answers for them)."""
         self.resources["v1/services"] = {"kind": "Service", "namespaced": True}
+        self.resources["v1/serviceaccounts"] = {"kind": "ServiceAccount", "namespaced": True}
         self.resources["ray.io/v1/rayservices"] = {"kind": "RayService", "namespaced": True,
                                                    "subresources": ["status"]}
 

@@ -30,7 +30,8 @@ def test_apply_creates_namespace_service_and_rayservice_then_repeats_as_a_no_op(
     assert second.message.startswith("nothing changed")
     assert len(writes(emulator)) == count
     assert len(emulator.rayservices()) == 1
-    assert {"v1/namespaces", "v1/services", "ray.io/v1/rayservices"} == {r for r, _, _ in emulator.live_objects()}
+    assert {"v1/namespaces", "v1/serviceaccounts", "v1/services", "ray.io/v1/rayservices"} == \
+        {r for r, _, _ in emulator.live_objects()}
 
 
 def test_status_follows_ready_and_application_statuses(emulator, k8s_deployment):
@@ -55,10 +56,25 @@ def test_an_update_replaces_only_the_rayservice_and_status_waits_for_the_new_gen
     before = len(writes(emulator))
     k8s_deployment.spec["engine"]["max_model_len"] = 4096
     step = apply(target, k8s_deployment)
-    assert step.message == "updated RayService tandem-ml-research/llama (unchanged: Namespace, Service)"
+    assert step.message == "updated RayService tandem-ml-research/llama (unchanged: Namespace, ServiceAccount, Service)"
     assert [m for m, _ in writes(emulator)[before:]] == ["PUT"]
     rs = emulator.rayservices()[0]
     assert rs["metadata"]["generation"] == 2 and "max_model_len: 4096" in rs["spec"]["serveConfigV2"]
+    assert target.observe(k8s_deployment).serve_status == "DEPLOYING"
+
+
+def test_a_change_to_the_ray_cluster_recreates_the_rayservice_and_says_so(emulator, k8s_deployment):
+    target = KubernetesTarget(k8s_deployment.cluster)
+    apply(target, k8s_deployment)
+    before, uid = len(writes(emulator)), emulator.rayservices()[0]["metadata"]["uid"]
+    k8s_deployment.spec["decode"]["nodes"] = 2
+    step = apply(target, k8s_deployment)
+    assert step.message.startswith("recreated RayService tandem-ml-research/llama: its Ray cluster changed, which "
+                                   "KubeRay does not upgrade in place")
+    assert [m for m, _ in writes(emulator)[before:]] == ["DELETE", "POST"]
+    rs = emulator.rayservices()[0]
+    assert rs["metadata"]["uid"] != uid and rs["spec"]["upgradeStrategy"] == {"type": "None"}
+    assert [g["replicas"] for g in rs["spec"]["rayClusterConfig"]["workerGroupSpecs"]] == [1, 2]
     assert target.observe(k8s_deployment).serve_status == "DEPLOYING"
 
 

@@ -5,9 +5,10 @@ import pytest
 
 from deployments.conditions import condition_get
 from deployments.lifecycle import Status
-from deployments.manifests import EFA_HUGEPAGES
+from deployments.manifests import EFA_HUGEPAGES, manifests_build
+from deployments.spec import spec_parse
 from deployments.models import Deployment
-from tests.factories import DeploymentFactory, TeamFactory
+from tests.factories import DeploymentFactory, TeamFactory, spec_input
 from tests.support.processes import wait_for
 from tests.support.scheduler import cpu_node, eks_node, pod_requests, schedule
 from tests.workers.conftest import gpu_spec
@@ -70,14 +71,23 @@ def test_a_taint_the_pods_do_not_tolerate_keeps_them_pending_with_the_taint_name
     assert observed.message.startswith(f"1 decode pod cannot be scheduled: {why}")
 
 
-def test_a_node_without_the_efa_plugin_or_hugepages_is_no_fit_for_an_efa_pool(emulator, k8s_deployment):
-    emulator.nodes = [cpu_node("ip-10-0-9-9"), eks_node("ip-10-0-0-1", "g6e.12xlarge", efa_plugin=False),
-                      eks_node("ip-10-0-0-2", "g6e.12xlarge")]  # neither the EFA plugin nor the hugepages
+def test_a_node_without_the_efa_device_plugin_is_no_fit_for_an_efa_pool(emulator, k8s_deployment):
+    emulator.nodes = [cpu_node("ip-10-0-9-9"), *_gpu_nodes(efa_plugin=False)]
     target = KubernetesTarget(k8s_deployment.cluster)
     target.apply(k8s_deployment, target.desired(k8s_deployment)[0])
-    # One reason per node and resource, counted over the nodes, sorted:
-    assert ("0/3 nodes are available: 1 Insufficient vpc.amazonaws.com/efa, 1 node(s) didn't match Pod's node "
-            "affinity/selector, 2 Insufficient hugepages-2Mi.") in target.observe(k8s_deployment).message
+    assert ("0/3 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, 2 Insufficient "
+            "vpc.amazonaws.com/efa.") in target.observe(k8s_deployment).message
+
+
+@pytest.mark.parametrize(("hugepages", "fits"), [(EFA_HUGEPAGES, True), ("", False)])
+def test_an_eks_efa_worker_fits_only_a_node_that_reserved_its_hugepages(hugepages, fits):
+    spec = spec_parse(spec_input(), target_kind="eks")
+    rs = manifests_build(name="llama", namespace="tandem-t", team_slug="t", spec=spec, target_kind="eks")[-1]
+    worker = rs["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["template"]["spec"]
+    node, message = schedule(worker, [eks_node("ip-10-0-0-1", "g6e.12xlarge", hugepages_2mi=hugepages)])
+    assert (node is not None, message) == (fits, "" if fits else (
+        "0/1 nodes are available: 1 Insufficient hugepages-2Mi. preemption: 0/1 nodes are available: 1 No "
+        "preemption victims found for incoming pod."))
 
 
 def test_pods_compete_for_a_fixed_fleet_and_a_deleted_rayservice_frees_its_nodes(emulator, k8s_deployment):

@@ -15,8 +15,8 @@ from kubernetes.client.exceptions import ApiException
 
 from deployments.applied_check import applied_differences, applied_mismatch_message
 from deployments.catalog import RUNTIMES
-from deployments.manifests import (DEPLOYMENT_LABEL, HASH_ANNOTATION, MANAGED_BY, POOL_LABEL, TEAM_LABEL, endpoint_url,
-                                  manifests_build, manifests_hash, namespace_name)
+from deployments.manifests import (DEPLOYMENT_LABEL, HASH_ANNOTATION, MANAGED_BY, POOL_LABEL, RAY_CLUSTER_HASH_ANNOTATION,
+                                  TEAM_LABEL, endpoint_url, manifests_build, manifests_hash, namespace_name)
 from workers import clients
 from workers.targets.base import Observed, PermanentError, Step, Target, TransientError
 from workers.targets.serve_status import serve_app_message
@@ -54,6 +54,10 @@ def api_error(e: Exception, *, doing: str, cluster: str, access: str = KUBECONFI
 def _labelled(labels: dict | None, wanted: dict) -> bool:
     """Whether an object carries every one of `wanted` labels (Tandem's ownership marks)."""
     return all((labels or {}).get(k) == v for k, v in wanted.items())
+
+
+def _cluster_hash(rs: dict) -> str:
+    return (rs.get("metadata", {}).get("annotations") or {}).get(RAY_CLUSTER_HASH_ANNOTATION, "")
 
 
 def _status_message(e: ApiException) -> str:
@@ -112,10 +116,15 @@ class KubernetesTarget(Target):
         return None
 
     # --- the contract ---------------------------------------------------------------------------------
+    def team_role(self, deployment) -> str:
+        """The IAM role the team's Ray pods assume (IRSA), from the cluster's `team_roles`; "" for none."""
+        return (self.cluster.config.get("team_roles") or {}).get(deployment.team.slug, "")
+
     def desired(self, deployment) -> tuple[list[dict], str]:
         objects = manifests_build(name=deployment.name, namespace=self.namespace(deployment),
                                   team_slug=deployment.team.slug, spec=deployment.spec_typed,
-                                  target_kind=self.cluster.kind, node_selectors=self.node_selectors(deployment))
+                                  target_kind=self.cluster.kind, node_selectors=self.node_selectors(deployment),
+                                  role_arn=self.team_role(deployment))
         return objects, manifests_hash(objects)
 
     def _read(self, obj: dict) -> dict | None:
@@ -125,6 +134,9 @@ class KubernetesTarget(Target):
             return self._get("reading the namespace", core.read_namespace, meta["name"])
         if kind == "Service":
             return self._get("reading the endpoint Service", core.read_namespaced_service, meta["name"],
+                             meta["namespace"])
+        if kind == "ServiceAccount":
+            return self._get("reading the Ray service account", core.read_namespaced_service_account, meta["name"],
                              meta["namespace"])
         return self._get("reading the RayService", k8s.CustomObjectsApi(self.api).get_namespaced_custom_object,
                          GROUP, VERSION, meta["namespace"], PLURAL, meta["name"])
@@ -214,10 +226,18 @@ class KubernetesTarget(Target):
             if current is None:
                 self._create(obj)
                 done.append(f"created {label}")
+            elif current.get("metadata", {}).get("deletionTimestamp"):
+                raise TransientError(f"The previous {label} is still being deleted; creating the new one once it "
+                                     "is gone.")
             elif current.get("metadata", {}).get("annotations", {}).get(HASH_ANNOTATION) != \
                     obj["metadata"]["annotations"][HASH_ANNOTATION]:
-                self._replace(obj, current)
-                done.append(f"updated {label}")
+                if obj["kind"] == "RayService" and _cluster_hash(current) != _cluster_hash(obj):
+                    self._recreate(obj)
+                    done.append(f"recreated {label}: its Ray cluster changed, which KubeRay does not upgrade in "
+                                "place on fixed-size node groups; it serves again once the new Ray cluster is ready")
+                else:
+                    self._replace(obj, current)
+                    done.append(f"updated {label}")
             else:
                 unchanged.append(obj["kind"])
                 continue
@@ -227,6 +247,17 @@ class KubernetesTarget(Target):
         if unchanged:
             message += f" (unchanged: {', '.join(unchanged)})"
         return Step(ready=True, message=message)
+
+    def _recreate(self, rs: dict) -> None:
+        """Delete the RayService and create it anew (its Ray cluster with it): an announced recreation, with
+        downtime, until zero-downtime upgrades exist."""
+        meta = rs["metadata"]
+        custom = k8s.CustomObjectsApi(self.api)
+        self._delete("deleting the RayService to recreate it", lambda: custom.delete_namespaced_custom_object(
+            GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], _request_timeout=TIMEOUT))
+        if (left := self._read(rs)) is not None and left.get("metadata", {}).get("deletionTimestamp"):
+            raise TransientError(f"The RayService {meta['name']} is being deleted to be recreated; retrying.")
+        self._create(rs)
 
     def _require_kept(self, deployment, rs: dict) -> None:
         """Read the RayService back and compare it with what was written: a field the API server dropped (a
@@ -256,6 +287,8 @@ class KubernetesTarget(Target):
                 core.create_namespace(obj, _request_timeout=TIMEOUT)
             elif kind == "Service":
                 core.create_namespaced_service(meta["namespace"], obj, _request_timeout=TIMEOUT)
+            elif kind == "ServiceAccount":
+                core.create_namespaced_service_account(meta["namespace"], obj, _request_timeout=TIMEOUT)
             else:
                 k8s.CustomObjectsApi(self.api).create_namespaced_custom_object(
                     GROUP, VERSION, meta["namespace"], PLURAL, obj, _request_timeout=TIMEOUT)
@@ -272,6 +305,11 @@ class KubernetesTarget(Target):
         core = k8s.CoreV1Api(self.api)
         if kind == "Namespace":
             self._call("labelling the namespace", core.patch_namespace, meta["name"], {"metadata": meta})
+        elif kind == "ServiceAccount":
+            # A replace: a role taken away must take its annotation with it.
+            body = {**obj, "metadata": {**meta, "resourceVersion": current["metadata"].get("resourceVersion")}}
+            self._call("updating the Ray service account", core.replace_namespaced_service_account, meta["name"],
+                       meta["namespace"], body)
         elif kind == "Service":
             # A merge patch keeps the clusterIP the API server assigned (a replace would have to copy it).
             self._call("updating the endpoint Service", core.patch_namespaced_service, meta["name"],
@@ -285,7 +323,7 @@ class KubernetesTarget(Target):
     def teardown(self, deployment) -> Step:
         """Delete the RayService and Service (and the team namespace once nothing of Tandem's is left)."""
         objects, _ = self.desired(deployment)
-        ns_obj, svc, rs = objects
+        ns_obj, _, svc, rs = objects  # the team's service account goes with its namespace
         namespace = ns_obj["metadata"]["name"]
         custom, core = k8s.CustomObjectsApi(self.api), k8s.CoreV1Api(self.api)
         remaining = []
