@@ -21,8 +21,9 @@ DEPLOYMENT_LABEL = "tandem.dev/deployment"
 TEAM_LABEL = "tandem.dev/team"
 POOL_LABEL = "tandem.dev/pool"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"  # the kubelet sets it on every node
-# Where a model-access credential (e.g. HF_TOKEN for gated Hugging Face models) lives: a Secret the cluster's
-# operator creates in the namespace. Manifests only reference it; optional, so public models need none.
+# Where a model-access credential (HF_TOKEN for gated Hugging Face models) lives: a Secret in the team namespace that
+# the driver copies from the team's secret reference (cluster setting `hf_token_refs`). Manifests only reference it;
+# optional, so public models need none.
 MODEL_SECRET = "tandem-model-access"
 RAY_SERVICE_ACCOUNT = "tandem-ray"  # one per team namespace: what the team's Ray pods run as
 IRSA_ANNOTATION = "eks.amazonaws.com/role-arn"

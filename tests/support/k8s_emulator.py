@@ -122,6 +122,7 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
         """Declare the resources a cluster with KubeRay serves (discovery answers for them)."""
         self.resources["v1/services"] = {"kind": "Service", "namespaced": True}
         self.resources["v1/serviceaccounts"] = {"kind": "ServiceAccount", "namespaced": True}
+        self.resources["v1/secrets"] = {"kind": "Secret", "namespaced": True}
         self.resources["ray.io/v1/rayservices"] = {"kind": "RayService", "namespaced": True,
                                                    "subresources": ["status"]}
 

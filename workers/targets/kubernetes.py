@@ -6,6 +6,7 @@ Status comes from the RayService's `status.conditions` (Ready) and `activeServic
 A namespace that exists without Tandem's labels for this team is someone else's: Tandem refuses to adopt,
 relabel or delete it, and never deletes an object in it.
 """
+import base64
 import json
 from collections.abc import Callable
 
@@ -15,8 +16,9 @@ from kubernetes.client.exceptions import ApiException
 
 from deployments.applied_check import applied_differences, applied_mismatch_message
 from deployments.catalog import RUNTIMES
-from deployments.manifests import (DEPLOYMENT_LABEL, HASH_ANNOTATION, MANAGED_BY, POOL_LABEL, RAY_CLUSTER_HASH_ANNOTATION,
-                                  TEAM_LABEL, endpoint_url, manifests_build, manifests_hash, namespace_name)
+from deployments.manifests import (DEPLOYMENT_LABEL, HASH_ANNOTATION, MANAGED_BY, MODEL_SECRET, POOL_LABEL,
+                                  RAY_CLUSTER_HASH_ANNOTATION, TEAM_LABEL, endpoint_url, manifests_build, manifests_hash, namespace_name)
+from deployments.secret_refs import SecretRefError, secret_resolve
 from workers import clients
 from workers.targets.base import Observed, PermanentError, Step, Target, TransientError
 from workers.targets.serve_status import serve_app_message
@@ -240,13 +242,46 @@ class KubernetesTarget(Target):
                     done.append(f"updated {label}")
             else:
                 unchanged.append(obj["kind"])
-                continue
-            if obj["kind"] == "RayService":
+            if obj["kind"] == "Namespace":  # before any pod can start without it
+                done += self._copy_model_secret(deployment, obj["metadata"]["name"])
+            elif obj["kind"] == "RayService" and unchanged[-1:] != ["RayService"]:
                 self._require_kept(deployment, obj)
         message = "; ".join(done) or "nothing changed"
         if unchanged:
             message += f" (unchanged: {', '.join(unchanged)})"
         return Step(ready=True, message=message)
+
+    def _copy_model_secret(self, deployment, namespace: str) -> list[str]:
+        """Copy the team's Hugging Face token (the cluster's `hf_token_refs`, resolved here and nowhere else) into
+        the Secret its Ray pods read HF_TOKEN from. Written without reading the Secret back, so the driver needs
+        no right to read secrets: created, or replaced when it exists. Nothing is done for a team without one."""
+        ref = (self.cluster.config.get("hf_token_refs") or {}).get(deployment.team.slug)
+        if not ref:
+            return []
+        try:
+            token = secret_resolve(ref)
+        except SecretRefError as e:
+            raise PermanentError(f"The Hugging Face token of team {deployment.team.slug} on {self.cluster.name} "
+                                 f"cannot be read: {e} Fix hf_token_refs in the cluster's settings, then retry.") from None
+        secret = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                  "metadata": {"name": MODEL_SECRET, "namespace": namespace,
+                               "labels": {**MANAGED_BY, TEAM_LABEL: deployment.team.slug}},
+                  "data": {"HF_TOKEN": base64.b64encode(token.encode()).decode()}}
+        core = k8s.CoreV1Api(self.api)
+        try:
+            core.create_namespaced_secret(namespace, secret, _request_timeout=TIMEOUT)
+            verb = "copied"
+        except ApiException as e:
+            if e.status != 409:
+                raise api_error(e, doing="copying the team's Hugging Face token", cluster=self.cluster.name,
+                                access=self.ACCESS) from None
+            self._call("updating the team's Hugging Face token", core.replace_namespaced_secret, MODEL_SECRET,
+                       namespace, secret)
+            verb = "refreshed"
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise api_error(e, doing="copying the team's Hugging Face token", cluster=self.cluster.name,
+                            access=self.ACCESS) from None
+        return [f"{verb} team {deployment.team.slug}'s Hugging Face token into Secret {namespace}/{MODEL_SECRET}"]
 
     def _recreate(self, rs: dict) -> None:
         """Delete the RayService and create it anew (its Ray cluster with it): an announced recreation, with
