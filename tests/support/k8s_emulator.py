@@ -174,27 +174,27 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
             body = await raw_request.read()
             return self._namespace(raw_request.method, match.group(1), raw_request.headers,
                                    json.loads(body) if body else None)
-        if (match := POD_PATH.match(raw_request.path) or NODE_PATH.match(raw_request.path)) is not None:
-            return self._read_only(raw_request, match)
+        if raw_request.method == "GET" and \
+                (match := POD_PATH.match(raw_request.path) or NODE_PATH.match(raw_request.path)) is not None:
+            return self._read_pods_or_nodes(raw_request, match)
         return await super().__call__(raw_request)
 
     def pods(self, namespace: str | None = None) -> list[dict]:
         """Every pod the stand-in KubeRay made (in `namespace`)."""
         return [p for (ns, _), made in list(self._ray_pods.items()) if namespace in (None, ns) for p in made.pods]
 
-    def _read_only(self, raw_request, match):
-        """Pods and nodes: GET one, or list (with an equality labelSelector), as the API serves them."""
+    def _read_pods_or_nodes(self, raw_request, match):
+        """Pods and nodes: GET one, or list (with an equality labelSelector), as the API serves them: the stand-in
+        KubeRay's pods and the scheduler's nodes, beside any a test wrote through the API (kmock keeps those, and
+        serves every other method and subresource of them)."""
         if (refused := self._guard(raw_request.method, raw_request.path, raw_request.headers)) is not None:
             return refused
-        if raw_request.method != "GET":
-            return self._status(405, "MethodNotAllowed", f"{raw_request.method} is not served for this resource")
         is_pods = match.re is POD_PATH
-        if is_pods:
-            namespace, name = match.group(1), match.group(2)
-            found = self.pods(namespace)
-        else:
-            namespace, name = None, match.group(1)
-            found = [n.as_object() for n in self._all_nodes()]
+        plural = "pods" if is_pods else "nodes"
+        namespace, name = (match.group(1), match.group(2)) if is_pods else (None, match.group(1))
+        stored = [o.raw for (res, ns, _), o in list(self.objects.items())
+                  if res.plural == plural and res.group == "" and not o.deleted and namespace in (None, ns)]
+        found = (self.pods(namespace) if is_pods else [n.as_object() for n in self._all_nodes()]) + stored
         kind = "Pod" if is_pods else "Node"
         if name is not None:
             one = next((o for o in found if o["metadata"]["name"] == name), None)
