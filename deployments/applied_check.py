@@ -9,16 +9,28 @@ import re
 from deployments.catalog import KUBERAY_FIELDS_SINCE
 
 _INDEX = re.compile(r"\[\d+\]")
+# Values Tandem relies on (generic paths under `spec`): another value there (an admission webhook's) is a RayService
+# Tandem did not ask for. Elsewhere a changed value (an image rewritten to a registry mirror, say) is left alone.
+RELIED_ON = (
+    "serveConfigV2",
+    "rayClusterConfig.authOptions",
+    "rayClusterConfig.workerGroupSpecs[].resources",
+    "rayClusterConfig.workerGroupSpecs[].replicas",
+    "rayClusterConfig.workerGroupSpecs[].template.spec.tolerations",
+    "rayClusterConfig.workerGroupSpecs[].template.spec.nodeSelector",
+    "rayClusterConfig.workerGroupSpecs[].template.spec.containers[].resources",
+    "rayClusterConfig.headGroupSpec.template.spec.containers[].resources",
+)
 
 
 def applied_differences(asked, stored, path: str = "") -> tuple[list[str], list[str]]:
-    """(dropped, changed): paths of `asked` that `stored` lacks, and of its values `stored` holds otherwise, each
-    as a generic path (`a.b[].c`, once). What `stored` holds beyond `asked` (defaults, another writer's additions)
-    is not a difference."""
+    """(dropped, changed): paths of `asked` that `stored` lacks, and of the values Tandem relies on (RELIED_ON) that
+    `stored` holds otherwise, each as a generic path (`a.b[].c`, once). What `stored` holds beyond `asked`
+    (defaults, another writer's additions) is not a difference."""
     dropped: list[str] = []
     changed: list[str] = []
     _compare(asked, stored, path, dropped, changed)
-    return _unique(dropped), _unique(changed)
+    return _unique(dropped), [p for p in _unique(changed) if p.startswith(RELIED_ON)]
 
 
 def _compare(asked, stored, path: str, dropped: list[str], changed: list[str]) -> None:

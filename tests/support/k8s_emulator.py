@@ -26,7 +26,7 @@ Extensions (kept here, never in the product code):
 
 Runnable as a process of its own, as the scale bench runs it (so its CPU is not the bench's):
 
-    python -m tests.support.k8s_emulator --token T [--port P] [--ready-after S]
+    python -m tests.support.k8s_emulator --token T [--port P] [--ready-after S] [--kuberay-version 1.5.1]
 
 prints the URL it serves once it listens, then serves until stopped.
 """
@@ -538,8 +538,9 @@ def main() -> None:
     parser.add_argument("--token", required=True, help="the bearer token clients must send")
     parser.add_argument("--port", type=int, default=0, help="0: any free port")
     parser.add_argument("--ready-after", type=float, default=0.3)
+    parser.add_argument("--kuberay-version", default=DEFAULT_KUBERAY_VERSION, help="whose RayService CRD prunes writes")
     args = parser.parse_args()
-    handler = KubeRayEmulator(token=args.token, ready_after=args.ready_after)
+    handler = KubeRayEmulator(token=args.token, ready_after=args.ready_after, kuberay_version=args.kuberay_version)
     handler.install_kuberay()
 
     async def serve() -> None:

@@ -7,6 +7,7 @@ import httpx
 import pytest
 import yaml
 
+from deployments.applied_check import applied_differences
 from deployments.lifecycle import Status
 from deployments.models import Deployment
 from tests.factories import DeploymentFactory, TeamFactory
@@ -123,3 +124,21 @@ def test_the_same_deployment_runs_on_kuberay_1_5_1(emulator, approved):
     rs = emulator.rayservices()[0]["spec"]["rayClusterConfig"]
     assert rs["authOptions"] == {"mode": "token"}
     assert [g["resources"] for g in rs["workerGroupSpecs"]] == [{"prefill_pool": "4"}, {"decode_pool": "4"}]
+
+
+def test_a_value_tandem_relies_on_changed_after_apply_fails_it_and_other_changes_do_not():
+    asked = {"serveConfigV2": "applications: []", "rayClusterConfig": {"workerGroupSpecs": [
+        {"resources": {"prefill_pool": "8"}, "template": {"spec": {
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+            "containers": [{"image": "rayproject/ray-llm:2.60.0-py312-cu128",
+                            "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}}]}}
+    mirrored = yaml.safe_load(yaml.safe_dump(asked))
+    group = mirrored["rayClusterConfig"]["workerGroupSpecs"][0]
+    group["template"]["spec"]["containers"][0]["image"] = "mirror.example/ray-llm:2.60.0-py312-cu128"
+    group["template"]["spec"]["tolerations"].append({"key": "extra", "operator": "Exists"})  # an addition
+    assert applied_differences(asked, mirrored) == ([], [])
+    group["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "1"
+    mirrored["serveConfigV2"] = "applications: [other]"
+    assert applied_differences(asked, mirrored) == (
+        [], ["serveConfigV2", "rayClusterConfig.workerGroupSpecs[].template.spec.containers[].resources.limits."
+                              "nvidia.com/gpu"])
