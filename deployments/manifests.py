@@ -1,8 +1,9 @@
 """Kubernetes objects for a deployment, built as data: YAML bases from k8s_templates/ patched structurally.
 
-Pure functions: a typed spec in, plain dicts out (Namespace, ServiceAccount, Service, RayService). User text only ever lands in
-dict values, never in YAML source. Every object carries Tandem's labels and a spec-hash annotation, so a driver
-re-applies only the objects whose content changed.
+Pure functions: a typed spec in, plain dicts out (Namespace, ServiceAccount, Service, RayService). User text only
+ever lands in dict values, never in YAML source. Every object carries Tandem's labels and a spec-hash annotation, so
+a driver re-applies only the objects whose content changed. Nothing secret is ever in them: the team's Hugging Face
+token is copied into the namespace by the driver (workers.targets.kubernetes), and only referenced here.
 """
 import copy
 from functools import cache

@@ -17,7 +17,8 @@ from kubernetes.client.exceptions import ApiException
 from deployments.applied_check import applied_differences, applied_mismatch_message
 from deployments.catalog import RUNTIMES
 from deployments.manifests import (DEPLOYMENT_LABEL, HASH_ANNOTATION, MANAGED_BY, MODEL_SECRET, POOL_LABEL,
-                                  RAY_CLUSTER_HASH_ANNOTATION, TEAM_LABEL, endpoint_url, manifests_build, manifests_hash, namespace_name)
+                                  RAY_CLUSTER_HASH_ANNOTATION, TEAM_LABEL, endpoint_url, manifests_build, manifests_hash,
+                                  namespace_name)
 from deployments.secret_refs import SecretRefError, secret_resolve
 from workers import clients
 from workers.targets.base import Observed, PermanentError, Step, Target, TransientError
@@ -262,7 +263,8 @@ class KubernetesTarget(Target):
             token = secret_resolve(ref)
         except SecretRefError as e:
             raise PermanentError(f"The Hugging Face token of team {deployment.team.slug} on {self.cluster.name} "
-                                 f"cannot be read: {e} Fix hf_token_refs in the cluster's settings, then retry.") from None
+                                 f"cannot be read: {e} Fix hf_token_refs in the cluster's settings, then retry."
+                                 ) from None
         secret = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
                   "metadata": {"name": MODEL_SECRET, "namespace": namespace,
                                "labels": {**MANAGED_BY, TEAM_LABEL: deployment.team.slug}},
