@@ -21,8 +21,10 @@ Extensions (kept here, never in the product code):
   group name only; a CPU node for the head). A pod that fits nowhere stays
   Pending with the scheduler's own PodScheduled message. The RayService reads as Ready with its Serve application
   RUNNING `ready_after` seconds after its spec last changed and every pod was placed (or DEPLOY_FAILED when
-  `fail_apps` is set, with Serve's recorded failure). Pods and nodes are served read-only (GET, list with a
-  labelSelector).
+  `fail_apps` is set, with Serve's recorded failure). A change to `rayClusterConfig` follows the RayService's
+  `upgradeStrategy` as KubeRay does: NewCluster (the default) runs a second Ray cluster beside the first and
+  switches once all its pods run (the old one serving meanwhile, `UpgradeInProgress` True), None leaves the running
+  cluster alone. Pods and nodes are served for GET (one, or a list with a labelSelector).
 
 Runnable as a process of its own, as the scale bench runs it (so its CPU is not the bench's):
 
@@ -34,6 +36,7 @@ import argparse
 import asyncio
 import copy
 import functools
+import hashlib
 import itertools
 import json
 import logging
@@ -101,7 +104,8 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
     base_url: str = ""  # set once served (EmulatorThread)
     kuberay_version: str = DEFAULT_KUBERAY_VERSION  # whose CRD prunes what is written (../shared/reference/kuberay)
     nodes: list[Node] | None = None  # a fixed fleet every pod competes for; None: node groups per RayService
-    _ray_pods: dict = attrs.field(factory=dict)  # (namespace, rayservice) -> RayPods
+    _ray_pods: dict = attrs.field(factory=dict)  # (namespace, rayservice) -> RayPods of its serving Ray cluster
+    _pending: dict = attrs.field(factory=dict)  # (namespace, rayservice) -> RayPods of a NewCluster upgrade
     ready_after: float = 0.3
     fail_apps: bool = False
     operator_enabled: bool = True
@@ -181,7 +185,8 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
 
     def pods(self, namespace: str | None = None) -> list[dict]:
         """Every pod the stand-in KubeRay made (in `namespace`)."""
-        return [p for (ns, _), made in list(self._ray_pods.items()) if namespace in (None, ns) for p in made.pods]
+        clusters = list(self._ray_pods.items()) + list(self._pending.items())
+        return [p for (ns, _), made in clusters if namespace in (None, ns) for p in made.pods]
 
     def _read_pods_or_nodes(self, raw_request, match):
         """Pods and nodes: GET one, or list (with an equality labelSelector), as the API serves them: the stand-in
@@ -244,8 +249,9 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
             for key, obj in list(self.objects.items()):
                 if key[1] == name and not obj.deleted:
                     obj.delete()
-            for key in [k for k in self._ray_pods if k[0] == name]:
-                self._ray_pods.pop(key).release()
+            for clusters in (self._ray_pods, self._pending):
+                for key in [k for k in clusters if k[0] == name]:
+                    clusters.pop(key).release()
             return aiohttp.web.json_response(self.namespaces.pop(name))
         return self._status(405, "MethodNotAllowed", method)
 
@@ -273,9 +279,10 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
         elif request.action == kmock.action.UPDATE and isinstance(request.data, dict):
             self._bump(request)
         response = await super()._handle(request)
-        if request.resource == RAYSERVICES and request.action == kmock.action.DELETE and \
-                (made := self._ray_pods.pop((request.namespace, request.name), None)) is not None:
-            made.release()  # KubeRay deletes the RayCluster, and with it its pods
+        if request.resource == RAYSERVICES and request.action == kmock.action.DELETE:
+            for clusters in (self._ray_pods, self._pending):  # KubeRay deletes its RayClusters, and their pods
+                if (made := clusters.pop((request.namespace, request.name), None)) is not None:
+                    made.release()
         for warning in warnings:
             response.headers.add("Warning", f"299 - {json.dumps(warning)}")
         if creating and request.resource == RAYSERVICES and response.status == 200:
@@ -369,6 +376,33 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
                 response.headers.add("Warning", f"299 - {json.dumps(warning)}")
             return response
 
+    def _ray_cluster(self, key: tuple, rs: dict) -> tuple["RayPods", bool]:
+        """The Ray cluster serving a RayService, as KubeRay's upgradeStrategy decides it, and whether an upgrade is
+        pending. A change to `rayClusterConfig` under NewCluster (KubeRay's default) starts a second cluster beside
+        the first and switches once all its pods run: on a fleet without room for both, never. Under None, KubeRay
+        leaves the running cluster as it is. A serve config change is applied to the running cluster."""
+        made = self._ray_pods.get(key)
+        if made is None:
+            made = self._ray_pods[key] = RayPods.of(rs)
+        if made.cluster == _cluster_key(rs):
+            if (old := self._pending.pop(key, None)) is not None:
+                old.release()
+            return made, False
+        strategy = ((rs.get("spec") or {}).get("upgradeStrategy") or {}).get("type") or "NewCluster"
+        if strategy != "NewCluster":
+            return made, False
+        pending = self._pending.get(key)
+        if pending is None or pending.cluster != _cluster_key(rs):
+            if pending is not None:
+                pending.release()
+            pending = self._pending[key] = RayPods.of(rs, fleet=made.fleet)
+        placed_at = pending.place(self.nodes if self.nodes is not None else pending.fleet)
+        if placed_at is not None and time.monotonic() - placed_at >= self.ready_after:
+            made.release()
+            self._ray_pods[key] = self._pending.pop(key)
+            return self._ray_pods[key], False
+        return made, True
+
     def _operate(self, *, only: tuple | None = None) -> None:
         """The stand-in KubeRay: write each RayService's status (or only that of `(namespace, name)`) from how
         long ago its spec changed."""
@@ -385,13 +419,10 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
             raw = obj.raw
             generation = raw.get("metadata", {}).get("generation", 1)
             apps = _app_names(raw.get("spec", {}).get("serveConfigV2") or "{}")
-            made = self._ray_pods.get((ns, name))
-            if made is None or made.generation != generation:
-                if made is not None:
-                    made.release()
-                made = self._ray_pods[(ns, name)] = RayPods.of(raw)
+            made, upgrading = self._ray_cluster((ns, name), raw)
             placed_at = made.place(self.nodes if self.nodes is not None else made.fleet)
-            since = max(self._changed.get((ns, name), 0), placed_at or 0)
+            # While a NewCluster upgrade waits, the old Ray cluster serves what it served.
+            since = max(0 if upgrading else self._changed.get((ns, name), 0), placed_at or 0)
             ready = placed_at is not None and time.monotonic() - since >= self.ready_after
             app_status = ("DEPLOY_FAILED" if self.fail_apps else "RUNNING") if ready else "DEPLOYING"
             now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -400,7 +431,10 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
                 "observedGeneration": generation,
                 "conditions": [{"type": "Ready", "status": "True" if serving else "False",
                                 "reason": "RayServiceReady" if serving else "Initializing",
-                                "message": "" if serving else "waiting for Serve", "lastTransitionTime": now}],
+                                "message": "" if serving else "waiting for Serve", "lastTransitionTime": now},
+                               {"type": "UpgradeInProgress", "status": "True" if upgrading else "False",
+                                "reason": "PendingClusterExists" if upgrading else "NoPendingCluster",
+                                "message": "", "lastTransitionTime": now}],
                 "activeServiceStatus": {"applicationStatuses": {
                     # a failure is what Serve said for a bad engine setting (recorded), as KubeRay copies it
                     a: kuberay_deploy_failed(model_id=a) if app_status == "DEPLOY_FAILED" else
@@ -414,18 +448,20 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
 
 @attrs.define
 class RayPods:
-    """The pods the stand-in KubeRay runs for one generation of a RayService, and the nodes they may go to."""
+    """The pods of one Ray cluster of a RayService (one rayClusterConfig), and the nodes they may go to."""
 
-    generation: int
+    cluster: str  # the rayClusterConfig these pods run
     pods: list[dict]
     fleet: list[Node]  # the node groups made for this RayService (used when the cluster has no fixed fleet)
     placed: dict = attrs.field(factory=dict)  # pod name -> Node
     placed_at: float | None = None  # when the last pod was placed
 
     @classmethod
-    def of(cls, rs: dict) -> "RayPods":
+    def of(cls, rs: dict, *, fleet: list[Node] | None = None) -> "RayPods":
         meta, cluster = rs["metadata"], rs.get("spec", {}).get("rayClusterConfig") or {}
-        name, ns = meta["name"], meta.get("namespace")
+        key = _cluster_key(rs)
+        # KubeRay names each RayCluster of a RayService apart (an upgrade runs two side by side).
+        name, ns = f"{meta['name']}-raycluster-{hashlib.sha256(key.encode()).hexdigest()[:5]}", meta.get("namespace")
         groups = [("headgroup", "head", 1, cluster.get("headGroupSpec") or {})] + [
             (g.get("groupName", "workers"), "worker", g.get("replicas", 1) * g.get("numOfHosts", 1), g)
             for g in cluster.get("workerGroupSpecs") or []]
@@ -441,7 +477,7 @@ class RayPods:
                                           "uid": str(uuid.uuid4())},
                              "spec": copy.deepcopy(template.get("spec") or {}),
                              "status": {"phase": "Pending", "conditions": []}})
-        return cls(generation=meta.get("generation", 1), pods=pods, fleet=_node_groups_for(name, pods))
+        return cls(cluster=key, pods=pods, fleet=fleet if fleet is not None else _node_groups_for(name, pods))
 
     def place(self, nodes: list[Node]) -> float | None:
         """Schedule every pod not placed yet on `nodes`; when all are, the time the last one was."""
@@ -488,6 +524,10 @@ def _node_groups_for(name: str, pods: list[dict]) -> list[Node]:
         else:  # pinned by node group name only (the eks target): a node of that group, as big as the pod asks
             nodes.append(Node(name=name, labels=dict(selector), taints=[], allocatable=dict(pod_requests(pod["spec"]))))
     return nodes
+
+
+def _cluster_key(rs: dict) -> str:
+    return json.dumps((rs.get("spec") or {}).get("rayClusterConfig") or {}, sort_keys=True)
 
 
 @functools.lru_cache(maxsize=4096)

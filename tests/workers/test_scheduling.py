@@ -2,6 +2,7 @@
 scheduler places them by allocatable (GPUs, EFA devices, hugepages, CPU, memory), taints and node selectors, and a
 pod that fits nowhere stays Pending with the scheduler's message, which the deployment shows in its conditions."""
 import pytest
+from kubernetes import client as k8s
 
 from deployments.conditions import condition_get
 from deployments.lifecycle import Status
@@ -40,11 +41,11 @@ def test_without_the_nvidia_device_plugin_the_workers_stay_pending_and_the_deplo
         assert reconcile_pass(approved.pk) is not None  # comes back: still provisioning
     d = Deployment.objects.get(pk=approved.pk)
     assert d.status == Status.PROVISIONING
-    pods = {p["metadata"]["name"]: p for p in emulator.pods("tandem-ml-research")}
-    assert pods["llama-head-0"]["status"]["phase"] == "Running"
-    for name in ("llama-prefill-worker-0", "llama-decode-worker-0"):
-        assert pods[name]["status"]["phase"] == "Pending"
-        assert pods[name]["status"]["conditions"][0]["message"] == NO_GPU
+    pods = {p["metadata"]["labels"]["tandem.dev/pool"]: p for p in emulator.pods("tandem-ml-research")}
+    assert pods["head"]["status"]["phase"] == "Running"
+    for pool in ("prefill", "decode"):
+        assert pods[pool]["status"]["phase"] == "Pending"
+        assert pods[pool]["status"]["conditions"][0]["message"] == NO_GPU
     condition = _serve_condition(approved)
     assert condition["status"] == "False"
     assert condition["message"].startswith(f"1 decode pod cannot be scheduled: {NO_GPU} "
@@ -112,3 +113,44 @@ def test_the_scheduler_counts_requests_of_every_container_and_the_largest_init_c
                               "nodeSelector": {"node.kubernetes.io/instance-type": "g6e.xlarge"}},
                              [eks_node("a", "g6e.xlarge")])
     assert (node.name, message) == ("a", "")
+
+
+def _running(target, deployment):
+    wait_for(lambda: target.observe(deployment).serve_status == "RUNNING", timeout=10, what="RUNNING")
+
+
+def test_kuberays_default_upgrade_never_completes_on_a_full_fleet_so_tandem_recreates(emulator, k8s_deployment):
+    emulator.nodes = [cpu_node("ip-10-0-9-9"), *_gpu_nodes()]
+    target = KubernetesTarget(k8s_deployment.cluster)
+    target.apply(k8s_deployment, target.desired(k8s_deployment)[0])
+    _running(target, k8s_deployment)
+    # The trap: the same RayService under KubeRay's default strategy, its pools changed. The second Ray cluster
+    # has no room beside the first, the old one goes on serving, and the RayService reads as Ready for ever.
+    custom = k8s.CustomObjectsApi(target.api)
+    rs = custom.get_namespaced_custom_object("ray.io", "v1", "tandem-ml-research", "rayservices", "llama")
+    del rs["spec"]["upgradeStrategy"]
+    worker = rs["spec"]["rayClusterConfig"]["workerGroupSpecs"][1]["template"]["spec"]["containers"][0]
+    worker["resources"]["limits"]["nvidia.com/gpu"] = worker["resources"]["requests"]["nvidia.com/gpu"] = "2"
+    custom.replace_namespaced_custom_object("ray.io", "v1", "tandem-ml-research", "rayservices", "llama", rs)
+    for _ in range(2):
+        observed = target.observe(k8s_deployment)
+    stored = custom.get_namespaced_custom_object("ray.io", "v1", "tandem-ml-research", "rayservices", "llama")
+    assert next(c for c in stored["status"]["conditions"] if c["type"] == "UpgradeInProgress")["status"] == "True"
+    assert observed.serve_status == "RUNNING"  # what Tandem would have shown
+    pending = {p["metadata"]["labels"]["tandem.dev/pool"]: p["status"]["conditions"][0]["message"]
+               for p in emulator.pods() if p["status"]["phase"] == "Pending"}
+    assert set(pending) == {"head", "prefill", "decode"}  # all of the second cluster
+    assert pending["decode"].startswith("0/3 nodes are available: 1 node(s) didn't match Pod's node "
+                                        "affinity/selector, 2 Insufficient cpu, 2 Insufficient memory, 2 Insufficient "
+                                        "nvidia.com/gpu, 2 Insufficient vpc.amazonaws.com/efa.")
+    # Tandem's own update of the decode pool: an announced recreation, which fits.
+    target.teardown(k8s_deployment)
+    target.apply(k8s_deployment, target.desired(k8s_deployment)[0])
+    _running(target, k8s_deployment)
+    k8s_deployment.spec["decode"].update(gpus_per_node=2, tensor_parallel_size=2)
+    step = target.apply(k8s_deployment, target.desired(k8s_deployment)[0])
+    assert step.message.startswith("recreated RayService tandem-ml-research/llama: its Ray cluster changed")
+    _running(target, k8s_deployment)
+    decode = [p for p in emulator.pods() if p["metadata"]["labels"]["tandem.dev/pool"] == "decode"]
+    assert [(p["status"]["phase"], p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"])
+            for p in decode] == [("Running", "2")]
