@@ -109,7 +109,9 @@ RUNTIMES: dict[str, Runtime] = {
             target_kinds=("eks", "kubernetes", "ray"),
             cuda="12.8",
             # AWS's Ray Deep Learning Container (the image the design comes from), built on the same Ray, vLLM
-            # and CUDA, with the EFA installer's libfabric under /opt/amazon/efa.
+            # and CUDA, with the EFA installer's libfabric under /opt/amazon/efa. Its tag follows the DLC naming
+            # scheme but could not be pulled from these machines (no registry access): check it with
+            # `aws ecr describe-images --registry-id 763104351884 --repository-name ray` before relying on it.
             efa_image="763104351884.dkr.ecr.us-west-2.amazonaws.com/ray:2.60.0-gpu-py312-cu128-ubuntu22.04-ec2",
             efa_library_path=":".join(["/opt/amazon/efa/lib", "/opt/amazon/ofi-nccl/lib", "/usr/local/nvidia/lib64",
                                        "/usr/local/cuda/lib64"]),
