@@ -2,7 +2,14 @@
 
 Apply is create-or-replace and safe to repeat: each object is read, created when absent, and replaced (with the
 read resourceVersion, so a concurrent writer gets a 409 and we retry) only when its spec-hash annotation differs.
-Status comes from the RayService's `status.conditions` (Ready) and `activeServiceStatus.applicationStatuses`.
+Status comes from the RayService's `status.conditions` (Ready) and `activeServiceStatus.applicationStatuses`;
+while it is not ready, the scheduler's reason for any Pending pod of the deployment is added, per pool.
+
+A RayService written is read back: a field the API server dropped (a KubeRay CRD older than the runtime needs) or
+a value Tandem relies on that came back otherwise fails the deployment in that pass, and the RayService is removed.
+A change to its Ray cluster part is a deletion and a creation, said in the step's message (upgradeStrategy None;
+KubeRay's NewCluster never completes on fixed-size node groups). The team's Hugging Face token, named by the
+cluster's `hf_token_refs`, is copied into the team namespace before the RayService, never into a manifest.
 A namespace that exists without Tandem's labels for this team is someone else's: Tandem refuses to adopt,
 relabel or delete it, and never deletes an object in it.
 """
