@@ -16,7 +16,7 @@ Extensions (kept here, never in the product code):
   does for that CRD's structural schema (tests.support.structural_pruning), with its `Warning: 299` headers;
 - "KubeRay": for each RayService, its head and worker pods (replicas x numOfHosts per group, KubeRay's labels
   beside the template's), placed by the scheduler's fit rules (tests.support.scheduler) against `nodes` (a fixed
-  fleet) or, when none are declared, against node groups made for that RayService as Tandem's eks target makes
+  fleet), else the Node objects written through the API (a test seeding a cluster), or, when there are none, against node groups made for that RayService as Tandem's eks target makes
   them (one node of the pool's instance type per worker, or one as big as the pod where it is pinned by node
   group name only; a CPU node for the head). A pod that fits nowhere stays
   Pending with the scheduler's own PodScheduled message. The RayService reads as Ready with its Serve application
@@ -44,12 +44,14 @@ import re
 import threading
 import time
 import uuid
+from collections import Counter
 from datetime import UTC, datetime
 
 import aiohttp.web
 import attrs
 import kmock
 import yaml
+from kubernetes.utils import parse_quantity
 
 from deployments.catalog import INSTANCE_TYPES
 from deployments.manifests import EFA_HUGEPAGES
@@ -106,6 +108,7 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
     nodes: list[Node] | None = None  # a fixed fleet every pod competes for; None: node groups per RayService
     _ray_pods: dict = attrs.field(factory=dict)  # (namespace, rayservice) -> RayPods of its serving Ray cluster
     _pending: dict = attrs.field(factory=dict)  # (namespace, rayservice) -> RayPods of a NewCluster upgrade
+    _api_node_use: dict = attrs.field(factory=dict)  # node name -> what placed pods use of a node in the API
     ready_after: float = 0.3
     fail_apps: bool = False
     operator_enabled: bool = True
@@ -214,9 +217,34 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
                                           "items": items})
 
     def _all_nodes(self) -> list[Node]:
+        """The scheduler's nodes that are not Node objects in the API already."""
         if self.nodes is not None:
             return list(self.nodes)
-        return [n for made in list(self._ray_pods.values()) for n in made.fleet]
+        if self._api_nodes():
+            return []
+        return [n for made in list(self._ray_pods.values()) + list(self._pending.values()) for n in made.fleet]
+
+    def _api_nodes(self) -> list[Node]:
+        """Nodes a test wrote through the API (as a cluster's kubelets register them), as the scheduler sees them;
+        what pods use on each is kept across passes by node name."""
+        found = []
+        for (res, _, name), obj in list(self.objects.items()):
+            if res.plural != "nodes" or res.group != "" or obj.deleted:
+                continue
+            raw = obj.raw
+            allocatable = {k: parse_quantity(v) for k, v in ((raw.get("status") or {}).get("allocatable") or {}).items()}
+            found.append(Node(name=name, labels=dict(raw.get("metadata", {}).get("labels") or {}),
+                              taints=list((raw.get("spec") or {}).get("taints") or []), allocatable=allocatable,
+                              unschedulable=bool((raw.get("spec") or {}).get("unschedulable")),
+                              used=self._api_node_use.setdefault(name, Counter())))
+        return found
+
+    def _fleet(self, made: "RayPods") -> list[Node]:
+        """Where a Ray cluster's pods may go: the declared fleet, else the nodes in the API, else the node groups
+        made for its RayService."""
+        if self.nodes is not None:
+            return self.nodes
+        return self._api_nodes() or made.fleet
 
     def _guard(self, method: str, path: str, headers):
         self.hits.append((method, path))
@@ -396,7 +424,7 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
             if pending is not None:
                 pending.release()
             pending = self._pending[key] = RayPods.of(rs, fleet=made.fleet)
-        placed_at = pending.place(self.nodes if self.nodes is not None else pending.fleet)
+        placed_at = pending.place(self._fleet(pending))
         if placed_at is not None and time.monotonic() - placed_at >= self.ready_after:
             made.release()
             self._ray_pods[key] = self._pending.pop(key)
@@ -420,7 +448,7 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
             generation = raw.get("metadata", {}).get("generation", 1)
             apps = _app_names(raw.get("spec", {}).get("serveConfigV2") or "{}")
             made, upgrading = self._ray_cluster((ns, name), raw)
-            placed_at = made.place(self.nodes if self.nodes is not None else made.fleet)
+            placed_at = made.place(self._fleet(made))
             # While a NewCluster upgrade waits, the old Ray cluster serves what it served.
             since = max(0 if upgrading else self._changed.get((ns, name), 0), placed_at or 0)
             ready = placed_at is not None and time.monotonic() - since >= self.ready_after

@@ -154,3 +154,20 @@ def test_kuberays_default_upgrade_never_completes_on_a_full_fleet_so_tandem_recr
     decode = [p for p in emulator.pods() if p["metadata"]["labels"]["tandem.dev/pool"] == "decode"]
     assert [(p["status"]["phase"], p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"])
             for p in decode] == [("Running", "2")]
+
+
+def test_nodes_registered_through_the_api_are_the_fleet(emulator, k8s_deployment):
+    """A test that seeds a cluster's nodes through the API (as kubelets register them) schedules against them."""
+    emulator.resources["v1/nodes"] = {"kind": "Node", "namespaced": False, "subresources": ["status"]}
+    target = KubernetesTarget(k8s_deployment.cluster)
+    core = k8s.CoreV1Api(target.api)
+    for node in [cpu_node("ip-10-0-9-9"), *_gpu_nodes(gpu_plugin=False)]:
+        seeded = node.as_object()
+        core.create_node({**seeded, "status": {}})
+        core.patch_node_status(node.name, {"status": seeded["status"]})
+    target.apply(k8s_deployment, target.desired(k8s_deployment)[0])
+    assert f"1 prefill pod cannot be scheduled: {NO_GPU}" in target.observe(k8s_deployment).message
+    assert sorted(n.metadata.name for n in core.list_node().items) == ["ip-10-0-0-1", "ip-10-0-0-2", "ip-10-0-9-9"]
+    for name in ("ip-10-0-0-1", "ip-10-0-0-2"):  # the device plugin starts and reports the GPUs
+        core.patch_node_status(name, {"status": {"allocatable": {"nvidia.com/gpu": "4"}}})
+    _running(target, k8s_deployment)
