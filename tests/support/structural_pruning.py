@@ -7,8 +7,8 @@ A model of apiextensions-apiserver's `pkg/apiserver/schema/pruning/algorithm.go`
   reported the way the API server words its field-validation warning (`spec.a.b[0].c`);
 - `x-kubernetes-preserve-unknown-fields: true` keeps unknown keys there, but what the schema does declare below it is
   still pruned;
-- the resource root and every `x-kubernetes-embedded-resource` keep `apiVersion`, `kind` and `metadata`
-  (the API server coerces those as ObjectMeta instead; this model keeps them as sent);
+- the resource root and every `x-kubernetes-embedded-resource` keep `apiVersion`, `kind` and `metadata`, whose keys
+  are ObjectMeta's (the API server decodes it as ObjectMeta, dropping any other key);
 - arrays are pruned item by item against `items`; scalars are left alone;
 - `default:` fills an absent key of an object that is present, never an absent object.
 
@@ -27,6 +27,9 @@ KUBERAY_CRDS = Path(os.environ.get("TANDEM_KUBERAY_CRDS",
 PRESERVE = "x-kubernetes-preserve-unknown-fields"
 EMBEDDED = "x-kubernetes-embedded-resource"
 META_FIELDS = ("apiVersion", "kind", "metadata")
+OBJECT_META = {"name", "generateName", "namespace", "selfLink", "uid", "resourceVersion", "generation",
+               "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "labels", "annotations",
+               "ownerReferences", "finalizers", "managedFields"}  # k8s.io/apimachinery ObjectMeta's JSON fields
 
 
 @cache
@@ -62,6 +65,10 @@ def _prune(value, schema: dict | None, path: str, pruned: list[str]) -> None:
     for key in list(value):
         child = f"{path}.{key}" if path else key
         if schema.get(EMBEDDED) and key in META_FIELDS and isinstance(value[key], str | dict):
+            if key == "metadata" and isinstance(value[key], dict):
+                for field in [f for f in value[key] if f not in OBJECT_META]:
+                    del value[key][field]
+                    pruned.append(f"{child}.{field}")
             continue
         if key in properties:
             _prune(value[key], properties[key], child, pruned)

@@ -66,7 +66,8 @@ def test_pruning_follows_the_schema_rules_the_api_server_applies():
         "known": "k", "unknown": 1, "labels": {"any": "v"},
         "free": {"anything": {"deep": 1}, "typed": {"a": 1, "b": 2}},
         "items": [{"n": 1, "m": 2}, {"m": 3}],
-        "embedded": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"x": 1}, "y": 2},
+        "embedded": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "colour": "red"},
+                     "spec": {"x": 1}, "y": 2},
         "opts": {"step": 5}}}
     warnings = admit(obj, schema)
     assert obj == {"apiVersion": "x/v1", "kind": "X", "metadata": {"name": "n"}, "spec": {
@@ -77,7 +78,8 @@ def test_pruning_follows_the_schema_rules_the_api_server_applies():
         "opts": {"step": 5, "surge": 100}}}
     assert warnings == ['unknown field "spec.unknown"', 'unknown field "spec.free.typed.b"',
                         'unknown field "spec.items[0].m"', 'unknown field "spec.items[1].m"',
-                        'unknown field "spec.embedded.spec.x"', 'unknown field "spec.embedded.y"']
+                        'unknown field "spec.embedded.metadata.colour"', 'unknown field "spec.embedded.spec.x"',
+                        'unknown field "spec.embedded.y"']
 
 
 def test_tandems_rayservice_loses_nothing_on_the_kuberay_it_requires(k8s_deployment):
