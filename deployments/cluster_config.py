@@ -3,6 +3,7 @@ import re
 
 from deployments.catalog import INSTANCE_TYPES
 from deployments.model_sources import model_sources_errors
+from deployments.secret_refs import secret_ref_errors
 from deployments.spec import dns_label_errors
 
 AWS_REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
@@ -20,8 +21,9 @@ KNOWN_KEYS = {
     "eks": {"region", "cluster_name", "role_arn", "nodegroup_prefix", "namespace_prefix", "aws_endpoint_url",
             "subnet_ids", "node_role_arn", "kubernetes_endpoint_url", "metrics_url", "prometheus_url",
             "model_sources", "prices", "capacity_type", "capacity_reservation_ids", "provisioning_deadline_minutes",
-            "team_roles"},
-    "kubernetes": {"context", "namespace_prefix", "metrics_url", "prometheus_url", "model_sources", "prices"},
+            "team_roles", "hf_token_refs"},
+    "kubernetes": {"context", "namespace_prefix", "metrics_url", "prometheus_url", "model_sources", "prices",
+                   "hf_token_refs"},
     "ray": {"dashboard_url", "serve_url", "metrics_url", "prometheus_url", "model_sources", "prices"},
 }
 
@@ -65,6 +67,8 @@ def cluster_config_errors(kind: str | None, config: dict) -> list[str]:
         maybe("kubernetes_endpoint_url", URL, "an http(s) URL.")
     if kind in ("eks", "kubernetes"):
         maybe_prefix("namespace_prefix")
+        if "hf_token_refs" in config:  # each team's Hugging Face token, copied into its namespace (gated models)
+            errors += hf_token_refs_errors(config["hf_token_refs"])
     if "model_sources" in config:  # where each team may load weights from (deployments.model_sources)
         errors += model_sources_errors(config["model_sources"])
     if "prices" in config:  # this cluster's USD per node-hour (reserved, spot) where it is not the on-demand price
@@ -108,6 +112,15 @@ def _eks_errors(config: dict) -> list[str]:
         errors.append("team_roles: an object of team slug → the IAM role ARN its Ray pods assume (IRSA), e.g. "
                       "{\"ml-research\": \"arn:aws:iam::123456789012:role/tandem-ml-research\"}.")
     return errors
+
+
+def hf_token_refs_errors(refs) -> list[str]:
+    """Messages for an `hf_token_refs` setting that is not {team slug: secret reference}."""
+    if not isinstance(refs, dict) or not all(isinstance(t, str) and not dns_label_errors(t) for t in refs):
+        return ["hf_token_refs: an object of team slug → a secret reference to that team's Hugging Face token, "
+                "e.g. {\"ml-research\": \"env:TANDEM_CLUSTER_HF_ML_RESEARCH\"}."]
+    return [f"hf_token_refs: {team}: {e}" for team, ref in refs.items()
+            for e in (secret_ref_errors(ref) if ref and isinstance(ref, str) else ["a secret reference."])]
 
 
 def prices_errors(prices) -> list[str]:

@@ -1,14 +1,15 @@
 """Kubernetes objects for a deployment, built as data: YAML bases from k8s_templates/ patched structurally.
 
-Pure functions: a typed spec in, plain dicts out (Namespace, Service, RayService). User text only ever lands in
-dict values, never in YAML source. Every object carries Tandem's labels and a spec-hash annotation, so a driver
-re-applies only the objects whose content changed.
+Pure functions: a typed spec in, plain dicts out (Namespace, ServiceAccount, Service, RayService). User text only
+ever lands in dict values, never in YAML source. Every object carries Tandem's labels and a spec-hash annotation, so
+a driver re-applies only the objects whose content changed. Nothing secret is ever in them: the team's Hugging Face
+token is copied into the namespace by the driver (workers.targets.kubernetes), and only referenced here.
 """
 import copy
 from functools import cache
 from pathlib import Path
 
-from deployments.catalog import INSTANCE_TYPES, RUNTIMES
+from deployments.catalog import INSTANCE_TYPES, RUNTIMES, Runtime
 from deployments.hashing import content_hash
 from deployments.serve_config import POOL_RESOURCE, STAGES, serve_config_build
 from deployments.spec import DeploymentSpec, PoolSpec
@@ -20,9 +21,14 @@ HASH_ANNOTATION = "tandem.dev/spec-hash"
 DEPLOYMENT_LABEL = "tandem.dev/deployment"
 TEAM_LABEL = "tandem.dev/team"
 POOL_LABEL = "tandem.dev/pool"
-# Where a model-access credential (e.g. HF_TOKEN for gated Hugging Face models) lives: a Secret the cluster's
-# operator creates in the namespace. Manifests only reference it; optional, so public models need none.
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"  # the kubelet sets it on every node
+# Where a model-access credential (HF_TOKEN for gated Hugging Face models) lives: a Secret in the team namespace that
+# the driver copies from the team's secret reference (cluster setting `hf_token_refs`). Manifests only reference it;
+# optional, so public models need none.
 MODEL_SECRET = "tandem-model-access"
+RAY_SERVICE_ACCOUNT = "tandem-ray"  # one per team namespace: what the team's Ray pods run as
+IRSA_ANNOTATION = "eks.amazonaws.com/role-arn"
+RAY_CLUSTER_HASH_ANNOTATION = "tandem.dev/ray-cluster-hash"
 EFA_HUGEPAGES = "5120Mi"  # what AWS's EFA device plugin guide reserves for libfabric
 
 
@@ -60,7 +66,12 @@ def _secret_env() -> list[dict]:
     return [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": ref}}]
 
 
-def _worker_group(*, stage: str, pool: PoolSpec, image: str, labels: dict, node_selector: dict) -> dict:
+def _efa(pool: PoolSpec) -> bool:
+    return INSTANCE_TYPES[pool.instance_type].has_efa
+
+
+def _worker_group(*, stage: str, pool: PoolSpec, runtime: Runtime, labels: dict, node_selector: dict,
+                  hugepages: bool) -> dict:
     instance = INSTANCE_TYPES[pool.instance_type]
     group = template("worker_group.yaml")
     group.update(groupName=stage, replicas=pool.nodes, minReplicas=pool.nodes, maxReplicas=pool.nodes)
@@ -69,25 +80,37 @@ def _worker_group(*, stage: str, pool: PoolSpec, image: str, labels: dict, node_
     pod = group["template"]
     pod["metadata"] = {"labels": {**labels, POOL_LABEL: stage}}
     pod_spec = pod["spec"]
+    pod_spec["serviceAccountName"] = RAY_SERVICE_ACCOUNT
     pod_spec["nodeSelector"] = dict(node_selector)
     container = pod_spec["containers"][0]
-    container["image"] = image
+    container["image"] = runtime.image
     container["env"] = _secret_env()
     # Leave a core and a tenth of memory to the kubelet and daemonsets, else the pod never fits the node.
     amounts = {"cpu": str(max(instance.vcpus - 2, 1)), "memory": f"{int(instance.memory_gib * 0.9)}Gi",
                "nvidia.com/gpu": str(pool.gpus_per_node)}
     if instance.has_efa:
+        # NIXL's LIBFABRIC backend: libfabric and the EFA libraries are in the EFA image, not in ray-llm's.
+        container["image"] = runtime.efa_image
         amounts["vpc.amazonaws.com/efa"] = str(instance.efa_interfaces)
-        amounts["hugepages-2Mi"] = EFA_HUGEPAGES
         pod_spec["tolerations"].append({"key": "vpc.amazonaws.com/efa", "operator": "Exists", "effect": "NoSchedule"})
-        container["env"].append({"name": "FI_PROVIDER", "value": "efa"})
+        container["env"] += [{"name": "FI_PROVIDER", "value": "efa"},
+                             {"name": "LD_LIBRARY_PATH", "value": runtime.efa_library_path}]
+        if hugepages:
+            amounts["hugepages-2Mi"] = EFA_HUGEPAGES
+        else:
+            # No hugepages reserved on the node: a pod without a hugepages limit that maps some dies of SIGBUS,
+            # so libfabric must not try (its default is to use them).
+            container["env"].append({"name": "FI_EFA_USE_HUGE_PAGE", "value": "0"})
     container["resources"] = {"requests": dict(amounts), "limits": dict(amounts)}
     return group
 
 
 def rayservice_build(*, name: str, namespace: str, team_slug: str, spec: DeploymentSpec, target_kind: str,
                      node_selectors: dict[str, dict]) -> dict:
-    """The RayService: head group, prefill and decode worker groups, serveConfigV2 from the one serve config."""
+    """The RayService: head group, prefill and decode worker groups, serveConfigV2 from the one serve config.
+
+    EFA hugepages are asked for only on `eks`, whose EFA node groups reserve EFA_HUGEPAGES in their user data
+    (workers.targets.eks); another cluster's nodes have none unless its operator set them aside."""
     runtime = RUNTIMES[spec.runtime]
     labels = _labels(team_slug=team_slug, name=name)
     rs = template("rayservice.yaml")
@@ -98,20 +121,38 @@ def rayservice_build(*, name: str, namespace: str, team_slug: str, spec: Deploym
     cluster["rayVersion"] = runtime.ray  # must equal the image's Ray, which the runtime table couples
     head = cluster["headGroupSpec"]["template"]
     head["metadata"] = {"labels": {**labels, POOL_LABEL: "head"}}
-    head["spec"]["containers"][0]["image"] = runtime.image
+    head["spec"]["serviceAccountName"] = RAY_SERVICE_ACCOUNT
+    # One Python environment across the Ray cluster: the head runs the EFA image when a pool does.
+    head["spec"]["containers"][0]["image"] = runtime.efa_image if any(_efa(spec.pool(s)) for s in STAGES) \
+        else runtime.image
     cluster["workerGroupSpecs"] = [
-        _worker_group(stage=stage, pool=spec.pool(stage), image=runtime.image, labels=labels,
-                      node_selector=node_selectors[stage])
+        _worker_group(stage=stage, pool=spec.pool(stage), runtime=runtime, labels=labels,
+                      node_selector=node_selectors[stage], hugepages=target_kind == "eks")
         for stage in STAGES
     ]
+    # KubeRay upgrades a changed Ray cluster by starting a second one beside it (NewCluster), which fixed-size node
+    # groups never have room for. Tandem recreates the RayService instead, and says so (workers.targets.kubernetes);
+    # this hash tells the driver when the Ray cluster part changed.
+    rs["metadata"]["annotations"] = {RAY_CLUSTER_HASH_ANNOTATION: content_hash(cluster)}
     return _stamp(rs)
 
 
+def service_account_build(*, namespace: str, team_slug: str, role_arn: str = "") -> dict:
+    """The team's service account for its Ray pods; annotated with the team's IAM role (IRSA) when it has one."""
+    sa = template("service_account.yaml")
+    sa["metadata"] = {"name": RAY_SERVICE_ACCOUNT, "namespace": namespace,
+                      "labels": {**MANAGED_BY, TEAM_LABEL: team_slug}}
+    if role_arn:
+        sa["metadata"]["annotations"] = {IRSA_ANNOTATION: role_arn}
+    return _stamp(sa)
+
+
 def manifests_build(*, name: str, namespace: str, team_slug: str, spec: DeploymentSpec, target_kind: str,
-                    node_selectors: dict[str, dict] | None = None) -> list[dict]:
-    """Namespace, endpoint Service and RayService for one deployment, each with its spec-hash annotation."""
+                    node_selectors: dict[str, dict] | None = None, role_arn: str = "") -> list[dict]:
+    """Namespace, the team's Ray service account, endpoint Service and RayService for one deployment (the
+    RayService last), each with its spec-hash annotation."""
     if node_selectors is None:
-        node_selectors = {s: {"node.kubernetes.io/instance-type": spec.pool(s).instance_type} for s in STAGES}
+        node_selectors = {s: {INSTANCE_TYPE_LABEL: spec.pool(s).instance_type} for s in STAGES}
     labels = _labels(team_slug=team_slug, name=name)
     ns = template("namespace.yaml")
     ns["metadata"] = {"name": namespace, "labels": {**MANAGED_BY, TEAM_LABEL: team_slug}}
@@ -120,7 +161,8 @@ def manifests_build(*, name: str, namespace: str, team_slug: str, spec: Deployme
     svc["spec"]["selector"][DEPLOYMENT_LABEL] = name
     rs = rayservice_build(name=name, namespace=namespace, team_slug=team_slug, spec=spec,
                           target_kind=target_kind, node_selectors=node_selectors)
-    return [_stamp(ns), _stamp(svc), rs]
+    sa = service_account_build(namespace=namespace, team_slug=team_slug, role_arn=role_arn)
+    return [_stamp(ns), sa, _stamp(svc), rs]
 
 
 def manifests_hash(objects: list[dict]) -> str:

@@ -61,7 +61,7 @@ def in_cluster_kubeconfig(emulator, tmp_path):
 
 
 @pytest.mark.django_db
-def test_the_driver_role_allows_exactly_what_the_driver_does(emulator, in_cluster_kubeconfig):
+def test_the_driver_role_allows_exactly_what_the_driver_does(emulator, in_cluster_kubeconfig, monkeypatch):
     cluster = ClusterFactory(kind=Cluster.Kind.KUBERNETES, secret_ref=in_cluster_kubeconfig,
                              config={"namespace_prefix": "tandem-"})
     deployment = DeploymentFactory(team=TeamFactory(slug="ml-research"), cluster=cluster, name="llama")
@@ -77,6 +77,14 @@ def test_the_driver_role_allows_exactly_what_the_driver_does(emulator, in_cluste
     emulator.namespaces["tandem-ml-research"]["metadata"]["annotations"] = {"tandem.dev/spec-hash": "old"}
     svc = next(o for (res, _, _), o in emulator.objects.items() if res.plural == "services")
     svc.patch({"metadata": {"annotations": {"tandem.dev/spec-hash": "old"}}})
+    target.apply(deployment, target.desired(deployment)[0])
+    # the team gets an IAM role for its Ray pods: the driver annotates the team's service account
+    cluster.config["team_roles"] = {"ml-research": "arn:aws:iam::123456789012:role/tandem-ml-research"}
+    target.apply(deployment, target.desired(deployment)[0])
+    # and a Hugging Face token, copied into its namespace (created, then replaced on the next apply)
+    monkeypatch.setenv("TANDEM_CLUSTER_HF_ML_RESEARCH", "hf_not_a_real_token")
+    cluster.config["hf_token_refs"] = {"ml-research": "env:TANDEM_CLUSTER_HF_ML_RESEARCH"}
+    target.apply(deployment, target.desired(deployment)[0])
     target.apply(deployment, target.desired(deployment)[0])
     wait_for(lambda: target.observe(deployment).serve_status == "RUNNING", timeout=5, what="RUNNING")
     wait_for(lambda: target.teardown(deployment).ready, timeout=5, what="teardown")

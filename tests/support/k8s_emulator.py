@@ -11,18 +11,32 @@ Extensions (kept here, never in the product code):
 - objects found by their key, not by scanning every object (kmock does), and kmock's log of past requests kept to
   those in flight (it matches each request against every earlier one), so a request costs the same at 10,000
   objects and after 100,000 requests (`hits` is the record tests assert on);
-- "KubeRay": a RayService reads as Ready with its Serve application RUNNING `ready_after` seconds after its
-  spec last changed (or DEPLOY_FAILED when `fail_apps` is set, with Serve's recorded failure).
+- KubeRay's CRD at the version a test names (`kuberay_version`, default 1.5.1, the oldest KubeRay Tandem's
+  RayService is whole on): a RayService written (create, replace, patch) is pruned and defaulted as the API server
+  does for that CRD's structural schema (tests.support.structural_pruning), with its `Warning: 299` headers;
+- "KubeRay": for each RayService, its head and worker pods (replicas x numOfHosts per group, KubeRay's labels
+  beside the template's), placed by the scheduler's fit rules (tests.support.scheduler) against `nodes` (a fixed
+  fleet), else the Node objects written through the API (a test seeding a cluster), or, when there are none, against node groups made for that RayService as Tandem's eks target makes
+  them (one node of the pool's instance type per worker, or one as big as the pod where it is pinned by node
+  group name only; a CPU node for the head). A pod that fits nowhere stays
+  Pending with the scheduler's own PodScheduled message. The RayService reads as Ready with its Serve application
+  RUNNING `ready_after` seconds after its spec last changed and every pod was placed (or DEPLOY_FAILED when
+  `fail_apps` is set, with Serve's recorded failure). A change to `rayClusterConfig` follows the RayService's
+  `upgradeStrategy` as KubeRay does: NewCluster (the default) runs a second Ray cluster beside the first and
+  switches once all its pods run (the old one serving meanwhile, `UpgradeInProgress` True), None leaves the running
+  cluster alone. Pods and nodes are served for GET (one, or a list with a labelSelector).
 
 Runnable as a process of its own, as the scale bench runs it (so its CPU is not the bench's):
 
-    python -m tests.support.k8s_emulator --token T [--port P] [--ready-after S]
+    python -m tests.support.k8s_emulator --token T [--port P] [--ready-after S] [--kuberay-version 1.5.1]
 
 prints the URL it serves once it listens, then serves until stopped.
 """
 import argparse
 import asyncio
+import copy
 import functools
+import hashlib
 import itertools
 import json
 import logging
@@ -30,17 +44,27 @@ import re
 import threading
 import time
 import uuid
+from collections import Counter
 from datetime import UTC, datetime
 
 import aiohttp.web
 import attrs
 import kmock
 import yaml
+from kubernetes.utils import parse_quantity
 
+from deployments.catalog import INSTANCE_TYPES
+from deployments.manifests import EFA_HUGEPAGES
+from tests.support.scheduler import Node, cpu_node, eks_node, pod_requests, release, schedule
 from tests.support.serve_examples import kuberay_deploy_failed
+from tests.support.structural_pruning import admit, crd_schema
 
 RAYSERVICES = kmock.resource("ray.io", "v1", "rayservices")
+DEFAULT_KUBERAY_VERSION = "1.5.1"  # the first release that keeps workerGroupSpecs[].resources and authOptions
 NAMESPACE_PATH = re.compile(r"^/api/v1/namespaces(?:/([^/]+))?/?$")
+POD_PATH = re.compile(r"^/api/v1(?:/namespaces/([^/]+))?/pods(?:/([^/]+))?/?$")
+NODE_PATH = re.compile(r"^/api/v1/nodes(?:/([^/]+))?/?$")
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 
 
 # (group/version/plural, kind, namespaced) of what deploy/ renders, beside Namespace (served by the emulator).
@@ -80,6 +104,11 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
     """KubernetesEmulator + real-server metadata, PUT, auth, faults, stalls and a stand-in KubeRay."""
 
     base_url: str = ""  # set once served (EmulatorThread)
+    kuberay_version: str = DEFAULT_KUBERAY_VERSION  # whose CRD prunes what is written (../shared/reference/kuberay)
+    nodes: list[Node] | None = None  # a fixed fleet every pod competes for; None: node groups per RayService
+    _ray_pods: dict = attrs.field(factory=dict)  # (namespace, rayservice) -> RayPods of its serving Ray cluster
+    _pending: dict = attrs.field(factory=dict)  # (namespace, rayservice) -> RayPods of a NewCluster upgrade
+    _api_node_use: dict = attrs.field(factory=dict)  # node name -> what placed pods use of a node in the API
     ready_after: float = 0.3
     fail_apps: bool = False
     operator_enabled: bool = True
@@ -99,6 +128,8 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
     def install_kuberay(self) -> None:
         """Declare the resources a cluster with KubeRay serves (discovery answers for them)."""
         self.resources["v1/services"] = {"kind": "Service", "namespaced": True}
+        self.resources["v1/serviceaccounts"] = {"kind": "ServiceAccount", "namespaced": True}
+        self.resources["v1/secrets"] = {"kind": "Secret", "namespaced": True}
         self.resources["ray.io/v1/rayservices"] = {"kind": "RayService", "namespaced": True,
                                                    "subresources": ["status"]}
 
@@ -150,7 +181,70 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
             body = await raw_request.read()
             return self._namespace(raw_request.method, match.group(1), raw_request.headers,
                                    json.loads(body) if body else None)
+        if raw_request.method == "GET" and \
+                (match := POD_PATH.match(raw_request.path) or NODE_PATH.match(raw_request.path)) is not None:
+            return self._read_pods_or_nodes(raw_request, match)
         return await super().__call__(raw_request)
+
+    def pods(self, namespace: str | None = None) -> list[dict]:
+        """Every pod the stand-in KubeRay made (in `namespace`)."""
+        clusters = list(self._ray_pods.items()) + list(self._pending.items())
+        return [p for (ns, _), made in clusters if namespace in (None, ns) for p in made.pods]
+
+    def _read_pods_or_nodes(self, raw_request, match):
+        """Pods and nodes: GET one, or list (with an equality labelSelector), as the API serves them: the stand-in
+        KubeRay's pods and the scheduler's nodes, beside any a test wrote through the API (kmock keeps those, and
+        serves every other method and subresource of them)."""
+        if (refused := self._guard(raw_request.method, raw_request.path, raw_request.headers)) is not None:
+            return refused
+        is_pods = match.re is POD_PATH
+        plural = "pods" if is_pods else "nodes"
+        namespace, name = (match.group(1), match.group(2)) if is_pods else (None, match.group(1))
+        stored = [o.raw for (res, ns, _), o in list(self.objects.items())
+                  if res.plural == plural and res.group == "" and not o.deleted and namespace in (None, ns)]
+        found = (self.pods(namespace) if is_pods else [n.as_object() for n in self._all_nodes()]) + stored
+        kind = "Pod" if is_pods else "Node"
+        if name is not None:
+            one = next((o for o in found if o["metadata"]["name"] == name), None)
+            if one is None:
+                return self._status(404, "NotFound", f'{kind.lower()}s "{name}" not found')
+            return aiohttp.web.json_response(one)
+        wanted = dict(term.split("=", 1) for term in
+                      filter(None, raw_request.query.get("labelSelector", "").split(",")))
+        items = [o for o in found if all(o["metadata"].get("labels", {}).get(k) == v for k, v in wanted.items())]
+        return aiohttp.web.json_response({"apiVersion": "v1", "kind": f"{kind}List",
+                                          "metadata": {"resourceVersion": str(next(self._versions))},
+                                          "items": items})
+
+    def _all_nodes(self) -> list[Node]:
+        """The scheduler's nodes that are not Node objects in the API already."""
+        if self.nodes is not None:
+            return list(self.nodes)
+        if self._api_nodes():
+            return []
+        return [n for made in list(self._ray_pods.values()) + list(self._pending.values()) for n in made.fleet]
+
+    def _api_nodes(self) -> list[Node]:
+        """Nodes a test wrote through the API (as a cluster's kubelets register them), as the scheduler sees them;
+        what pods use on each is kept across passes by node name."""
+        found = []
+        for (res, _, name), obj in list(self.objects.items()):
+            if res.plural != "nodes" or res.group != "" or obj.deleted:
+                continue
+            raw = obj.raw
+            allocatable = {k: parse_quantity(v) for k, v in ((raw.get("status") or {}).get("allocatable") or {}).items()}
+            found.append(Node(name=name, labels=dict(raw.get("metadata", {}).get("labels") or {}),
+                              taints=list((raw.get("spec") or {}).get("taints") or []), allocatable=allocatable,
+                              unschedulable=bool((raw.get("spec") or {}).get("unschedulable")),
+                              used=self._api_node_use.setdefault(name, Counter())))
+        return found
+
+    def _fleet(self, made: "RayPods") -> list[Node]:
+        """Where a Ray cluster's pods may go: the declared fleet, else the nodes in the API, else the node groups
+        made for its RayService."""
+        if self.nodes is not None:
+            return self.nodes
+        return self._api_nodes() or made.fleet
 
     def _guard(self, method: str, path: str, headers):
         self.hits.append((method, path))
@@ -183,6 +277,9 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
             for key, obj in list(self.objects.items()):
                 if key[1] == name and not obj.deleted:
                     obj.delete()
+            for clusters in (self._ray_pods, self._pending):
+                for key in [k for k in clusters if k[0] == name]:
+                    clusters.pop(key).release()
             return aiohttp.web.json_response(self.namespaces.pop(name))
         return self._status(405, "MethodNotAllowed", method)
 
@@ -202,6 +299,7 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
         if request.method == kmock.method.PUT and request.name:
             return await self._replace(request)
         creating = request.action == kmock.action.CREATE and isinstance(request.data, dict)
+        warnings = self._admit(request) if creating or request.action == kmock.action.UPDATE else []
         if creating:
             meta = request.data.setdefault("metadata", {})
             meta.update(uid=str(uuid.uuid4()), resourceVersion=str(next(self._versions)), generation=1,
@@ -209,6 +307,12 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
         elif request.action == kmock.action.UPDATE and isinstance(request.data, dict):
             self._bump(request)
         response = await super()._handle(request)
+        if request.resource == RAYSERVICES and request.action == kmock.action.DELETE:
+            for clusters in (self._ray_pods, self._pending):  # KubeRay deletes its RayClusters, and their pods
+                if (made := clusters.pop((request.namespace, request.name), None)) is not None:
+                    made.release()
+        for warning in warnings:
+            response.headers.add("Warning", f"299 - {json.dumps(warning)}")
         if creating and request.resource == RAYSERVICES and response.status == 200:
             meta = request.data["metadata"]
             self._changed[(request.namespace or meta.get("namespace"), meta["name"])] = time.monotonic()
@@ -251,6 +355,14 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
                 "reason": reason, "message": message}
         return aiohttp.web.json_response(body, status=code, headers=headers or {})
 
+    def _admit(self, request) -> list[str]:
+        """Prune and default a RayService write against this KubeRay version's CRD, as the API server does; the
+        field-validation warnings it answers with (a real server sends them in `Warning` headers, and the
+        official client ignores them)."""
+        if request.resource != RAYSERVICES or not isinstance(request.data, dict):
+            return []
+        return admit(request.data, crd_schema(self.kuberay_version))
+
     def _bump(self, request) -> None:
         """A PATCH: new resourceVersion; a new generation when it touches the spec (not the status)."""
         key = (request.resource, request.namespace, request.name)
@@ -268,6 +380,7 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
             if key not in self.objects or self.objects[key].deleted:
                 return self._status(404, "NotFound", f"{request.name} not found")
             current = self.objects[key].raw
+            warnings = self._admit(request)
             new = dict(request.data)
             given = new.get("metadata", {}).get("resourceVersion")
             if given is not None and given != current["metadata"].get("resourceVersion"):
@@ -286,7 +399,37 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
             self.objects[key].create(new)
             if spec_changed and request.resource == RAYSERVICES:
                 self._changed[(request.namespace, request.name)] = time.monotonic()
-            return aiohttp.web.json_response(new)
+            response = aiohttp.web.json_response(new)
+            for warning in warnings:
+                response.headers.add("Warning", f"299 - {json.dumps(warning)}")
+            return response
+
+    def _ray_cluster(self, key: tuple, rs: dict) -> tuple["RayPods", bool]:
+        """The Ray cluster serving a RayService, as KubeRay's upgradeStrategy decides it, and whether an upgrade is
+        pending. A change to `rayClusterConfig` under NewCluster (KubeRay's default) starts a second cluster beside
+        the first and switches once all its pods run: on a fleet without room for both, never. Under None, KubeRay
+        leaves the running cluster as it is. A serve config change is applied to the running cluster."""
+        made = self._ray_pods.get(key)
+        if made is None:
+            made = self._ray_pods[key] = RayPods.of(rs)
+        if made.cluster == _cluster_key(rs):
+            if (old := self._pending.pop(key, None)) is not None:
+                old.release()
+            return made, False
+        strategy = ((rs.get("spec") or {}).get("upgradeStrategy") or {}).get("type") or "NewCluster"
+        if strategy != "NewCluster":
+            return made, False
+        pending = self._pending.get(key)
+        if pending is None or pending.cluster != _cluster_key(rs):
+            if pending is not None:
+                pending.release()
+            pending = self._pending[key] = RayPods.of(rs, fleet=made.fleet)
+        placed_at = pending.place(self._fleet(pending))
+        if placed_at is not None and time.monotonic() - placed_at >= self.ready_after:
+            made.release()
+            self._ray_pods[key] = self._pending.pop(key)
+            return self._ray_pods[key], False
+        return made, True
 
     def _operate(self, *, only: tuple | None = None) -> None:
         """The stand-in KubeRay: write each RayService's status (or only that of `(namespace, name)`) from how
@@ -304,7 +447,11 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
             raw = obj.raw
             generation = raw.get("metadata", {}).get("generation", 1)
             apps = _app_names(raw.get("spec", {}).get("serveConfigV2") or "{}")
-            ready = time.monotonic() - self._changed.get((ns, name), 0) >= self.ready_after
+            made, upgrading = self._ray_cluster((ns, name), raw)
+            placed_at = made.place(self._fleet(made))
+            # While a NewCluster upgrade waits, the old Ray cluster serves what it served.
+            since = max(0 if upgrading else self._changed.get((ns, name), 0), placed_at or 0)
+            ready = placed_at is not None and time.monotonic() - since >= self.ready_after
             app_status = ("DEPLOY_FAILED" if self.fail_apps else "RUNNING") if ready else "DEPLOYING"
             now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
             serving = ready and not self.fail_apps
@@ -312,7 +459,10 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
                 "observedGeneration": generation,
                 "conditions": [{"type": "Ready", "status": "True" if serving else "False",
                                 "reason": "RayServiceReady" if serving else "Initializing",
-                                "message": "" if serving else "waiting for Serve", "lastTransitionTime": now}],
+                                "message": "" if serving else "waiting for Serve", "lastTransitionTime": now},
+                               {"type": "UpgradeInProgress", "status": "True" if upgrading else "False",
+                                "reason": "PendingClusterExists" if upgrading else "NoPendingCluster",
+                                "message": "", "lastTransitionTime": now}],
                 "activeServiceStatus": {"applicationStatuses": {
                     # a failure is what Serve said for a bad engine setting (recorded), as KubeRay copies it
                     a: kuberay_deploy_failed(model_id=a) if app_status == "DEPLOY_FAILED" else
@@ -322,6 +472,90 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
             if raw.get("status") != status:
                 obj.patch({"status": None})
                 obj.patch({"status": status})
+
+
+@attrs.define
+class RayPods:
+    """The pods of one Ray cluster of a RayService (one rayClusterConfig), and the nodes they may go to."""
+
+    cluster: str  # the rayClusterConfig these pods run
+    pods: list[dict]
+    fleet: list[Node]  # the node groups made for this RayService (used when the cluster has no fixed fleet)
+    placed: dict = attrs.field(factory=dict)  # pod name -> Node
+    placed_at: float | None = None  # when the last pod was placed
+
+    @classmethod
+    def of(cls, rs: dict, *, fleet: list[Node] | None = None) -> "RayPods":
+        meta, cluster = rs["metadata"], rs.get("spec", {}).get("rayClusterConfig") or {}
+        key = _cluster_key(rs)
+        # KubeRay names each RayCluster of a RayService apart (an upgrade runs two side by side).
+        name, ns = f"{meta['name']}-raycluster-{hashlib.sha256(key.encode()).hexdigest()[:5]}", meta.get("namespace")
+        groups = [("headgroup", "head", 1, cluster.get("headGroupSpec") or {})] + [
+            (g.get("groupName", "workers"), "worker", g.get("replicas", 1) * g.get("numOfHosts", 1), g)
+            for g in cluster.get("workerGroupSpecs") or []]
+        pods = []
+        for group, node_type, count, spec in groups:
+            template = spec.get("template") or {}
+            for i in range(count):
+                pod_name = f"{name}-{'head' if node_type == 'head' else group + '-worker'}-{i}"
+                labels = {**(template.get("metadata") or {}).get("labels", {}), "ray.io/cluster": name,
+                          "ray.io/group": group, "ray.io/node-type": node_type, "ray.io/is-ray-node": "yes"}
+                pods.append({"apiVersion": "v1", "kind": "Pod",
+                             "metadata": {"name": pod_name, "namespace": ns, "labels": labels,
+                                          "uid": str(uuid.uuid4())},
+                             "spec": copy.deepcopy(template.get("spec") or {}),
+                             "status": {"phase": "Pending", "conditions": []}})
+        return cls(cluster=key, pods=pods, fleet=fleet if fleet is not None else _node_groups_for(name, pods))
+
+    def place(self, nodes: list[Node]) -> float | None:
+        """Schedule every pod not placed yet on `nodes`; when all are, the time the last one was."""
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        for pod in self.pods:
+            if pod["metadata"]["name"] in self.placed:
+                continue
+            node, message = schedule(pod["spec"], nodes)
+            if node is None:
+                pod["status"] = {"phase": "Pending", "qosClass": "Guaranteed", "conditions": [
+                    {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
+                     "lastProbeTime": None, "lastTransitionTime": now}]}
+                continue
+            self.placed[pod["metadata"]["name"]] = node
+            pod["spec"]["nodeName"] = node.name
+            pod["status"] = {"phase": "Running", "qosClass": "Guaranteed", "conditions": [
+                {"type": "PodScheduled", "status": "True", "lastProbeTime": None, "lastTransitionTime": now},
+                {"type": "Ready", "status": "True", "lastProbeTime": None, "lastTransitionTime": now}]}
+            if len(self.placed) == len(self.pods):
+                self.placed_at = time.monotonic()
+        return self.placed_at if len(self.placed) == len(self.pods) else None
+
+    def release(self) -> None:
+        """The pods are gone: what they held on their nodes is free again."""
+        for pod in self.pods:
+            if (node := self.placed.pop(pod["metadata"]["name"], None)) is not None:
+                release(node, pod["spec"])
+
+
+def _node_groups_for(name: str, pods: list[dict]) -> list[Node]:
+    """Nodes made for one RayService, as Tandem's eks target sizes its node groups: one node per worker pod, of
+    the instance type (and with the labels) its nodeSelector names, with the hugepages the EFA node groups'
+    user data reserves; and an untainted CPU node for the head."""
+    nodes = [cpu_node(f"{name}-head-node")]
+    for pod in pods:
+        selector = pod["spec"].get("nodeSelector") or {}
+        if pod["metadata"]["labels"]["ray.io/node-type"] != "worker":
+            continue
+        name = f"{pod['metadata']['name']}-node"
+        itype = selector.get(INSTANCE_TYPE_LABEL)
+        if itype in INSTANCE_TYPES:
+            nodes.append(eks_node(name, itype, labels=selector,
+                                  hugepages_2mi=EFA_HUGEPAGES if INSTANCE_TYPES[itype].has_efa else ""))
+        else:  # pinned by node group name only (the eks target): a node of that group, as big as the pod asks
+            nodes.append(Node(name=name, labels=dict(selector), taints=[], allocatable=dict(pod_requests(pod["spec"]))))
+    return nodes
+
+
+def _cluster_key(rs: dict) -> str:
+    return json.dumps((rs.get("spec") or {}).get("rayClusterConfig") or {}, sort_keys=True)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -372,8 +606,9 @@ def main() -> None:
     parser.add_argument("--token", required=True, help="the bearer token clients must send")
     parser.add_argument("--port", type=int, default=0, help="0: any free port")
     parser.add_argument("--ready-after", type=float, default=0.3)
+    parser.add_argument("--kuberay-version", default=DEFAULT_KUBERAY_VERSION, help="whose RayService CRD prunes writes")
     args = parser.parse_args()
-    handler = KubeRayEmulator(token=args.token, ready_after=args.ready_after)
+    handler = KubeRayEmulator(token=args.token, ready_after=args.ready_after, kuberay_version=args.kuberay_version)
     handler.install_kuberay()
 
     async def serve() -> None:

@@ -30,7 +30,8 @@ def test_apply_creates_namespace_service_and_rayservice_then_repeats_as_a_no_op(
     assert second.message.startswith("nothing changed")
     assert len(writes(emulator)) == count
     assert len(emulator.rayservices()) == 1
-    assert {"v1/namespaces", "v1/services", "ray.io/v1/rayservices"} == {r for r, _, _ in emulator.live_objects()}
+    assert {"v1/namespaces", "v1/serviceaccounts", "v1/services", "ray.io/v1/rayservices"} == \
+        {r for r, _, _ in emulator.live_objects()}
 
 
 def test_status_follows_ready_and_application_statuses(emulator, k8s_deployment):
@@ -55,10 +56,25 @@ def test_an_update_replaces_only_the_rayservice_and_status_waits_for_the_new_gen
     before = len(writes(emulator))
     k8s_deployment.spec["engine"]["max_model_len"] = 4096
     step = apply(target, k8s_deployment)
-    assert step.message == "updated RayService tandem-ml-research/llama (unchanged: Namespace, Service)"
+    assert step.message == "updated RayService tandem-ml-research/llama (unchanged: Namespace, ServiceAccount, Service)"
     assert [m for m, _ in writes(emulator)[before:]] == ["PUT"]
     rs = emulator.rayservices()[0]
     assert rs["metadata"]["generation"] == 2 and "max_model_len: 4096" in rs["spec"]["serveConfigV2"]
+    assert target.observe(k8s_deployment).serve_status == "DEPLOYING"
+
+
+def test_a_change_to_the_ray_cluster_recreates_the_rayservice_and_says_so(emulator, k8s_deployment):
+    target = KubernetesTarget(k8s_deployment.cluster)
+    apply(target, k8s_deployment)
+    before, uid = len(writes(emulator)), emulator.rayservices()[0]["metadata"]["uid"]
+    k8s_deployment.spec["decode"]["nodes"] = 2
+    step = apply(target, k8s_deployment)
+    assert step.message.startswith("recreated RayService tandem-ml-research/llama: its Ray cluster changed, which "
+                                   "KubeRay does not upgrade in place")
+    assert [m for m, _ in writes(emulator)[before:]] == ["DELETE", "POST"]
+    rs = emulator.rayservices()[0]
+    assert rs["metadata"]["uid"] != uid and rs["spec"]["upgradeStrategy"] == {"type": "None"}
+    assert [g["replicas"] for g in rs["spec"]["rayClusterConfig"]["workerGroupSpecs"]] == [1, 2]
     assert target.observe(k8s_deployment).serve_status == "DEPLOYING"
 
 
@@ -97,7 +113,7 @@ def test_a_concurrent_writer_makes_the_replace_conflict(emulator, k8s_deployment
 
 def test_missing_kuberay_is_permanent_and_says_what_to_install(emulator, k8s_deployment):
     del emulator.resources["ray.io/v1/rayservices"]
-    with pytest.raises(PermanentError, match="KubeRay is not installed.*Install KubeRay 1.4"):
+    with pytest.raises(PermanentError, match="KubeRay is not installed.*Install KubeRay 1.5.1"):
         apply(KubernetesTarget(k8s_deployment.cluster), k8s_deployment)
 
 
@@ -171,3 +187,46 @@ def test_deleting_one_of_a_teams_deployments_finishes_and_leaves_the_other_and_t
     assert target.teardown(k8s_deployment).ready
     assert [rs["metadata"]["name"] for rs in emulator.rayservices()] == ["mistral"]
     assert "tandem-ml-research" in emulator.namespaces
+
+
+def _secrets(emulator) -> list[dict]:
+    return [o.raw for (res, _, _), o in list(emulator.objects.items()) if res.plural == "secrets" and not o.deleted]
+
+
+def test_the_teams_hugging_face_token_is_copied_into_its_namespace_before_the_rayservice_and_never_shown(
+        emulator, k8s_deployment, monkeypatch):
+    import base64
+    import json
+
+    monkeypatch.setenv("TANDEM_CLUSTER_HF_ML_RESEARCH", "hf_gated_token_value_1")
+    k8s_deployment.cluster.config["hf_token_refs"] = {"ml-research": "env:TANDEM_CLUSTER_HF_ML_RESEARCH"}
+    target = KubernetesTarget(k8s_deployment.cluster)
+    objects, _ = target.desired(k8s_deployment)
+    step = target.apply(k8s_deployment, objects)
+    assert "copied team ml-research's Hugging Face token into Secret tandem-ml-research/tandem-model-access" in \
+        step.message
+    [secret] = _secrets(emulator)
+    assert base64.b64decode(secret["data"]["HF_TOKEN"]).decode() == "hf_gated_token_value_1"
+    assert secret["metadata"]["namespace"] == "tandem-ml-research"
+    posts = [p for m, p in writes(emulator) if m == "POST"]
+    assert posts.index("/api/v1/namespaces/tandem-ml-research/secrets") < \
+        posts.index("/apis/ray.io/v1/namespaces/tandem-ml-research/rayservices")
+    assert "hf_gated_token_value" not in json.dumps(objects) + step.message
+    # Rotated: the next apply replaces it.
+    monkeypatch.setenv("TANDEM_CLUSTER_HF_ML_RESEARCH", "hf_gated_token_value_2")
+    k8s_deployment.spec["engine"]["max_model_len"] = 4096
+    step = target.apply(k8s_deployment, target.desired(k8s_deployment)[0])
+    assert "refreshed team ml-research's Hugging Face token" in step.message
+    assert base64.b64decode(_secrets(emulator)[0]["data"]["HF_TOKEN"]).decode() == "hf_gated_token_value_2"
+
+
+def test_a_team_without_a_token_gets_no_secret_and_an_unreadable_reference_fails_without_the_value(
+        emulator, k8s_deployment, monkeypatch):
+    target = KubernetesTarget(k8s_deployment.cluster)
+    target.apply(k8s_deployment, target.desired(k8s_deployment)[0])
+    assert _secrets(emulator) == []
+    monkeypatch.delenv("TANDEM_CLUSTER_HF_ML_RESEARCH", raising=False)
+    k8s_deployment.cluster.config["hf_token_refs"] = {"ml-research": "env:TANDEM_CLUSTER_HF_ML_RESEARCH"}
+    with pytest.raises(PermanentError, match="Hugging Face token of team ml-research on k8s-emu cannot be read: "
+                                             "The environment variable named by"):
+        target.apply(k8s_deployment, target.desired(k8s_deployment)[0])

@@ -59,9 +59,9 @@ def test_the_crd_check_catches_a_broken_manifest(crd_schema):
 
 @pytest.mark.parametrize("key", SPECS)
 def test_core_objects_and_pod_templates_are_valid_kubernetes(key):
-    ns, svc, rs = _render(key)
-    kubernetes_validate.validate(ns, K8S_VERSION, strict=True)
-    kubernetes_validate.validate(svc, K8S_VERSION, strict=True)
+    ns, sa, svc, rs = _render(key)
+    for obj in (ns, sa, svc):
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
     cluster = rs["spec"]["rayClusterConfig"]
     for group in [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]:
         pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", **group["template"]["metadata"]},
@@ -78,13 +78,70 @@ def test_p5_workers_get_efa_devices_hugepages_and_libfabric():
     prefill = _worker(rs, "prefill")
     limits = prefill["template"]["spec"]["containers"][0]["resources"]["limits"]
     assert limits["nvidia.com/gpu"] == "8" and limits["vpc.amazonaws.com/efa"] == "32"
-    assert limits["hugepages-2Mi"] == "5120Mi"
+    assert limits["hugepages-2Mi"] == "5120Mi"  # what the eks target's EFA node groups reserve
     assert {"key": "vpc.amazonaws.com/efa", "operator": "Exists", "effect": "NoSchedule"} in \
         prefill["template"]["spec"]["tolerations"]
     assert prefill["resources"] == {"prefill_pool": "8"}
     serve = yaml.safe_load(rs["spec"]["serveConfigV2"])
     kv = serve["applications"][0]["args"]["decode_config"]["engine_kwargs"]["kv_transfer_config"]
     assert kv["kv_connector_extra_config"] == {"backends": ["LIBFABRIC"]}
+    # NIXL's LIBFABRIC backend needs libfabric and the EFA libraries: the runtime's EFA image, on every pod.
+    runtime = RUNTIMES[spec_parse(SPECS["p5"], target_kind="eks").runtime]
+    container = prefill["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert container["image"] == runtime.efa_image != runtime.image
+    assert env["FI_PROVIDER"] == "efa" and env["LD_LIBRARY_PATH"].split(":")[0] == "/opt/amazon/efa/lib"
+    assert "FI_EFA_USE_HUGE_PAGE" not in env  # the eks node groups reserve the hugepages asked for
+    head = rs["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+    assert head["image"] == runtime.efa_image
+
+
+def test_an_efa_pool_outside_eks_asks_for_no_hugepages_and_tells_libfabric_not_to_use_them():
+    spec = spec_parse(SPECS["p5"], target_kind="kubernetes")
+    rs = manifests_build(name="llama", namespace="tandem-ml-research", team_slug="ml-research", spec=spec,
+                         target_kind="kubernetes")[-1]
+    container = _worker(rs, "decode")["template"]["spec"]["containers"][0]
+    assert "hugepages-2Mi" not in container["resources"]["limits"]
+    assert container["resources"]["limits"]["vpc.amazonaws.com/efa"] == "32"
+    assert {"name": "FI_EFA_USE_HUGE_PAGE", "value": "0"} in container["env"]
+
+
+def test_the_upgrade_strategy_is_none_and_the_ray_cluster_part_has_its_own_hash():
+    before = _render("g6e")[-1]
+    assert before["spec"]["upgradeStrategy"] == {"type": "None"}
+    SPECS["more"] = {**SPECS["g6e"], "decode": _pool("g6e.xlarge", 1, 1, nodes=3)}
+    SPECS["serve"] = {**SPECS["g6e"], "engine": {"max_model_len": 4096}}
+    try:
+        more, serve = _render("more")[-1], _render("serve")[-1]
+    finally:
+        del SPECS["more"], SPECS["serve"]
+    key = "tandem.dev/ray-cluster-hash"
+    assert more["metadata"]["annotations"][key] != before["metadata"]["annotations"][key]
+    assert serve["metadata"]["annotations"][key] == before["metadata"]["annotations"][key]
+
+
+def test_ray_pods_run_as_the_team_service_account_annotated_with_its_role_only_when_given():
+    spec = spec_parse(SPECS["g6e"], target_kind="eks")
+    role = "arn:aws:iam::123456789012:role/tandem-ml-research"
+    _, sa, _, rs = manifests_build(name="llama", namespace="tandem-ml-research", team_slug="ml-research", spec=spec,
+                                   target_kind="eks", role_arn=role)
+    assert (sa["kind"], sa["metadata"]["name"], sa["metadata"]["namespace"]) == \
+        ("ServiceAccount", "tandem-ray", "tandem-ml-research")
+    assert sa["metadata"]["annotations"]["eks.amazonaws.com/role-arn"] == role
+    cluster = rs["spec"]["rayClusterConfig"]
+    assert {g["template"]["spec"]["serviceAccountName"] for g in [cluster["headGroupSpec"],
+                                                                 *cluster["workerGroupSpecs"]]} == {"tandem-ray"}
+    plain = _render("g6e")[1]
+    assert "eks.amazonaws.com/role-arn" not in plain["metadata"]["annotations"]
+
+
+def test_every_gpu_runtime_states_its_versions_images_and_minimum_kuberay():
+    for runtime in (r for r in RUNTIMES.values() if r.accelerator == "gpu"):
+        assert all((runtime.ray, runtime.vllm, runtime.nixl, runtime.cuda, runtime.kuberay_min, runtime.efa_image,
+                    runtime.efa_library_path)), runtime.key
+        cuda_tag = "cu" + runtime.cuda.replace(".", "")
+        for image in (runtime.image, runtime.efa_image):
+            assert f":{runtime.ray}-" in image and cuda_tag in image, image
 
 
 def test_g6e_workers_have_no_efa_and_the_head_has_no_gpu():
@@ -118,7 +175,7 @@ def test_spec_hash_annotations_move_only_for_the_objects_that_changed():
     finally:
         del SPECS["changed"]
     hashes = [[o["metadata"]["annotations"][HASH_ANNOTATION] for o in objs] for objs in (before, after)]
-    assert hashes[0][:2] == hashes[1][:2] and hashes[0][2] != hashes[1][2]
+    assert hashes[0][:3] == hashes[1][:3] and hashes[0][3] != hashes[1][3]
 
 
 @pytest.mark.parametrize("key", SPECS)

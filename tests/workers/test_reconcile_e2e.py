@@ -134,7 +134,7 @@ def test_missing_kuberay_fails_with_a_reason_the_user_can_act_on(people, k8s_clu
     d = _request_and_approve(people, k8s_cluster)
     wait_for(lambda: _status(d) == Status.FAILED, timeout=60, what="failed")
     d.refresh_from_db()
-    assert "KubeRay is not installed" in d.status_reason and "Install KubeRay 1.4" in d.status_reason
+    assert "KubeRay is not installed" in d.status_reason and "Install KubeRay 1.5.1" in d.status_reason
 
 
 def test_a_serve_deploy_failure_fails_the_deployment(people, k8s_cluster, emulator, worker):

@@ -2,10 +2,18 @@
 
 Apply is create-or-replace and safe to repeat: each object is read, created when absent, and replaced (with the
 read resourceVersion, so a concurrent writer gets a 409 and we retry) only when its spec-hash annotation differs.
-Status comes from the RayService's `status.conditions` (Ready) and `activeServiceStatus.applicationStatuses`.
+Status comes from the RayService's `status.conditions` (Ready) and `activeServiceStatus.applicationStatuses`;
+while it is not ready, the scheduler's reason for any Pending pod of the deployment is added, per pool.
+
+A RayService written is read back: a field the API server dropped (a KubeRay CRD older than the runtime needs) or
+a value Tandem relies on that came back otherwise fails the deployment in that pass, and the RayService is removed.
+A change to its Ray cluster part is a deletion and a creation, said in the step's message (upgradeStrategy None;
+KubeRay's NewCluster never completes on fixed-size node groups). The team's Hugging Face token, named by the
+cluster's `hf_token_refs`, is copied into the team namespace before the RayService, never into a manifest.
 A namespace that exists without Tandem's labels for this team is someone else's: Tandem refuses to adopt,
 relabel or delete it, and never deletes an object in it.
 """
+import base64
 import json
 from collections.abc import Callable
 
@@ -13,14 +21,20 @@ import urllib3
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from deployments.manifests import (HASH_ANNOTATION, MANAGED_BY, TEAM_LABEL, endpoint_url, manifests_build, manifests_hash,
+from deployments.applied_check import applied_differences, applied_mismatch_message
+from deployments.catalog import RUNTIMES
+from deployments.manifests import (DEPLOYMENT_LABEL, HASH_ANNOTATION, MANAGED_BY, MODEL_SECRET, POOL_LABEL,
+                                  RAY_CLUSTER_HASH_ANNOTATION, TEAM_LABEL, endpoint_url, manifests_build, manifests_hash,
                                   namespace_name)
+from deployments.secret_refs import SecretRefError, secret_resolve
 from workers import clients
 from workers.targets.base import Observed, PermanentError, Step, Target, TransientError
 from workers.targets.serve_status import serve_app_message
 
 GROUP, VERSION, PLURAL = "ray.io", "v1", "rayservices"
 TIMEOUT = (5, 20)  # connect, read seconds for every API call
+KUBERAY_MIN = max((r.kuberay_min for r in RUNTIMES.values() if r.kuberay_min),
+                  key=lambda v: tuple(int(n) for n in v.split(".")))  # what every runtime on Kubernetes runs on
 
 
 KUBECONFIG_ACCESS = "check the kubeconfig's user and its RBAC"
@@ -50,6 +64,10 @@ def api_error(e: Exception, *, doing: str, cluster: str, access: str = KUBECONFI
 def _labelled(labels: dict | None, wanted: dict) -> bool:
     """Whether an object carries every one of `wanted` labels (Tandem's ownership marks)."""
     return all((labels or {}).get(k) == v for k, v in wanted.items())
+
+
+def _cluster_hash(rs: dict) -> str:
+    return (rs.get("metadata", {}).get("annotations") or {}).get(RAY_CLUSTER_HASH_ANNOTATION, "")
 
 
 def _status_message(e: ApiException) -> str:
@@ -108,10 +126,15 @@ class KubernetesTarget(Target):
         return None
 
     # --- the contract ---------------------------------------------------------------------------------
+    def team_role(self, deployment) -> str:
+        """The IAM role the team's Ray pods assume (IRSA), from the cluster's `team_roles`; "" for none."""
+        return (self.cluster.config.get("team_roles") or {}).get(deployment.team.slug, "")
+
     def desired(self, deployment) -> tuple[list[dict], str]:
         objects = manifests_build(name=deployment.name, namespace=self.namespace(deployment),
                                   team_slug=deployment.team.slug, spec=deployment.spec_typed,
-                                  target_kind=self.cluster.kind, node_selectors=self.node_selectors(deployment))
+                                  target_kind=self.cluster.kind, node_selectors=self.node_selectors(deployment),
+                                  role_arn=self.team_role(deployment))
         return objects, manifests_hash(objects)
 
     def _read(self, obj: dict) -> dict | None:
@@ -121,6 +144,9 @@ class KubernetesTarget(Target):
             return self._get("reading the namespace", core.read_namespace, meta["name"])
         if kind == "Service":
             return self._get("reading the endpoint Service", core.read_namespaced_service, meta["name"],
+                             meta["namespace"])
+        if kind == "ServiceAccount":
+            return self._get("reading the Ray service account", core.read_namespaced_service_account, meta["name"],
                              meta["namespace"])
         return self._get("reading the RayService", k8s.CustomObjectsApi(self.api).get_namespaced_custom_object,
                          GROUP, VERSION, meta["namespace"], PLURAL, meta["name"])
@@ -135,9 +161,34 @@ class KubernetesTarget(Target):
         applied = manifests_hash([{"metadata": {"annotations": {HASH_ANNOTATION: h}}} for h in hashes]) \
             if all(hashes) else ""
         serve_status, message, ready = self._serve_status(rs, deployment.name)
+        if not ready and serve_status != "RUNNING" and (pending := self._unschedulable(deployment)):
+            message = f"{pending} {message}"
         return Observed(exists=True, applied_hash=applied, serve_status=serve_status, message=message,
                         endpoint_url=endpoint_url(name=deployment.name, namespace=self.namespace(deployment)),
                         details={"ready": ready, "numServeEndpoints": rs.get("status", {}).get("numServeEndpoints", 0)})
+
+    def _unschedulable(self, deployment) -> str:
+        """Why the deployment's pods that the scheduler cannot place are Pending, in the scheduler's own words, per
+        pool ("" when every pod is placed). A RayService waiting on them says only that it is not ready."""
+        try:
+            found = k8s.CoreV1Api(self.api).list_namespaced_pod(
+                self.namespace(deployment), label_selector=f"{DEPLOYMENT_LABEL}={deployment.name}",
+                _request_timeout=TIMEOUT)
+        except ApiException as e:
+            if e.status in (403, 404):  # a role without pods/list: the deployment goes on, without this detail
+                return ""
+            raise api_error(e, doing="listing the Ray pods", cluster=self.cluster.name, access=self.ACCESS) from None
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise api_error(e, doing="listing the Ray pods", cluster=self.cluster.name, access=self.ACCESS) from None
+        counts: dict[tuple[str, str], int] = {}
+        for pod in self.api.sanitize_for_serialization(found).get("items", []):
+            scheduled = next((c for c in (pod.get("status") or {}).get("conditions") or []
+                              if c.get("type") == "PodScheduled"), None)
+            if scheduled and scheduled.get("status") == "False":
+                key = ((pod["metadata"].get("labels") or {}).get(POOL_LABEL, "Ray"), scheduled.get("message", ""))
+                counts[key] = counts.get(key, 0) + 1
+        return " ".join(f"{n} {pool} pod{'s' if n > 1 else ''} cannot be scheduled: {why}"
+                        for (pool, why), n in sorted(counts.items()))
 
     @staticmethod
     def _serve_status(rs: dict, app: str) -> tuple[str, str, bool]:
@@ -159,7 +210,7 @@ class KubernetesTarget(Target):
         found = self._get("looking for KubeRay", k8s.CustomObjectsApi(self.api).get_api_resources, GROUP, VERSION)
         if not any(r.get("name") == PLURAL for r in (found or {}).get("resources", [])):
             raise PermanentError(f"KubeRay is not installed on {self.cluster.name}: the RayService CRD "
-                                 f"({PLURAL}.{GROUP}/{VERSION}) is missing. Install KubeRay 1.4 or newer.")
+                                 f"({PLURAL}.{GROUP}/{VERSION}) is missing. Install KubeRay {KUBERAY_MIN} or newer.")
 
     def _require_our_namespace(self, ns: dict, wanted: dict) -> None:
         """Refuse a namespace Tandem did not make for this team (an existing one of the same name)."""
@@ -185,16 +236,92 @@ class KubernetesTarget(Target):
             if current is None:
                 self._create(obj)
                 done.append(f"created {label}")
+            elif current.get("metadata", {}).get("deletionTimestamp"):
+                raise TransientError(f"The previous {label} is still being deleted; creating the new one once it "
+                                     "is gone.")
             elif current.get("metadata", {}).get("annotations", {}).get(HASH_ANNOTATION) != \
                     obj["metadata"]["annotations"][HASH_ANNOTATION]:
-                self._replace(obj, current)
-                done.append(f"updated {label}")
+                if obj["kind"] == "RayService" and _cluster_hash(current) != _cluster_hash(obj):
+                    self._recreate(obj)
+                    done.append(f"recreated {label}: its Ray cluster changed, which KubeRay does not upgrade in "
+                                "place on fixed-size node groups; it serves again once the new Ray cluster is ready")
+                else:
+                    self._replace(obj, current)
+                    done.append(f"updated {label}")
             else:
                 unchanged.append(obj["kind"])
+            if obj["kind"] == "Namespace":  # before any pod can start without it
+                done += self._copy_model_secret(deployment, obj["metadata"]["name"])
+            elif obj["kind"] == "RayService" and unchanged[-1:] != ["RayService"]:
+                self._require_kept(deployment, obj)
         message = "; ".join(done) or "nothing changed"
         if unchanged:
             message += f" (unchanged: {', '.join(unchanged)})"
         return Step(ready=True, message=message)
+
+    def _copy_model_secret(self, deployment, namespace: str) -> list[str]:
+        """Copy the team's Hugging Face token (the cluster's `hf_token_refs`, resolved here and nowhere else) into
+        the Secret its Ray pods read HF_TOKEN from. Written without reading the Secret back, so the driver needs
+        no right to read secrets: created, or replaced when it exists. Nothing is done for a team without one."""
+        ref = (self.cluster.config.get("hf_token_refs") or {}).get(deployment.team.slug)
+        if not ref:
+            return []
+        try:
+            token = secret_resolve(ref)
+        except SecretRefError as e:
+            raise PermanentError(f"The Hugging Face token of team {deployment.team.slug} on {self.cluster.name} "
+                                 f"cannot be read: {e} Fix hf_token_refs in the cluster's settings, then retry."
+                                 ) from None
+        secret = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                  "metadata": {"name": MODEL_SECRET, "namespace": namespace,
+                               "labels": {**MANAGED_BY, TEAM_LABEL: deployment.team.slug}},
+                  "data": {"HF_TOKEN": base64.b64encode(token.encode()).decode()}}
+        core = k8s.CoreV1Api(self.api)
+        try:
+            core.create_namespaced_secret(namespace, secret, _request_timeout=TIMEOUT)
+            verb = "copied"
+        except ApiException as e:
+            if e.status != 409:
+                raise api_error(e, doing="copying the team's Hugging Face token", cluster=self.cluster.name,
+                                access=self.ACCESS) from None
+            self._call("updating the team's Hugging Face token", core.replace_namespaced_secret, MODEL_SECRET,
+                       namespace, secret)
+            verb = "refreshed"
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise api_error(e, doing="copying the team's Hugging Face token", cluster=self.cluster.name,
+                            access=self.ACCESS) from None
+        return [f"{verb} team {deployment.team.slug}'s Hugging Face token into Secret {namespace}/{MODEL_SECRET}"]
+
+    def _recreate(self, rs: dict) -> None:
+        """Delete the RayService and create it anew (its Ray cluster with it): an announced recreation, with
+        downtime, until zero-downtime upgrades exist."""
+        meta = rs["metadata"]
+        custom = k8s.CustomObjectsApi(self.api)
+        self._delete("deleting the RayService to recreate it", lambda: custom.delete_namespaced_custom_object(
+            GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], _request_timeout=TIMEOUT))
+        if (left := self._read(rs)) is not None and left.get("metadata", {}).get("deletionTimestamp"):
+            raise TransientError(f"The RayService {meta['name']} is being deleted to be recreated; retrying.")
+        self._create(rs)
+
+    def _require_kept(self, deployment, rs: dict) -> None:
+        """Read the RayService back and compare it with what was written: a field the API server dropped (a
+        KubeRay CRD older than the runtime needs) or changed fails the deployment now, naming the field and the
+        KubeRay release that keeps it, instead of leaving it DEPLOYING for ever. The RayService is removed: it
+        would hold GPU nodes (and run Ray without its token) with no chance of serving."""
+        stored = self._read(rs)
+        if stored is None:
+            raise TransientError(f"The RayService {rs['metadata']['name']} was written to {self.cluster.name} but "
+                                 "does not read back yet; retrying.")
+        dropped, changed = applied_differences(rs["spec"], stored.get("spec") or {})
+        if not dropped and not changed:
+            return
+        meta = rs["metadata"]
+        self._delete("removing the RayService KubeRay cannot run",
+                     lambda: k8s.CustomObjectsApi(self.api).delete_namespaced_custom_object(
+                         GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], _request_timeout=TIMEOUT))
+        raise PermanentError(applied_mismatch_message(
+            dropped=dropped, changed=changed, cluster=self.cluster.name,
+            kuberay_min=RUNTIMES[deployment.spec_typed.runtime].kuberay_min))
 
     def _create(self, obj: dict) -> None:
         kind, meta = obj["kind"], obj["metadata"]
@@ -204,6 +331,8 @@ class KubernetesTarget(Target):
                 core.create_namespace(obj, _request_timeout=TIMEOUT)
             elif kind == "Service":
                 core.create_namespaced_service(meta["namespace"], obj, _request_timeout=TIMEOUT)
+            elif kind == "ServiceAccount":
+                core.create_namespaced_service_account(meta["namespace"], obj, _request_timeout=TIMEOUT)
             else:
                 k8s.CustomObjectsApi(self.api).create_namespaced_custom_object(
                     GROUP, VERSION, meta["namespace"], PLURAL, obj, _request_timeout=TIMEOUT)
@@ -220,6 +349,11 @@ class KubernetesTarget(Target):
         core = k8s.CoreV1Api(self.api)
         if kind == "Namespace":
             self._call("labelling the namespace", core.patch_namespace, meta["name"], {"metadata": meta})
+        elif kind == "ServiceAccount":
+            # A replace: a role taken away must take its annotation with it.
+            body = {**obj, "metadata": {**meta, "resourceVersion": current["metadata"].get("resourceVersion")}}
+            self._call("updating the Ray service account", core.replace_namespaced_service_account, meta["name"],
+                       meta["namespace"], body)
         elif kind == "Service":
             # A merge patch keeps the clusterIP the API server assigned (a replace would have to copy it).
             self._call("updating the endpoint Service", core.patch_namespaced_service, meta["name"],
@@ -233,7 +367,7 @@ class KubernetesTarget(Target):
     def teardown(self, deployment) -> Step:
         """Delete the RayService and Service (and the team namespace once nothing of Tandem's is left)."""
         objects, _ = self.desired(deployment)
-        ns_obj, svc, rs = objects
+        ns_obj, _, svc, rs = objects  # the team's service account goes with its namespace
         namespace = ns_obj["metadata"]["name"]
         custom, core = k8s.CustomObjectsApi(self.api), k8s.CoreV1Api(self.api)
         remaining = []

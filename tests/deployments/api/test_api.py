@@ -110,6 +110,18 @@ def test_cluster_secret_ref_is_write_only_and_only_platform_admins_register(api,
     assert bad.status_code == 400 and any("region" in m for m in bad.json()["errors"]["config"])
 
 
+def test_a_hugging_face_token_given_as_itself_is_refused_and_nothing_is_stored(api, platform_admin):
+    api.force_authenticate(platform_admin)
+    body = {"name": "k", "kind": "kubernetes", "config": {"hf_token_refs": {"ml-research": "hf_AbCdEf0123456789"}}}
+    bad = api.post("/api/v1/clusters/", body, format="json")
+    assert bad.status_code == 400
+    assert bad.json()["errors"]["config"] == [
+        "hf_token_refs: ml-research: Give `env:VARIABLE_NAME` or `file:/absolute/path`, not the secret itself."]
+    assert "hf_AbCdEf0123456789" not in bad.text and not Cluster.objects.filter(name="k").exists()
+    body["config"]["hf_token_refs"]["ml-research"] = "env:TANDEM_CLUSTER_HF_ML_RESEARCH"
+    assert api.post("/api/v1/clusters/", body, format="json").status_code == 201
+
+
 def test_platform_admin_creates_team_and_team_admin_adds_members(api, platform_admin, team_admin, team):
     api.force_authenticate(platform_admin)
     r = api.post("/api/v1/teams/", {"slug": "vision", "name": "Vision", "gpu_quota": 32}, format="json")

@@ -1,0 +1,111 @@
+"""Structural pruning and defaulting of custom resources, as the Kubernetes API server does them.
+
+A model of apiextensions-apiserver's `pkg/apiserver/schema/pruning/algorithm.go` (Prune) and
+`pkg/apiserver/schema/defaulting/algorithm.go` (Default), driven by a CRD version's `openAPIV3Schema`:
+
+- a key the schema does not declare (no `properties` entry, no `additionalProperties`) is dropped, and its path is
+  reported the way the API server words its field-validation warning (`spec.a.b[0].c`);
+- `x-kubernetes-preserve-unknown-fields: true` keeps unknown keys there, but what the schema does declare below it is
+  still pruned;
+- the resource root and every `x-kubernetes-embedded-resource` keep `apiVersion`, `kind` and `metadata`, whose keys
+  are ObjectMeta's (the API server decodes it as ObjectMeta, dropping any other key);
+- arrays are pruned item by item against `items`; scalars are left alone;
+- `default:` fills an absent key of an object that is present, never an absent object.
+
+No maintained Python library does this (the API server's Go code is the reference), hence this module. The KubeRay
+CRDs it is used with are in `../shared/reference/kuberay/<version>/` (KubeRay's `ray-operator/config/crd/bases/`).
+"""
+import copy
+import os
+from functools import cache
+from pathlib import Path
+
+import yaml
+
+KUBERAY_CRDS = Path(os.environ.get("TANDEM_KUBERAY_CRDS",
+                                   Path(__file__).resolve().parents[3] / "shared" / "reference" / "kuberay"))
+PRESERVE = "x-kubernetes-preserve-unknown-fields"
+EMBEDDED = "x-kubernetes-embedded-resource"
+META_FIELDS = ("apiVersion", "kind", "metadata")
+OBJECT_META = {"name", "generateName", "namespace", "selfLink", "uid", "resourceVersion", "generation",
+               "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "labels", "annotations",
+               "ownerReferences", "finalizers", "managedFields"}  # k8s.io/apimachinery ObjectMeta's JSON fields
+
+
+@cache
+def crd_schema(version: str, plural: str = "rayservices", group: str = "ray.io", served: str = "v1") -> dict:
+    """The `openAPIV3Schema` of `<plural>.<group>` at API version `served`, from KubeRay `version`'s CRD file
+    (e.g. "1.5.1")."""
+    path = KUBERAY_CRDS / f"v{version.removeprefix('v')}" / f"{group}_{plural}.yaml"
+    if not path.exists():
+        known = sorted(p.name for p in KUBERAY_CRDS.glob("v*")) if KUBERAY_CRDS.exists() else []
+        raise FileNotFoundError(f"No CRD for KubeRay {version} at {path} (have: {', '.join(known) or 'none'})")
+    crd = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # 9,000 lines
+    return next(v for v in crd["spec"]["versions"] if v["name"] == served)["schema"]["openAPIV3Schema"]
+
+
+def prune(obj: dict, schema: dict) -> list[str]:
+    """Drop from `obj` (a whole resource, changed in place) what `schema` does not declare; the dropped paths."""
+    pruned: list[str] = []
+    _prune(obj, {**schema, EMBEDDED: True}, "", pruned)
+    return pruned
+
+
+def _prune(value, schema: dict | None, path: str, pruned: list[str]) -> None:
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            _prune(item, (schema or {}).get("items"), f"{path}[{i}]", pruned)
+        return
+    if not isinstance(value, dict):
+        return
+    schema = schema or {}
+    preserve = schema.get(PRESERVE) is True
+    properties = schema.get("properties") or {}
+    additional = schema.get("additionalProperties")
+    for key in list(value):
+        child = f"{path}.{key}" if path else key
+        if schema.get(EMBEDDED) and key in META_FIELDS and isinstance(value[key], str | dict):
+            if key == "metadata" and isinstance(value[key], dict):
+                for field in [f for f in value[key] if f not in OBJECT_META]:
+                    del value[key][field]
+                    pruned.append(f"{child}.{field}")
+            continue
+        if key in properties:
+            _prune(value[key], properties[key], child, pruned)
+        elif isinstance(additional, dict):
+            _prune(value[key], additional, child, pruned)
+        elif additional is True or preserve:
+            continue
+        else:
+            del value[key]
+            pruned.append(child)
+
+
+def default(value, schema: dict | None) -> None:
+    """Fill absent keys that `schema` gives a `default`, in objects that are present (changed in place)."""
+    if schema is None:
+        return
+    if isinstance(value, list):
+        for item in value:
+            default(item, schema.get("items"))
+        return
+    if not isinstance(value, dict):
+        return
+    for key, prop in (schema.get("properties") or {}).items():
+        if key not in value and "default" in prop:
+            value[key] = copy.deepcopy(prop["default"])
+        if key in value:
+            default(value[key], prop)
+    additional = schema.get("additionalProperties")
+    if isinstance(additional, dict):
+        for key in value:
+            if key not in (schema.get("properties") or {}):
+                default(value[key], additional)
+
+
+def admit(obj: dict, schema: dict) -> list[str]:
+    """What the API server does to a custom resource it is asked to store: prune, then default. Returns its
+    field-validation warnings (`unknown field "spec..."`), one per dropped field."""
+    pruned = prune(obj, schema)
+    default(obj, schema)
+    return [f'unknown field "{p}"' for p in pruned]
