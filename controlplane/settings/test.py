@@ -7,14 +7,15 @@ os.environ.setdefault("DJANGO_SECRET_KEY", "test-only-not-secret")
 os.environ.setdefault("TANDEM_CLUSTER_SECRETS_DIR", tempfile.gettempdir())
 # The suite flushes its Redis database: by default one of its own, never db 0 (see tests/conftest.py's guard).
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
-# Under pytest-xdist each worker (gw0, gw1, ...) takes the database number below the previous one's, as pytest-django
-# gives each its own PostgreSQL database (test_<name>_gw0, ...); processes a test starts inherit it.
+# Under pytest-xdist each worker (gw0, gw1, ...) takes a database number below the suite's own (14, 13, ...; 15 stays
+# the PD run's, which `./tandem test` runs beside them), as pytest-django gives each its own PostgreSQL database
+# (test_<name>_gw0, ...); processes a test starts inherit it.
 if os.environ.get("PYTEST_XDIST_WORKER", "").startswith("gw") and "TANDEM_TEST_REDIS_BASE" not in os.environ:
     from controlplane.devservices import redis_url_with_db, redis_db
 
     os.environ["TANDEM_TEST_REDIS_BASE"] = os.environ["REDIS_URL"]
     _worker = int(os.environ["PYTEST_XDIST_WORKER"][2:])
-    os.environ["REDIS_URL"] = redis_url_with_db(os.environ["REDIS_URL"], redis_db(os.environ["REDIS_URL"]) - _worker)
+    os.environ["REDIS_URL"] = redis_url_with_db(os.environ["REDIS_URL"], redis_db(os.environ["REDIS_URL"]) - 1 - _worker)
 
 from controlplane.settings.base import *  # noqa: E402,F403
 
