@@ -26,7 +26,7 @@ def _real(path: str) -> str:
     return os.path.realpath(path)
 
 
-def _s3_parts(uri: str) -> tuple[str, list[str]] | None:
+def s3_parts(uri: str) -> tuple[str, list[str]] | None:
     """(bucket, key segments) of an s3:// URI; None for a key with empty, `.` or `..` segments (ambiguous)."""
     bucket, _, key = uri.removeprefix("s3://").partition("/")
     segments = key.rstrip("/").split("/") if key.rstrip("/") else []
@@ -55,9 +55,9 @@ class SourceRoots:
 
     def allows(self, source: str) -> bool:
         if source.startswith("s3://"):
-            parts = _s3_parts(source)
+            parts = s3_parts(source)
             return parts is not None and any(
-                (root := _s3_parts(r)) is not None and root[0] == parts[0]
+                (root := s3_parts(r)) is not None and root[0] == parts[0]
                 and parts[1][: len(root[1])] == root[1] for r in self.s3)
         if source.startswith("/"):
             return self.local_path(source) is not None
@@ -111,7 +111,7 @@ def _roots_errors(value, where: str) -> list[str]:
                          "s3": (S3_ROOT, "s3://bucket or s3://bucket/prefix"),
                          "huggingface": (HF_ORG, "a Hugging Face organisation, e.g. meta-llama")}[key]
         errors += [f"{where}.{key}: {item!r} is not {what}." for item in items if not pattern.match(item)
-                   or (key == "s3" and _s3_parts(item) is None)]
+                   or (key == "s3" and s3_parts(item) is None)]
     return errors
 
 

@@ -6,7 +6,7 @@ kubernetes driver annotates the team's Ray service account with `eks.amazonaws.c
 without an entry gets no AWS identity (its pods can read no S3 weights). `manage.py tandem_team_policy` prints the
 policy for a platform admin to attach to that role.
 """
-from deployments.model_sources import _s3_parts, source_roots_for
+from deployments.model_sources import s3_parts, source_roots_for
 
 IRSA_ANNOTATION = "eks.amazonaws.com/role-arn"
 
@@ -21,7 +21,7 @@ def team_weights_policy(config: dict, team_slug: str) -> dict:
     cluster-wide ones and the team's own): GetObject under each root's prefix, ListBucket limited to it."""
     reads, lists = [], {}
     for root in source_roots_for(config, team_slug).s3:
-        parts = _s3_parts(root)
+        parts = s3_parts(root)
         if parts is None:
             continue
         bucket, segments = parts
