@@ -134,9 +134,10 @@ def test_pause_during_provisioning_with_a_live_worker_ends_paused_not_running(us
         row = Deployment.objects.get(pk=d.pk)
         kinds = list(row.events.order_by("id").values_list("kind", flat=True))
         after_pause = kinds[kinds.index("pause_requested") + 1:]
-        # The pass in flight applied, saw it serving, and stopped there; the pausing pass removed it.
-        assert after_pause[:3] == ["applied", "serve_status", "endpoint"], kinds
-        assert after_pause[3:] == ["pause", "status_paused"], kinds
+        # The pass in flight applied and stopped without writing `running` (how far it looked first, at Serve's
+        # status and the endpoint, depends on how fast KubeRay reports it ready); the pausing pass removed it.
+        assert after_pause[0] == "applied" and after_pause[-2:] == ["pause", "status_paused"], kinds
+        assert set(after_pause[1:-2]) <= {"serve_status", "endpoint"}, kinds
         assert row.quota_gpus and row.status not in HOLDS_QUOTA
     finally:
         worker.kill()
