@@ -180,7 +180,8 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
         if match := NAMESPACE_PATH.match(raw_request.path):
             body = await raw_request.read()
             return self._namespace(raw_request.method, match.group(1), raw_request.headers,
-                                   json.loads(body) if body else None)
+                                   json.loads(body) if body else None,
+                                   dry_run=raw_request.query.get("dryRun") == "All")
         if raw_request.method == "GET" and \
                 (match := POD_PATH.match(raw_request.path) or NODE_PATH.match(raw_request.path)) is not None:
             return self._read_pods_or_nodes(raw_request, match)
@@ -253,7 +254,7 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
             return denied
         return self._fault(method, path)
 
-    def _namespace(self, method: str, name: str | None, headers, data):
+    def _namespace(self, method: str, name: str | None, headers, data, *, dry_run: bool = False):
         if (refused := self._guard(method, f"/api/v1/namespaces{'/' + name if name else ''}", headers)) is not None:
             return refused
         if method == "POST" and name is None:
@@ -261,7 +262,8 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
             if name in self.namespaces:
                 return self._status(409, "AlreadyExists", f'namespaces "{name}" already exists')
             data["metadata"].update(uid=str(uuid.uuid4()), resourceVersion=str(next(self._versions)))
-            self.namespaces[name] = data
+            if not dry_run:  # ?dryRun=All: validated and answered as a create would be, not stored
+                self.namespaces[name] = data
             return aiohttp.web.json_response(data, status=201)
         if name is None or name not in self.namespaces:
             return self._status(404, "NotFound", f'namespaces "{name}" not found')
