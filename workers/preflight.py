@@ -22,7 +22,8 @@ from packaging.version import InvalidVersion, Version
 
 from deployments.catalog import INSTANCE_TYPES, RUNTIMES
 from deployments.manifests import MANAGED_BY, POOL_LABEL, TEAM_LABEL, namespace_name, template
-from deployments.models import Team
+from deployments.models import ClusterCheck, Team
+from deployments.services.cluster_checks import cluster_check_record
 from workers import clients
 from workers.targets.base import PermanentError, TransientError
 from workers.targets.eks import NODEGROUP_LABEL, EksTarget, nodegroup_taints
@@ -529,3 +530,16 @@ def cluster_preflight(cluster, *, api=None) -> list[CheckLine]:
         return []
     target = EksTarget(cluster, api=api) if cluster.kind == "eks" else KubernetesTarget(cluster, api=api)
     return Preflight(target).run()
+
+
+def cluster_check_run(*, check_id: int) -> None:
+    """Run a requested preflight and record it; a failure of the run itself is recorded as its error."""
+    run = ClusterCheck.objects.select_related("cluster").get(pk=check_id)
+    if run.status != ClusterCheck.Status.RUNNING:
+        return  # a redelivered message: the run is recorded already
+    try:
+        lines = [line.to_dict() for line in cluster_preflight(run.cluster)]
+    except (PermanentError, TransientError) as e:
+        cluster_check_record(check_id=check_id, lines=[], error=str(e))
+        return
+    cluster_check_record(check_id=check_id, lines=lines)

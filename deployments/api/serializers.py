@@ -10,7 +10,8 @@ from rest_framework import serializers
 from deployments import selectors
 from deployments.cluster_config import cluster_config_errors
 from deployments.lifecycle import SERVING, Status
-from deployments.models import AccessToken, ApiKey, Cluster, Deployment, Event, Membership, Team
+from deployments.models import (AccessToken, ApiKey, Cluster, ClusterCheck, ClusterCheckLine, Deployment, Event,
+                                Membership, Team)
 from deployments.quota_rules import quota_gpus
 from deployments.services.previews import Outcome
 from deployments.services.quota import team_gpus_held
@@ -165,6 +166,27 @@ class ClusterSerializer(StrictModelSerializer):
         if errors := cluster_config_errors(attrs.get("kind"), attrs.get("config") or {}):
             raise serializers.ValidationError({"config": errors})
         return attrs
+
+
+class ClusterCheckLineSerializer(serializers.ModelSerializer):
+    """One preflight check: pass, fail or unverified, what was seen, and the fix."""
+
+    class Meta:
+        model = ClusterCheckLine
+        fields = ["name", "status", "evidence", "fix"]
+        read_only_fields = fields
+
+
+class ClusterCheckSerializer(serializers.ModelSerializer):
+    """A preflight run: `running` until the worker has checked the cluster, then passed, failed or error."""
+
+    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    lines = ClusterCheckLineSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = ClusterCheck
+        fields = ["id", "cluster", "status", "error", "created_at", "finished_at", "lines"]
+        read_only_fields = fields
 
 
 class DeploymentSerializer(serializers.ModelSerializer):

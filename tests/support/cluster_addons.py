@@ -19,6 +19,7 @@ import copy
 import functools
 from pathlib import Path
 
+import boto3
 import yaml
 from kubernetes import client as k8s
 
@@ -45,6 +46,15 @@ NVIDIA_CHART_DEFAULTS = {  # NVIDIA/k8s-device-plugin deployments/helm/nvidia-de
                     {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
 }
 VALUES = ROOT / "deploy" / "cluster"
+REGION = "us-west-2"
+
+
+def emulator_client(emulator, *, token: str = "k8s-aws-v1.seeding") -> k8s.ApiClient:
+    """The real client against the emulator, as the cluster's administrator (any EKS-style token)."""
+    configuration = k8s.Configuration()
+    configuration.host = emulator.base_url
+    configuration.api_key = {"authorization": f"Bearer {token}"}
+    return k8s.ApiClient(configuration)
 
 
 def install_kinds(emulator) -> None:
@@ -155,3 +165,21 @@ def cluster_ready(api: k8s.ApiClient, *, kuberay_version: str = "1.5.1") -> None
     metrics_server(api)
     gpu_node(api, name="ip-10-0-1-17.us-west-2.compute.internal", instance_type="p5.48xlarge",
              nodegroup="tandem-d1-prefill")
+
+
+def aws_network(url: str, *, zones: tuple[str, ...]) -> dict:
+    """A VPC with one subnet per zone given and a security group that lets its members reach each other (EFA's
+    rule), and the EKS cluster `gpu-prod` in it."""
+    ec2 = boto3.client("ec2", region_name=REGION, endpoint_url=url)
+    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    subnets = [ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.0.{i}.0/24", AvailabilityZone=z)["Subnet"]["SubnetId"]
+               for i, z in enumerate(zones, 1)]
+    sg = ec2.create_security_group(GroupName="gpu-prod-nodes", Description="nodes", VpcId=vpc)["GroupId"]
+    ec2.authorize_security_group_ingress(GroupId=sg, IpPermissions=[
+        {"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": sg}]}])
+    ec2.authorize_security_group_egress(GroupId=sg, IpPermissions=[
+        {"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": sg}]}])
+    boto3.client("eks", region_name=REGION, endpoint_url=url).create_cluster(
+        name="gpu-prod", roleArn="arn:aws:iam::123456789012:role/eks",
+        resourcesVpcConfig={"subnetIds": subnets, "securityGroupIds": [sg]})
+    return {"subnets": subnets, "security_group": sg}

@@ -9,38 +9,11 @@ from kubernetes import client as k8s
 from deployments.models import Cluster
 from tests.factories import ClusterFactory, TeamFactory
 from tests.support import cluster_addons
+from tests.support.cluster_addons import REGION, aws_network
+from tests.support.cluster_addons import emulator_client as _client
 from tests.support.processes import ROOT
 from workers.preflight import (DRIVER_ACTIONS, FAIL, PASS, UNVERIFIED, cluster_preflight, node_admits,
                                taint_tolerated)
-
-REGION = "us-west-2"
-EKS_TOKEN = "k8s-aws-v1.seeding"  # the emulator takes any EKS-style token
-
-
-def _client(emulator) -> k8s.ApiClient:
-    configuration = k8s.Configuration()
-    configuration.host = emulator.base_url
-    configuration.api_key = {"authorization": f"Bearer {EKS_TOKEN}"}
-    return k8s.ApiClient(configuration)
-
-
-def aws_network(url: str, *, zones: tuple[str, ...]) -> dict:
-    """A VPC with one subnet per zone given and a security group that lets its members reach each other (EFA's
-    rule), and the EKS cluster `gpu-prod` in it."""
-    ec2 = boto3.client("ec2", region_name=REGION, endpoint_url=url)
-    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
-    subnets = [ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.0.{i}.0/24", AvailabilityZone=z)["Subnet"]["SubnetId"]
-               for i, z in enumerate(zones, 1)]
-    sg = ec2.create_security_group(GroupName="gpu-prod-nodes", Description="nodes", VpcId=vpc)["GroupId"]
-    ec2.authorize_security_group_ingress(GroupId=sg, IpPermissions=[
-        {"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": sg}]}])
-    ec2.authorize_security_group_egress(GroupId=sg, IpPermissions=[
-        {"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": sg}]}])
-    boto3.client("eks", region_name=REGION, endpoint_url=url).create_cluster(
-        name="gpu-prod", roleArn="arn:aws:iam::123456789012:role/eks",
-        resourcesVpcConfig={"subnetIds": subnets, "securityGroupIds": [sg]})
-    return {"subnets": subnets, "security_group": sg}
-
 
 @pytest.fixture
 def eks(aws, emulator, db):
