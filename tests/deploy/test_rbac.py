@@ -15,7 +15,9 @@ from deployments.models import Cluster
 from tests.conftest import EMULATOR_TOKEN
 from tests.deploy.render import find, render
 from tests.factories import ClusterFactory, DeploymentFactory, TeamFactory
+from tests.support import cluster_addons
 from tests.support.processes import wait_for
+from workers.preflight import Preflight
 from workers.targets.kubernetes import KubernetesTarget
 
 RESOURCE_PATH = re.compile(r"^/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
@@ -89,6 +91,14 @@ def test_the_driver_role_allows_exactly_what_the_driver_does(emulator, in_cluste
     wait_for(lambda: target.observe(deployment).serve_status == "RUNNING", timeout=5, what="RUNNING")
     wait_for(lambda: target.teardown(deployment).ready, timeout=5, what="teardown")
     assert emulator.live_objects() == []
+    # then the preflight, on the cluster with its add-ons installed (seeded as its administrator, not counted)
+    driver_hits = list(emulator.hits)
+    cluster_addons.install_kinds(emulator)
+    cluster_addons.cluster_ready(cluster_addons.emulator_client(emulator, token=EMULATOR_TOKEN))
+    TeamFactory(slug="other")
+    mark = len(emulator.hits)
+    assert [line.name for line in Preflight(target).run() if line.status != "pass"] == []
+    emulator.hits[:] = driver_hits + emulator.hits[mark:]
     assert set(emulator.authorizations) == {f"Bearer {EMULATOR_TOKEN}"}  # all of it as the service account
 
     used = {a for a in (authorizer_attributes(m, p) for m, p in emulator.hits) if a is not None}
