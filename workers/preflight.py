@@ -169,6 +169,12 @@ def _schema_has(schema: dict, path: tuple[str, ...]) -> bool:
     return True
 
 
+def kuberay_needed(kind: str) -> Version:
+    """The newest of the runtimes' minimum KubeRay and the releases that serve the fields Tandem sets."""
+    floors = [r.kuberay_min for r in RUNTIMES.values() if kind in r.target_kinds and r.kuberay_min]
+    return max(Version(v) for v in floors + [since for _, since in KUBERAY_FIELDS.values()])
+
+
 # --- the checks ------------------------------------------------------------------------------------------------
 class Preflight:
     """Runs every check that applies to a cluster's kind; each check is a method returning its CheckLine."""
@@ -228,9 +234,7 @@ class Preflight:
 
     # KubeRay
     def _kuberay_needed(self) -> Version:
-        """The newest of the runtimes' minimum KubeRay and the releases that serve the fields Tandem sets."""
-        floors = [r.kuberay_min for r in RUNTIMES.values() if self.cluster.kind in r.target_kinds and r.kuberay_min]
-        return max(Version(v) for v in floors + [since for _, since in KUBERAY_FIELDS.values()])
+        return kuberay_needed(self.cluster.kind)
 
     def kuberay_operator(self) -> CheckLine:
         needed = self._kuberay_needed()
