@@ -10,6 +10,7 @@ import re
 
 import pytest
 import yaml
+from kubernetes import client as k8s
 
 from deployments.models import Cluster
 from tests.conftest import EMULATOR_TOKEN
@@ -98,7 +99,15 @@ def test_the_driver_role_allows_exactly_what_the_driver_does(emulator, in_cluste
     TeamFactory(slug="other")
     mark = len(emulator.hits)
     assert [line.name for line in Preflight(target).run() if line.status != "pass"] == []
-    emulator.hits[:] = driver_hits + emulator.hits[mark:]
+    # and the conformance run's read of the engines' logs (a worker pod of the deployment's prefill group)
+    emulator.resources["v1/pods"] = {"kind": "Pod", "namespaced": True, "subresources": ["log"]}
+    seed, preflight_hits = cluster_addons.emulator_client(emulator, token=EMULATOR_TOKEN), emulator.hits[mark:]
+    k8s.CoreV1Api(seed).create_namespaced_pod("tandem-ml-research", {"metadata": {
+        "name": "llama-prefill-worker-0", "labels": {"tandem.dev/deployment": "llama", "tandem.dev/pool": "prefill"}},
+        "spec": {"containers": [{"name": "ray-worker", "image": "rayproject/ray-llm"}]}})
+    mark_logs = len(emulator.hits)
+    assert set(target.engine_logs(deployment)) == {"prefill", "decode"}
+    emulator.hits[:] = driver_hits + preflight_hits + emulator.hits[mark_logs:]
     assert set(emulator.authorizations) == {f"Bearer {EMULATOR_TOKEN}"}  # all of it as the service account
 
     used = {a for a in (authorizer_attributes(m, p) for m, p in emulator.hits) if a is not None}
