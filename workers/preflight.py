@@ -319,16 +319,17 @@ class Preflight:
         nodes = [(what, labels, taints) for what, labels, taints in self._model_nodes()
                  if not plugin["efa_only"] or INSTANCE_TYPES.get(
                      labels.get("node.kubernetes.io/instance-type"), INSTANCE_TYPES["cpu"]).has_efa]
-        problems = []
+        problems: dict[str, list[str]] = {}  # what is wrong → the nodes (or instance types) it is wrong on
         for what, labels, taints in nodes:
             refused = [_taint_text(t) for t in taints if t.get("effect") in ("NoSchedule", "NoExecute")
                        and not taint_tolerated(t, pod.get("tolerations") or [])]
             if refused:
-                problems.append(f"{what}: does not tolerate {', '.join(refused)}")
-            elif not node_admits(pod, labels):
-                problems.append(f"{what}: its node affinity {_affinity_text(pod)} excludes the node")
+                problems.setdefault(f"does not tolerate {', '.join(refused)}", []).append(what)
+            if not node_admits(pod, labels):
+                problems.setdefault(f"its node affinity {_affinity_text(pod)} excludes them", []).append(what)
         if problems:
-            shown = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
+            shown = "; ".join(f"{problem} (on {', '.join(where_[:4])}{', …' if len(where_) > 4 else ''})"
+                              for problem, where_ in problems.items())
             return CheckLine(name, FAIL, f"{where} never runs on Tandem's GPU nodes: {shown}.",
                              f"{fix} (tolerations for Tandem's taints, no node affinity that Tandem's nodes fail)")
         status = ds.get("status") or {}
@@ -428,8 +429,9 @@ class Preflight:
         try:
             results = iam.simulate_principal_policy(**kwargs)["EvaluationResults"]
         except (ClientError, BotoCoreError, ResponseParserError) as e:
+            reason = str(e).splitlines()[0][:200]
             return CheckLine(name, UNVERIFIED, f"IAM could not simulate {principal}'s policies "
-                             f"(iam:SimulatePrincipalPolicy): {type(e).__name__}: {str(e)[:200]}",
+                             f"(iam:SimulatePrincipalPolicy): {type(e).__name__}: {reason}",
                              "Allow the worker's role iam:SimulatePrincipalPolicy on itself and on the node role "
                              "(deploy/iam/eks-driver-policy.json), then run the checks again.")
         denied = sorted({r["EvalActionName"] for r in results if r.get("EvalDecision") != "allowed"})
