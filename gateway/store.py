@@ -39,7 +39,8 @@ SELECT d.id, d.name, d.spec->>'model_id' AS model_id, d.status, d.endpoint_url,
        (d.conditions @> '[{"type": "EndpointReady", "reason": "ConformancePending"}]'
         AND NOT d.conditions @> '[{"type": "ConformancePassed"}]') AS checking,
        (SELECT cond->>'message' FROM jsonb_array_elements(d.conditions) cond
-        WHERE cond->>'type' = 'EndpointReady' AND cond->>'reason' = '""" + KV_NOT_ON_EFA + """' LIMIT 1) AS closed_reason
+        WHERE cond->>'type' = 'EndpointReady'
+          AND cond->>'reason' = '""" + KV_NOT_ON_EFA + """' LIMIT 1) AS closed_reason
 FROM deployments_deployment d JOIN deployments_cluster c ON c.id = d.cluster_id
 WHERE d.team_id = %s AND d.status = ANY(%s)
 ORDER BY d.created_at DESC

@@ -136,7 +136,8 @@ def _affinity_text(pod_spec: dict) -> str:
     required = (((pod_spec.get("affinity") or {}).get("nodeAffinity") or {})
                 .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
     terms = [" and ".join(f"{e.get('key')} {e.get('operator')} {','.join(e.get('values') or [])}".strip()
-                          for e in term.get("matchExpressions") or []) for term in required.get("nodeSelectorTerms") or []]
+                          for e in term.get("matchExpressions") or [])
+             for term in required.get("nodeSelectorTerms") or []]
     selector = [f"{k}={v}" for k, v in (pod_spec.get("nodeSelector") or {}).items()]
     return " or ".join(f"({t})" for t in terms) + (f" nodeSelector {', '.join(selector)}" if selector else "")
 

@@ -4,4 +4,5 @@ from deployments.models.deployments import Deployment
 from deployments.models.events import Event
 from deployments.models.teams import Membership, Team
 
-__all__ = ["AccessToken", "ApiKey", "Cluster", "ClusterCheck", "ClusterCheckLine", "Deployment", "Event", "Membership", "Team"]
+__all__ = ["AccessToken", "ApiKey", "Cluster", "ClusterCheck", "ClusterCheckLine", "Deployment", "Event", "Membership",
+           "Team"]

@@ -30,8 +30,9 @@ def approval_queue(request):
     fleet = fleet_reader(user=request.user, now=timezone.now())  # read once per model source for the page
     failures = selectors.cluster_check_failures({d.cluster_id for d in page})  # likewise, one query
     admin = is_platform_admin(request.user)
-    items = [_item(d, held[d.team_id], fleet) | {"cluster_failures": _failures(d, failures.get(d.cluster_id, []), admin),
-                                                 "cluster_page": admin} for d in page]
+    items = [_item(d, held[d.team_id], fleet)
+             | {"cluster_failures": _failures(d, failures.get(d.cluster_id, []), admin), "cluster_page": admin}
+             for d in page]
     return render_page(request, "approvals/queue.html", {"items": items, "page": page})
 
 

@@ -112,7 +112,8 @@ def test_the_node_group_quota_counts_what_exists(eks, aws, emulator):
     cluster = eks()
     client = boto3.client("eks", region_name=REGION, endpoint_url=aws.url)
     for i in range(29):
-        client.create_nodegroup(clusterName="gpu-prod", nodegroupName=f"other-{i}", nodeRole="arn:aws:iam::123456789012:role/nodes",
+        client.create_nodegroup(clusterName="gpu-prod", nodegroupName=f"other-{i}",
+                                nodeRole="arn:aws:iam::123456789012:role/nodes",
                                 subnets=cluster.config["subnet_ids"])
     line = _by_name(cluster_preflight(cluster))["nodegroup-quota"]
     assert line.status == FAIL and "29 of 30 node groups used" in line.evidence
