@@ -89,3 +89,13 @@ def test_the_documented_commands_are_the_preflights_fixes():
     assert METRICS_APISERVICE in section
     doc = (ROOT / "docs" / "install.md").read_text()
     assert "tandemctl doctor $CLUSTER_NAME" in doc and "subnet_ids\\\": $NODE_SUBNETS" in doc
+
+
+def test_the_documented_node_group_names_are_the_ones_the_eks_target_makes():
+    """The doc names node groups as EksTarget.nodegroup_name makes them (a stale name sends people looking for
+    groups that do not exist, and to the wrong IAM resource pattern)."""
+    doc = (ROOT / "docs" / "install.md").read_text()
+    named = re.search(r"Node groups are named `tandem-(.+?)-prefill\|decode`", doc)
+    source = (ROOT / "workers" / "targets" / "eks.py").read_text()
+    assert named and named[1] == "d<deployment id>"
+    assert 'name = f"{prefix}d{deployment.pk}-{stage}"' in source
