@@ -105,8 +105,9 @@ def test_the_driver_role_allows_exactly_what_the_driver_does(emulator, in_cluste
     k8s.CoreV1Api(seed).create_namespaced_pod("tandem-ml-research", {"metadata": {
         "name": "llama-prefill-worker-0", "labels": {"tandem.dev/deployment": "llama", "tandem.dev/pool": "prefill"}},
         "spec": {"containers": [{"name": "ray-worker", "image": "rayproject/ray-llm"}]}})
+    emulator.pod_logs[("tandem-ml-research", "llama-prefill-worker-0")] = "Backend LIBFABRIC was instantiated\n"
     mark_logs = len(emulator.hits)
-    assert set(target.engine_logs(deployment)) == {"prefill", "decode"}
+    assert target.engine_logs(deployment) == {"prefill": "Backend LIBFABRIC was instantiated\n", "decode": ""}
     emulator.hits[:] = driver_hits + preflight_hits + emulator.hits[mark_logs:]
     assert set(emulator.authorizations) == {f"Bearer {EMULATOR_TOKEN}"}  # all of it as the service account
 

@@ -422,9 +422,23 @@ class KubernetesTarget(Target):
             pods = self._call(f"listing the {stage} pods", core.list_namespaced_pod, namespace,
                               label_selector=selector)
             names = [p.metadata.name for p in pods.items]
-            logs[stage] = "\n".join(self._call(f"reading the logs of pod {name}", core.read_namespaced_pod_log, name,
-                                               namespace, tail_lines=ENGINE_LOG_LINES) or "" for name in names)
+            logs[stage] = "\n".join(self._pod_log(core, name, namespace) for name in names)
         return logs
+
+    def _pod_log(self, core: k8s.CoreV1Api, name: str, namespace: str) -> str:
+        """A pod's last ENGINE_LOG_LINES lines; empty when it has none (gone: 404; its container waiting to start:
+        400). Any other refusal (RBAC) is the caller's to see."""
+        try:
+            return core.read_namespaced_pod_log(name, namespace, tail_lines=ENGINE_LOG_LINES,
+                                                _request_timeout=TIMEOUT) or ""
+        except ApiException as e:
+            if e.status in (400, 404):
+                return ""
+            raise api_error(e, doing=f"reading the logs of pod {name}", cluster=self.cluster.name,
+                            access=self.ACCESS) from None
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise api_error(e, doing=f"reading the logs of pod {name}", cluster=self.cluster.name,
+                            access=self.ACCESS) from None
 
     def endpoint_answers(self, deployment, observed: Observed) -> Step:
         """KubeRay counts the head pods ready to serve; the in-cluster URL answers once there is one."""
