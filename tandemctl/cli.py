@@ -198,6 +198,10 @@ def cmd_wait(api: Client, args) -> int:
 
 def _decide(api: Client, args, operation: str) -> int:
     d = _get(api, args.name, args.team)
+    if operation == "deployments.approve" and (failures := d.get("cluster_check_failures")):
+        note(f"cluster {d['cluster']} fails {len(failures)} of its checks (tandemctl doctor {d['cluster']}):")
+        for f in failures:
+            note(f"  {f['name']}: {f['evidence']}" + (f" fix: {f['fix']}" if f["fix"] else ""))
     body = {"generation": d["generation"], "proposed_spec_hash": d.get("proposed_spec_hash"),
             "comment": args.comment or ""}
     d = api.call(operation, body=body, id=d["id"])
