@@ -139,3 +139,4 @@ def test_toleration_and_affinity_rules_follow_kubernetes():
     assert node_admits(pod, {})  # second term
     assert not node_admits(pod, {"a": "1", "c": "x"})
     assert not node_admits({"nodeSelector": {"x": "y"}}, {})
+

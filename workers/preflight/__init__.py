@@ -9,6 +9,8 @@ of steps that make every check pass.
 A check that cannot be decided here says so (`unverified`) rather than passing: e.g. IAM's policy simulator where
 the AWS endpoint does not offer it.
 """
+import logging
+
 from deployments.models import ClusterCheck
 from deployments.services.cluster_checks import cluster_check_record
 from workers.preflight.aws import DRIVER_ACTIONS, AwsChecks
@@ -19,6 +21,7 @@ from workers.targets.base import PermanentError, TransientError
 from workers.targets.eks import EksTarget
 from workers.targets.kubernetes import KubernetesTarget
 
+log = logging.getLogger(__name__)
 __all__ = ["DRIVER_ACTIONS", "FAIL", "HELM_EFA", "HELM_NVIDIA", "METRICS_APISERVICE", "PASS", "UNVERIFIED", "CheckLine",
            "Preflight", "cluster_check_run", "cluster_preflight", "kuberay_needed", "node_admits", "taint_tolerated"]
 
@@ -65,5 +68,10 @@ def cluster_check_run(*, check_id: int) -> None:
         lines = [line.to_dict() for line in cluster_preflight(run.cluster)]
     except (PermanentError, TransientError) as e:
         cluster_check_record(check_id=check_id, lines=[], error=str(e))
+        return
+    except Exception as e:  # a bug or an answer no check expected: the run ends, saying so, rather than stay running
+        log.exception("the preflight of cluster %s failed", run.cluster.name)
+        cluster_check_record(check_id=check_id, lines=[], error=f"The checks stopped on an unexpected error "
+                                                               f"({type(e).__name__}); see the worker's log.")
         return
     cluster_check_record(check_id=check_id, lines=lines)
