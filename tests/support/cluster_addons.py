@@ -24,6 +24,7 @@ import yaml
 from kubernetes import client as k8s
 
 from deployments.catalog import INSTANCE_TYPES
+from tests.support.moto_server import eks_cluster_create
 from tests.support.processes import ROOT
 from workers.targets.eks import nodegroup_taints
 
@@ -168,18 +169,15 @@ def cluster_ready(api: k8s.ApiClient, *, kuberay_version: str = "1.5.1") -> None
 
 
 def aws_network(url: str, *, zones: tuple[str, ...]) -> dict:
-    """A VPC with one subnet per zone given and a security group that lets its members reach each other (EFA's
-    rule), and the EKS cluster `gpu-prod` in it."""
+    """The EKS cluster `gpu-prod` as a platform team has it (tests/support/moto_server.py::eks_cluster_create: a VPC,
+    one private subnet per zone letter), and Tandem's EFA security group in its VPC as the eks target leaves it (all
+    traffic in from and out to its own members)."""
+    cluster = eks_cluster_create(url=url, name="gpu-prod", region=REGION, zones=zones)
     ec2 = boto3.client("ec2", region_name=REGION, endpoint_url=url)
-    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
-    subnets = [ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.0.{i}.0/24", AvailabilityZone=z)["Subnet"]["SubnetId"]
-               for i, z in enumerate(zones, 1)]
-    sg = ec2.create_security_group(GroupName="gpu-prod-nodes", Description="nodes", VpcId=vpc)["GroupId"]
+    sg = ec2.create_security_group(GroupName="tandem-efa", Description="Tandem EFA: all traffic between members",
+                                   VpcId=cluster["vpc_id"])["GroupId"]
     ec2.authorize_security_group_ingress(GroupId=sg, IpPermissions=[
         {"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": sg}]}])
     ec2.authorize_security_group_egress(GroupId=sg, IpPermissions=[
         {"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": sg}]}])
-    boto3.client("eks", region_name=REGION, endpoint_url=url).create_cluster(
-        name="gpu-prod", roleArn="arn:aws:iam::123456789012:role/eks",
-        resourcesVpcConfig={"subnetIds": subnets, "securityGroupIds": [sg]})
-    return {"subnets": subnets, "security_group": sg}
+    return {"subnets": cluster["subnet_ids"], "security_group": sg}

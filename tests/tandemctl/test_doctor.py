@@ -23,7 +23,7 @@ def stack(aws, emulator, transactional_db, redis_client, tmp_path):
     emulator.token, emulator.token_prefix = None, "k8s-aws-v1."
     TeamFactory(slug="ml-research")
     admin = UserFactory(username="platform", is_staff=True, is_superuser=True)
-    network = cluster_addons.aws_network(aws.url, zones=("us-west-2a", "us-west-2b"))
+    network = cluster_addons.aws_network(aws.url, zones=("a", "b"))
     web = start_web(tmp_path)
     worker = Worker(worker_environment(tmp_path)).start()
     try:

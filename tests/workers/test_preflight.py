@@ -22,7 +22,7 @@ def eks(aws, emulator, db):
     emulator.install_kuberay()
     emulator.token, emulator.token_prefix = None, "k8s-aws-v1."
 
-    def register(*, zones=("us-west-2a",)) -> Cluster:
+    def register(*, zones=("a",)) -> Cluster:
         network = aws_network(aws.url, zones=zones)
         return ClusterFactory(name="eks-prod", kind=Cluster.Kind.EKS, config={
             "region": REGION, "cluster_name": "gpu-prod", "aws_endpoint_url": aws.url,
@@ -55,7 +55,7 @@ def test_a_cluster_installed_as_documented_passes_every_check(eks, emulator):
 
 def test_the_defaults_that_break_a_real_cluster_are_three_failures_each_with_its_fix(eks, emulator):
     """The NVIDIA chart's default affinity and tolerations, no EFA plugin, and node subnets in two zones."""
-    cluster = eks(zones=("us-west-2a", "us-west-2b"))
+    cluster = eks(zones=("a", "b"))
     api = _client(emulator)
     cluster_addons.kuberay(api, version="1.5.1")
     cluster_addons.nvidia_device_plugin(api, documented=False)
@@ -140,3 +140,19 @@ def test_toleration_and_affinity_rules_follow_kubernetes():
     assert not node_admits(pod, {"a": "1", "c": "x"})
     assert not node_admits({"nodeSelector": {"x": "y"}}, {})
 
+
+
+def test_tandems_efa_security_group_without_its_self_rules_fails_and_absent_passes(eks, aws):
+    """Someone removed the egress rule of Tandem's EFA group (the eks target restores it only when it creates a node
+    group): EFA traffic is dropped until then. A cluster without the group yet is fine: Tandem makes it."""
+    cluster = eks()
+    ec2 = boto3.client("ec2", region_name=REGION, endpoint_url=aws.url)
+    sg = ec2.describe_security_groups(Filters=[{"Name": "group-name", "Values": ["tandem-efa"]}])["SecurityGroups"][0]
+    ec2.revoke_security_group_egress(GroupId=sg["GroupId"], IpPermissions=[
+        {"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": sg["GroupId"]}]}])
+    line = _by_name(cluster_preflight(cluster))["efa-security-group"]
+    assert line.status == FAIL and "does not let all traffic out between its members" in line.evidence
+    assert f"authorize-security-group-egress --group-id {sg['GroupId']}" in line.fix
+    ec2.delete_security_group(GroupId=sg["GroupId"])
+    line = _by_name(cluster_preflight(cluster))["efa-security-group"]
+    assert line.status == PASS and "Tandem creates it" in line.evidence

@@ -1,24 +1,29 @@
 """The AWS side of the preflight (`eks` clusters): IAM's simulation of the driver's and the node role's rights, the
-node subnets' Availability Zone, a security group EFA can use, and the node-group quota."""
+node subnets' Availability Zone, Tandem's EFA security group, and the node-group quota (EKS's, per cluster)."""
 import json
 from collections.abc import Callable
 
 from botocore.exceptions import BotoCoreError, ClientError
 from botocore.parsers import ResponseParserError
 
+from deployments.serve_config import STAGES
+from deployments.services.node_groups import NODEGROUPS_PER_CLUSTER
 from workers import clients
 from workers.preflight.lines import FAIL, PASS, UNVERIFIED, CheckLine, Unreadable
+from workers.targets.eks import efa_security_group_name
 
-NODEGROUP_QUOTA = 30  # EKS's default "managed node groups per cluster" (Service Quotas L-6D54EA21)
-NODEGROUPS_PER_DEPLOYMENT = 2  # prefill and decode
-# What the driver calls in AWS (deploy/iam/eks-driver-policy.json grants exactly these; tests/deploy/test_iam.py),
-# simulated with the context the policy's conditions read.
+# What the driver does in AWS (deploy/iam/eks-driver-policy.json grants exactly these, tests/workers/test_preflight.py
+# compares), simulated with the context the policy's conditions read.
 DRIVER_ACTIONS = ("eks:DescribeCluster", "eks:ListNodegroups", "eks:CreateNodegroup", "eks:TagResource",
                   "eks:DescribeNodegroup", "eks:UpdateNodegroupConfig", "eks:DeleteNodegroup", "iam:PassRole",
-                  "ec2:DescribeSubnets", "ec2:DescribeSecurityGroups", "iam:SimulatePrincipalPolicy")
+                  "ec2:DescribeSubnets", "ec2:DescribeSecurityGroups", "ec2:DescribeLaunchTemplateVersions",
+                  "ec2:CreateLaunchTemplate", "ec2:DeleteLaunchTemplate", "ec2:CreatePlacementGroup",
+                  "ec2:DeletePlacementGroup", "ec2:CreateSecurityGroup", "ec2:AuthorizeSecurityGroupIngress",
+                  "ec2:AuthorizeSecurityGroupEgress", "ec2:CreateTags", "iam:SimulatePrincipalPolicy")
 DRIVER_CONTEXT = (("aws:RequestTag/tandem.dev/managed-by", "tandem"),
                   ("aws:ResourceTag/tandem.dev/managed-by", "tandem"),
-                  ("iam:PassedToService", "eks.amazonaws.com"))
+                  ("iam:PassedToService", "eks.amazonaws.com"),
+                  ("ec2:CreateAction", "CreateLaunchTemplate"))
 # What a GPU node needs: join the cluster (AmazonEKSWorkerNodePolicy), pull images (ECR read), its pods' IPs (CNI).
 NODE_ACTIONS = ("ec2:DescribeInstances", "eks:DescribeCluster", "ecr:GetAuthorizationToken", "ecr:BatchGetImage",
                 "ecr:GetDownloadUrlForLayer", "ec2:AssignPrivateIpAddresses")
@@ -27,13 +32,10 @@ NODE_ACTIONS = ("ec2:DescribeInstances", "eks:DescribeCluster", "ecr:GetAuthoriz
 class AwsChecks:
     """The checks that call AWS with the worker's identity; `self.target` is the cluster's EksTarget."""
 
-    _session = None
-
     def _aws_client(self, service: str, *, attempts: int | None = None):
-        if self._session is None:
-            self._session = clients.aws_session(region=self.cluster.config["region"])
-        return clients.aws_client(self._session, service, endpoint_url=self.cluster.config.get("aws_endpoint_url"),
-                                  attempts=attempts)
+        """A client on the driver's own session (the worker's identity, or the cluster's role_arn assumed)."""
+        return clients.aws_client(self.target.session, service,
+                                  endpoint_url=self.cluster.config.get("aws_endpoint_url"), attempts=attempts)
 
     def _aws(self, doing: str, fn: Callable, **kwargs) -> dict:
         try:
@@ -114,30 +116,34 @@ class AwsChecks:
         return CheckLine("subnets", PASS, f"One Availability Zone: {evidence}.")
 
     def efa_security_group(self) -> CheckLine:
-        info = self.target._active_cluster()
-        vpc = info.get("resourcesVpcConfig") or {}
-        ids = [g for g in [vpc.get("clusterSecurityGroupId"), *(vpc.get("securityGroupIds") or [])] if g]
-        if not ids:
-            return CheckLine("efa-security-group", FAIL, "The EKS cluster names no security group.",
-                             "Give the cluster a security group that lets its members reach each other.")
-        groups = self._aws("describing the cluster's security groups (ec2:DescribeSecurityGroups)",
-                           self._aws_client("ec2").describe_security_groups, GroupIds=ids)["SecurityGroups"]
+        """Tandem's EFA security group (workers.targets.eks makes it with the first EFA node group): all traffic in
+        from and out to its own members, which EFA needs."""
+        vpc = (self.target._active_cluster().get("resourcesVpcConfig") or {}).get("vpcId")
+        name = efa_security_group_name(self.cluster)
+        found = self._aws("describing the EFA security group (ec2:DescribeSecurityGroups)",
+                          self._aws_client("ec2").describe_security_groups,
+                          Filters=[{"Name": "group-name", "Values": [name]},
+                                   {"Name": "vpc-id", "Values": [vpc]}])["SecurityGroups"]
+        if not found:
+            return CheckLine("efa-security-group", PASS, f"No {name} in {vpc} yet: Tandem creates it, open to its own "
+                                                         "members, with the first EFA node group.")
+        group = found[0]
+        sg = group["GroupId"]
 
-        def self_all(rules: list[dict], group: str) -> bool:
-            return any(r.get("IpProtocol") == "-1" and any(p.get("GroupId") == group
-                                                          for p in r.get("UserIdGroupPairs") or [])
-                       for r in rules)
+        def self_all(rules: list[dict]) -> bool:
+            return any(r.get("IpProtocol") == "-1" and any(p.get("GroupId") == sg for p in r.get("UserIdGroupPairs")
+                                                          or []) for r in rules)
 
-        good = [g["GroupId"] for g in groups if self_all(g.get("IpPermissions") or [], g["GroupId"])
-                and self_all(g.get("IpPermissionsEgress") or [], g["GroupId"])]
-        if good:
-            return CheckLine("efa-security-group", PASS, f"{good[0]} lets all traffic in from and out to itself.")
-        sg = ids[0]
-        return CheckLine("efa-security-group", FAIL, f"None of {', '.join(ids)} allows all traffic in from and out "
-                         "to itself: EFA traffic between the nodes is dropped.",
-                         f"aws ec2 authorize-security-group-ingress --group-id {sg} --protocol -1 --source-group {sg}; "
-                         f"aws ec2 authorize-security-group-egress --group-id {sg} "
-                         f"--ip-permissions 'IpProtocol=-1,UserIdGroupPairs=[{{GroupId={sg}}}]'")
+        missing = [way for way, rules in (("in", group.get("IpPermissions")), ("out", group.get("IpPermissionsEgress")))
+                   if not self_all(rules or [])]
+        if missing:
+            return CheckLine("efa-security-group", FAIL, f"{name} ({sg}) does not let all traffic {' or '.join(missing)} "
+                             "between its members: EFA traffic between the nodes is dropped (Tandem restores the "
+                             "rules only when it creates a node group).",
+                             f"aws ec2 authorize-security-group-ingress --group-id {sg} --protocol -1 --source-group "
+                             f"{sg}; aws ec2 authorize-security-group-egress --group-id {sg} "
+                             f"--ip-permissions 'IpProtocol=-1,UserIdGroupPairs=[{{GroupId={sg}}}]'")
+        return CheckLine("efa-security-group", PASS, f"{name} ({sg}) lets all traffic in from and out to itself.")
 
     def nodegroup_quota(self) -> CheckLine:
         eks, names, token = self.target.eks, [], None
@@ -148,9 +154,10 @@ class AwsChecks:
             token = page.get("nextToken")
             if not token:
                 break
-        left = NODEGROUP_QUOTA - len(names)
-        evidence = f"{len(names)} of {NODEGROUP_QUOTA} node groups used: room for {max(left, 0) // 2} deployment(s)."
-        if left < NODEGROUPS_PER_DEPLOYMENT:
+        left = NODEGROUPS_PER_CLUSTER - len(names)
+        evidence = (f"{len(names)} of {NODEGROUPS_PER_CLUSTER} node groups used: room for "
+                    f"{max(left, 0) // len(STAGES)} deployment(s).")
+        if left < len(STAGES):
             return CheckLine("nodegroup-quota", FAIL, evidence, "Delete unused node groups, or ask AWS for more "
                              "(Service Quotas: Amazon EKS, Managed node groups per cluster).")
         return CheckLine("nodegroup-quota", PASS, evidence)

@@ -73,6 +73,11 @@ def aws_error(e: Exception, *, doing: str) -> Exception:
     return e
 
 
+def efa_security_group_name(cluster) -> str:
+    """Tandem's EFA security group in the cluster's VPC (one per cluster; the preflight reads it too)."""
+    return f"{cluster.config.get('nodegroup_prefix', 'tandem-')}efa"
+
+
 def nodegroup_taints(instance: InstanceType) -> list[dict]:
     """The taints of a node group of this instance type, in EKS's API form: only pods that tolerate them (Tandem's,
     and the device plugins installed as docs/install.md says) land on its GPU nodes."""
@@ -280,7 +285,7 @@ class EksTarget(KubernetesTarget):
         EFA's OS-bypass traffic needs. Created once per cluster; its rules are checked on each node group
         creation."""
         vpc = self._active_cluster().get("resourcesVpcConfig", {}).get("vpcId")
-        name = f"{self.cluster.config.get('nodegroup_prefix', 'tandem-')}efa"
+        name = efa_security_group_name(self.cluster)
         found = self._aws("finding the EFA security group", self.ec2.describe_security_groups,
                           Filters=[{"Name": "group-name", "Values": [name]},
                                    {"Name": "vpc-id", "Values": [vpc]}])["SecurityGroups"]
