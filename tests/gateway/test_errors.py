@@ -316,4 +316,4 @@ def test_a_deployment_whose_kv_is_not_on_the_efa_asked_for_stays_closed_saying_w
     d.conditions = condition_set(d.conditions, type="EndpointReady", generation=d.generation, now=timezone.now(),
                                  **endpoint_ready(d.conditions, generation=d.generation, answers=True))
     d.save()
-    assert wait_until(lambda: post(gateway, raw, {"model": "m", **CHAT}).status_code == 200, timeout=6)
+    wait_for(lambda: post(gateway, raw, {"model": "m", **CHAT}).status_code == 200, timeout=6, what="the fixed one open")
