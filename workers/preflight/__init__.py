@@ -33,7 +33,6 @@ class Preflight(KubernetesChecks, AwsChecks):
         self.target = target
         self.cluster = target.cluster
         self.is_eks = isinstance(target, EksTarget)
-        self._session = None
 
     def run(self) -> list[CheckLine]:
         checks = [self.kuberay_operator, self.kuberay_crd, self.nvidia_device_plugin, self.efa_device_plugin,
