@@ -2,6 +2,9 @@
 from datetime import datetime
 
 CONDITION_TYPES = ("Approved", "NodePoolsReady", "Applied", "ServeRunning", "EndpointReady", "ConformancePassed")
+# ConformancePassed's and EndpointReady's reason when KV does not move over the EFA the spec asked for
+# (observability.fabric): the endpoint stays closed to users (the gateway reads this reason) until it does.
+KV_NOT_ON_EFA = "KvNotOnEfa"
 
 
 def condition_set(conditions: list[dict], *, type: str, status: bool, reason: str, message: str = "",
@@ -34,9 +37,12 @@ def condition_get(conditions: list[dict], type: str) -> dict | None:
 
 def conformance_passed(*, passed: bool, summary: str, pd_health: dict | None) -> dict:
     """ConformancePassed's status, reason and message from a recorded run: the checks decide; an unhealthy PD
-    probe adds its findings to the message."""
+    probe adds its findings to the message; KV off the EFA that was asked for fails it whatever the checks say."""
     health = pd_health or {}
     message = summary if health.get("ok") is not False else f"{summary} {' '.join(health.get('messages', []))}"
+    fabric = health.get("fabric") or {}
+    if fabric.get("ok") is False:
+        return {"status": False, "reason": KV_NOT_ON_EFA, "message": " ".join(fabric.get("messages", []))}
     return {"status": passed, "reason": "AllChecksPassed" if passed else "ChecksFailed", "message": message}
 
 
@@ -49,6 +55,9 @@ def endpoint_ready(conditions: list[dict], *, generation: int, answers: bool, me
     if checked is None or checked.get("observed_generation") != generation:
         return {"status": False, "reason": "ConformancePending",
                 "message": "Serve answers; Tandem is checking its OpenAI behaviour before users get it."}
+    if checked.get("reason") == KV_NOT_ON_EFA:
+        return {"status": False, "reason": KV_NOT_ON_EFA,
+                "message": f"Serve answers, but it is not open to users: {checked.get('message', '')}"}
     if checked.get("status") == "True":
         return {"status": True, "reason": "Answering", "message": message}
     return {"status": True, "reason": "AnsweringWithWarnings",

@@ -1,8 +1,8 @@
 """Reads: what a user may see. A user sees only their teams' objects; platform admins see all."""
 from django.contrib.auth import get_user_model
-from django.db.models import Q, QuerySet
+from django.db.models import OuterRef, Q, QuerySet, Subquery
 
-from deployments.models import ApiKey, Deployment, Event, Membership, Team
+from deployments.models import ApiKey, ClusterCheck, ClusterCheckLine, Deployment, Event, Membership, Team
 from deployments.models.deployments import AWAITING_APPROVAL
 from deployments.services.teams import is_platform_admin
 
@@ -60,3 +60,22 @@ def users_visible_to(user) -> QuerySet:
         return users
     mine = Membership.objects.filter(team__memberships__user=user).values("user_id")
     return users.filter(Q(pk__in=mine) | Q(pk=user.pk) | Q(memberships__isnull=True)).distinct()
+
+
+def cluster_check_latest(cluster) -> ClusterCheck | None:
+    """The cluster's most recent preflight run with its lines, or None when it was never checked."""
+    return ClusterCheck.objects.filter(cluster=cluster).order_by("-created_at", "-pk").prefetch_related(
+        "lines").first()
+
+
+def cluster_check_failures(cluster_ids) -> dict[int, list]:
+    """{cluster id: the failed lines of its latest finished run} for these clusters (only those with failures):
+    what an approver sees before approving onto a cluster whose preflight fails."""
+    latest = ClusterCheck.objects.filter(cluster=OuterRef("cluster")).exclude(
+        status=ClusterCheck.Status.RUNNING).order_by("-created_at", "-pk").values("pk")[:1]
+    runs = ClusterCheck.objects.filter(cluster_id__in=set(cluster_ids), pk=Subquery(latest))
+    failures: dict[int, list] = {}
+    for line in ClusterCheckLine.objects.filter(check_run__in=runs, status=ClusterCheckLine.Status.FAIL).select_related(
+            "check_run").order_by("position"):
+        failures.setdefault(line.check_run.cluster_id, []).append(line)
+    return failures

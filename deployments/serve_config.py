@@ -50,7 +50,8 @@ def _stage_config(*, stage: str, spec: DeploymentSpec, cpu: bool, nixl_port: int
     instance = INSTANCE_TYPES[pool.instance_type]
     resource = POOL_RESOURCE[stage]
     autoscaling = {"min_replicas": pool.replicas_min, "max_replicas": pool.replicas_max}
-    kv = _kv_transfer(stage=stage, cpu=cpu, efa=instance.has_efa, connector=engine.kv_connector)
+    kv = _kv_transfer(stage=stage, cpu=cpu, efa=instance.has_efa and engine.kv_transport == "efa",
+                      connector=engine.kv_connector)
     config = {"model_loading_config": {"model_id": spec.model_id, "model_source": _model_source(spec.model_source)}}
     if cpu:
         config.update({

@@ -20,6 +20,10 @@ HF_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-
 LOCAL_PATH = re.compile(r"^/[^\x00\s]{0,1023}$")
 DTYPES = ("auto", "bfloat16", "float16")
 KV_CONNECTORS = ("NixlConnector",)
+# How KV moves between the pools. "efa": over EFA wherever both pools' instance types have it (NIXL's LIBFABRIC
+# backend), and a deployment whose KV does not (TCP speed, or the backend failed to load) does not open to users.
+# "tcp": the spec accepts NIXL's default UCX backend over TCP even on EFA types (e.g. an image without libfabric).
+KV_TRANSPORTS = ("efa", "tcp")
 # The stored shape. Version 1 is `asdict` of the dataclasses below with no "version" key: every row written so
 # far. A later shape writes "version": 2 and spec_load upgrades older rows, so no migration has to rewrite them.
 SPEC_VERSION = 1
@@ -53,6 +57,7 @@ class EngineSpec:
     dtype: str = "bfloat16"
     gpu_memory_utilization: float = 0.9
     kv_connector: str = "NixlConnector"
+    kv_transport: str = "efa"  # KV_TRANSPORTS; not written when it is the default
 
 
 @dataclass(frozen=True)
@@ -114,6 +119,8 @@ class DeploymentSpec:
             del out["pause"]
         if self.targets is None:
             del out["targets"]
+        if self.engine.kv_transport == EngineSpec.kv_transport:
+            del out["engine"]["kv_transport"]
         return out
 
 
@@ -282,6 +289,7 @@ def _engine_read(c: _Collector, data) -> EngineSpec:
         gpu_memory_utilization=c.number(data, "gpu_memory_utilization", "engine.gpu_memory_utilization",
                                         d.gpu_memory_utilization),
         kv_connector=data.get("kv_connector", d.kv_connector),
+        kv_transport=data.get("kv_transport", d.kv_transport),
     )
 
 
@@ -411,6 +419,7 @@ def _engine_and_load_rules(c: _Collector, engine: EngineSpec, load: LoadSpec) ->
     c.one_of("engine.dtype", engine.dtype, DTYPES)
     c.within("engine.gpu_memory_utilization", engine.gpu_memory_utilization, 0.1, 0.98)
     c.one_of("engine.kv_connector", engine.kv_connector, KV_CONNECTORS)
+    c.one_of("engine.kv_transport", engine.kv_transport, KV_TRANSPORTS)
     c.within("expected_load.requests_per_second", load.requests_per_second, 0, 100_000)
     prompt = c.within("expected_load.mean_prompt_tokens", load.mean_prompt_tokens, 1, 1_048_576)
     c.within("expected_load.mean_output_tokens", load.mean_output_tokens, 1, 1_048_576)

@@ -2,7 +2,7 @@
 from django.urls import path
 from django.views.generic import RedirectView
 
-from frontend.views import advice, approvals, cost, deployments, keys, requests, teams, tokens
+from frontend.views import advice, approvals, clusters, cost, deployments, keys, requests, teams, tokens
 
 app_name = "frontend"
 
@@ -25,6 +25,9 @@ urlpatterns = [
     path("deployments/<int:pk>/recommendations/<str:rec_id>/apply/", advice.deployment_recommendation_apply,
          name="deployment-recommendation-apply"),
     path("approvals/", approvals.approval_queue, name="approvals"),
+    path("clusters/<slug:name>/", clusters.cluster_detail, name="cluster-detail"),
+    path("clusters/<slug:name>/checks/", clusters.cluster_checks_panel, name="cluster-checks"),
+    path("clusters/<slug:name>/check/", clusters.cluster_check, name="cluster-check"),
     path("keys/", keys.api_key_list, name="api-keys"),
     path("keys/<int:pk>/revoke/", keys.api_key_revoke, name="api-key-revoke"),
     path("tokens/", tokens.token_list, name="tokens"),

@@ -40,6 +40,7 @@ class Route:
     created: int = 0
     problem: str = ""  # set when the deployment cannot take traffic for a reason other than its status
     checking: bool = False  # serving, but its first conformance run has not finished: users wait for it
+    closed: str = ""  # serving, but closed to users until fixed (KV not on the EFA asked for): why, and the fix
     wake_on_request: bool = False  # paused, and a request may wake it
     ready_estimate: int | None = None  # seconds a resume is expected to take (its own history)
 
@@ -62,11 +63,13 @@ class Route:
         return cls(deployment_id=row["id"], name=row["name"], model_id=row["model_id"], status=row["status"],
                    max_model_len=row["max_model_len"], urls=urls, headers=headers,
                    created=int(row["updated_at"].timestamp()) if row.get("updated_at") else 0, problem=problem,
-                   checking=bool(row.get("checking")), wake_on_request=bool(row.get("wake_on_request")),
+                   checking=bool(row.get("checking")), closed=row.get("closed_reason") or "",
+                   wake_on_request=bool(row.get("wake_on_request")),
                    ready_estimate=row.get("ready_estimate_seconds"))
 
     def open_to(self, key) -> bool:
-        return self.serving and (not self.checking or key.service)
+        """Serving, and checked and not closed; Tandem's own service keys (conformance runs) reach it regardless."""
+        return self.serving and ((not self.checking and not self.closed) or key.service)
 
 
 class TeamRoutes:
@@ -111,6 +114,8 @@ class Router:
         if not route.serving:
             raise unavailable(route.problem or f"The deployment serving `{model}` is {route.status.replace('_', ' ')}"
                                                f"{'' if route.urls else ' and has no endpoint yet'}; try again later.")
+        if not route.open_to(key) and route.closed:
+            raise unavailable(f"The deployment serving `{model}` is not open: {route.closed}", code="kv_not_on_efa")
         if not route.open_to(key):
             raise unavailable(f"The deployment serving `{model}` is up; Tandem is checking its OpenAI behaviour "
                               "before opening it (usually under a minute). Try again shortly.",

@@ -6,6 +6,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
+from deployments.conditions import KV_NOT_ON_EFA
 from deployments.lifecycle import LIVE
 from gateway import metrics
 from gateway.errors import store_unavailable
@@ -36,7 +37,10 @@ SELECT d.id, d.name, d.spec->>'model_id' AS model_id, d.status, d.endpoint_url,
        COALESCE((d.spec->'pause'->>'wake_on_request')::boolean, false) AS wake_on_request,
        d.ready_estimate_seconds,
        (d.conditions @> '[{"type": "EndpointReady", "reason": "ConformancePending"}]'
-        AND NOT d.conditions @> '[{"type": "ConformancePassed"}]') AS checking
+        AND NOT d.conditions @> '[{"type": "ConformancePassed"}]') AS checking,
+       (SELECT cond->>'message' FROM jsonb_array_elements(d.conditions) cond
+        WHERE cond->>'type' = 'EndpointReady'
+          AND cond->>'reason' = '""" + KV_NOT_ON_EFA + """' LIMIT 1) AS closed_reason
 FROM deployments_deployment d JOIN deployments_cluster c ON c.id = d.cluster_id
 WHERE d.team_id = %s AND d.status = ANY(%s)
 ORDER BY d.created_at DESC

@@ -198,6 +198,10 @@ def cmd_wait(api: Client, args) -> int:
 
 def _decide(api: Client, args, operation: str) -> int:
     d = _get(api, args.name, args.team)
+    if operation == "deployments.approve" and (failures := d.get("cluster_check_failures")):
+        note(f"cluster {d['cluster']} fails {len(failures)} of its checks (tandemctl doctor {d['cluster']}):")
+        for f in failures:
+            note(f"  {f['name']}: {f['evidence']}" + (f" fix: {f['fix']}" if f["fix"] else ""))
     body = {"generation": d["generation"], "proposed_spec_hash": d.get("proposed_spec_hash"),
             "comment": args.comment or ""}
     d = api.call(operation, body=body, id=d["id"])
@@ -298,6 +302,33 @@ def cmd_keys_revoke(api: Client, args) -> int:
     return errors.OK
 
 
+DOCTOR_MARK = {"pass": "PASS", "fail": "FAIL", "unverified": "????"}
+
+
+def cmd_doctor(api: Client, args) -> int:
+    """Run a cluster's preflight and print each check: pass or fail, the evidence, and for a failure the fix.
+    Exit 1 when a check failed, 6 when the run did not finish in --timeout."""
+    run = api.call("clusters.check", name=args.cluster)
+    deadline = time.monotonic() + args.timeout
+    while run["status"] == "running":
+        if time.monotonic() >= deadline:
+            raise CliError(f"Timed out after {args.timeout:g} s: the checks of {args.cluster} are still running "
+                           "(is a worker up?).", errors.TIMED_OUT)
+        time.sleep(min(args.interval, max(0.0, deadline - time.monotonic())))
+        run = api.call("clusters.check_read", name=args.cluster)
+    if args.output != "table":
+        emit(run, args.output)
+    else:
+        for line in run["lines"]:
+            print(f"{DOCTOR_MARK[line['status']]}  {line['name']}: {line['evidence']}")
+            if line["status"] != "pass" and line["fix"]:
+                print(f"      fix: {line['fix']}")
+        failed = sum(line["status"] == "fail" for line in run["lines"])
+        print(f"{args.cluster}: {len(run['lines']) - failed} of {len(run['lines'])} checks did not fail"
+              + (f"; {failed} failed" if failed else "") + (f"; {run['error']}" if run["error"] else "") + ".")
+    return errors.FAILED if run["status"] in ("failed", "error") else errors.OK
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tandemctl", description="Drive Tandem from a terminal or a pipeline.",
                                 epilog="Exit codes: 0 done, 1 failed, 2 usage, 3 auth, 4 invalid, 5 waiting for "
@@ -347,6 +378,12 @@ def parser() -> argparse.ArgumentParser:
     command("resume", cmd_resume, "bring a paused deployment back (no approval: the spec is unchanged)")
     c = command("events", cmd_events, "a deployment's audit trail, oldest first", aliases=("logs",))
     c.add_argument("--limit", type=int, default=50)
+
+    c = command("doctor", cmd_doctor, "check that a cluster has what a deployment needs (platform admins): each "
+                "check with its evidence and fix; exit 1 when one fails", ref=False)
+    c.add_argument("cluster", help="the registered cluster's name")
+    c.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the checks (default 300)")
+    c.add_argument("--interval", type=float, default=1.0, help=argparse.SUPPRESS)
 
     keys = sub.add_parser("keys", help="API keys for the OpenAI-compatible gateway").add_subparsers(
         dest="keys_command", required=True)

@@ -117,10 +117,10 @@ def _refs(w, *, missing: bool) -> dict:
     if missing:
         return {"deployment": MISSING_ID, "team": "no-such-team-zz", "user": "no-such-user-zz", "key": MISSING_ID,
                 "token": MISSING_ID, "member": MISSING_ID, "event": MISSING_ID, "name": "pwned-m",
-                "recommendation": "0000deadbeef"}
+                "recommendation": "0000deadbeef", "cluster_name": "no-such-cluster-zz"}
     return {"deployment": w["running"].pk, "team": w["victim"].slug, "user": w["bob"].username,
             "key": w["key"].pk, "token": w["token"].pk, "member": w["carol_m"].pk, "event": w["event"].pk,
-            "name": "pwned-v", "recommendation": "a1b2c3d4e5f6"}
+            "name": "pwned-v", "recommendation": "a1b2c3d4e5f6", "cluster_name": w["cluster"].name}
 
 
 def _body(w, refs: dict, *, own_team: bool) -> dict:
@@ -255,7 +255,7 @@ def _url_patterns(resolver=None, prefix="", namespace=""):
 
 PAGES = [(route, name) for route, name, _ in _url_patterns() if not route.startswith("api/")]
 # What an object parameter of a page means, by the route's first segment (admin: by its URL name).
-PAGE_OBJECTS = {"deployments": "deployment", "keys": "key", "tokens": "token"}
+PAGE_OBJECTS = {"deployments": "deployment", "keys": "key", "tokens": "token", "clusters": "cluster_name"}
 PAGE_OBJECTS_ADMIN = {"team": "team", "deployment": "deployment", "membership": "member", "apikey": "key",
                       "accesstoken": "token", "event": "event", "user": "user"}
 

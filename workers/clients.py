@@ -94,9 +94,13 @@ def aws_assumed_session(session: boto3.session.Session, *, role_arn: str, region
                                  aws_session_token=creds["SessionToken"], region_name=region)
 
 
-def aws_client(session: boto3.session.Session, service: str, *, endpoint_url: str | None = None):
-    """A boto3 client with Tandem's retry and timeout policy; `endpoint_url` points tests at moto."""
-    return session.client(service, endpoint_url=endpoint_url or None, config=BOTO_CONFIG)
+def aws_client(session: boto3.session.Session, service: str, *, endpoint_url: str | None = None,
+               attempts: int | None = None):
+    """A boto3 client with Tandem's retry and timeout policy; `endpoint_url` points tests at moto; `attempts` for a
+    caller that would rather hear a failure at once (the preflight) than have it retried."""
+    config = BOTO_CONFIG if attempts is None else BOTO_CONFIG.merge(
+        BotoConfig(retries={"mode": "standard", "max_attempts": attempts}))
+    return session.client(service, endpoint_url=endpoint_url or None, config=config)
 
 
 def eks_bearer_token(*, session: boto3.session.Session, cluster_name: str, region: str,

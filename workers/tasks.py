@@ -7,6 +7,7 @@ from deployments.services.pause import deployment_wake, deployments_pause_idle
 from deployments.services.status import reconcile_enqueue, reconcile_started
 from gateway.selectors import last_request_by_deployment
 from workers import reconcile, resync
+from workers.preflight import cluster_check_run
 
 
 @shared_task(acks_late=True, ignore_result=True)
@@ -44,3 +45,9 @@ def pause_idle_deployments() -> list[int]:
 def check_budgets() -> list[str]:
     """Beat: warn the admins of each team whose month so far reached 80% of its budget (once a month)."""
     return budgets_check(now=timezone.now())
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def check_cluster(check_id: int) -> None:
+    """Run a requested preflight (workers.preflight) and record its lines."""
+    cluster_check_run(check_id=check_id)

@@ -10,10 +10,13 @@ from rest_framework import serializers
 from deployments import selectors
 from deployments.cluster_config import cluster_config_errors
 from deployments.lifecycle import SERVING, Status
-from deployments.models import AccessToken, ApiKey, Cluster, Deployment, Event, Membership, Team
+from deployments.models import (AccessToken, ApiKey, Cluster, ClusterCheck, ClusterCheckLine, Deployment, Event,
+                                Membership, Team)
 from deployments.quota_rules import quota_gpus
+from deployments.redaction import internal_redact
 from deployments.services.previews import Outcome
 from deployments.services.quota import team_gpus_held
+from deployments.services.teams import is_platform_admin
 from deployments.secret_refs import secret_ref_errors
 from deployments.spec import DNS1123_LABEL, dns_label_errors, spec_load
 from deployments.spec_diff import proposal_summary
@@ -167,6 +170,27 @@ class ClusterSerializer(StrictModelSerializer):
         return attrs
 
 
+class ClusterCheckLineSerializer(serializers.ModelSerializer):
+    """One preflight check: pass, fail or unverified, what was seen, and the fix."""
+
+    class Meta:
+        model = ClusterCheckLine
+        fields = ["name", "status", "evidence", "fix"]
+        read_only_fields = fields
+
+
+class ClusterCheckSerializer(serializers.ModelSerializer):
+    """A preflight run: `running` until the worker has checked the cluster, then passed, failed or error."""
+
+    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    lines = ClusterCheckLineSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = ClusterCheck
+        fields = ["id", "cluster", "status", "error", "created_at", "finished_at", "lines"]
+        read_only_fields = fields
+
+
 class DeploymentSerializer(serializers.ModelSerializer):
     team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
@@ -180,13 +204,31 @@ class DeploymentSerializer(serializers.ModelSerializer):
     proposal = serializers.SerializerMethodField(
         help_text="The proposed update as an approver reviews it: each changed field old → new, cost per hour "
                   "before and after, GPUs against quota before and after.")
+    cluster_check_failures = serializers.SerializerMethodField(
+        help_text="While the deployment waits for a decision: the checks its cluster's latest preflight failed "
+                  "(name, evidence, fix), so an approver sees what would keep it from serving. Empty otherwise.")
 
     class Meta:
         model = Deployment
         fields = ["id", "team", "name", "cluster", "requested_by", "purpose", "model", "spec", "proposed_spec",
                   "proposed_spec_hash", "proposed_by", "proposal", "gpus", "generation", "status",
-                  "status_reason", "observed_generation", "conditions", "endpoint", "created_at", "updated_at"]
+                  "status_reason", "observed_generation", "conditions", "endpoint", "cluster_check_failures",
+                  "created_at", "updated_at"]
         read_only_fields = fields
+
+    def get_cluster_check_failures(self, d) -> list[dict]:
+        if d.status != Status.PENDING_APPROVAL and d.proposed_spec is None:
+            return []
+        if "cluster_check_failures" not in self.context:  # once for a whole page: two queries, however long
+            page = self.parent.instance if isinstance(self.parent, serializers.ListSerializer) else [d]
+            request = self.context.get("request")
+            self.context["cluster_check_failures"] = selectors.cluster_check_failures({x.cluster_id for x in page})
+            self.context["platform_admin"] = request is not None and is_platform_admin(request.user)
+        admin = self.context["platform_admin"]
+        return [{"name": line.name,
+                 "evidence": line.evidence if admin else internal_redact(line.evidence, cluster=d.cluster),
+                 "fix": line.fix if admin else internal_redact(line.fix, cluster=d.cluster)}
+                for line in self.context["cluster_check_failures"].get(d.cluster_id, [])]
 
     def get_gpus(self, d) -> int:
         return d.quota_gpus

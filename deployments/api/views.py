@@ -6,7 +6,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.response import Response
 
 from deployments import selectors
@@ -14,7 +14,8 @@ from deployments.event_kinds import EventKind
 from deployments.lifecycle import LIVE, Status
 from deployments.api import serializers as s
 from deployments.models import AccessToken, ApiKey, Cluster, Deployment, Event, Membership, Team
-from deployments.services import actions, api_keys, clusters, pause, previews, teams
+from deployments.errors import NotAllowed
+from deployments.services import actions, api_keys, cluster_checks, clusters, pause, previews, teams
 from deployments.api.spend import SpendRendering, team_spend_response
 from deployments.services.access_tokens import access_token_create, access_token_revoke
 
@@ -118,6 +119,24 @@ class ClusterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Cr
 
     def perform_create(self, serializer):
         serializer.instance = clusters.cluster_register(actor=self.request.user, **serializer.validated_data)
+
+    @extend_schema(methods=["POST"], request=None, responses={202: s.ClusterCheckSerializer},
+                   description="Run the preflight (platform admins): 202 with the run, then GET it until it is no "
+                               "longer `running`.")
+    @extend_schema(methods=["GET"], responses=s.ClusterCheckSerializer,
+                   description="The latest preflight run of this cluster, each check with evidence and fix.")
+    @action(detail=True, methods=["get", "post"])
+    def check(self, request, name=None):
+        """The preflight: each check of what a deployment on this cluster needs, with evidence and fix."""
+        cluster = self.get_object()
+        if request.method == "POST":
+            run = cluster_checks.cluster_check_request(actor=request.user, cluster=cluster)
+            return Response(s.ClusterCheckSerializer(run).data, status=status.HTTP_202_ACCEPTED)
+        if not teams.is_platform_admin(request.user):
+            raise NotAllowed("Only platform admins can read a cluster's checks.")
+        if (run := selectors.cluster_check_latest(cluster)) is None:
+            raise NotFound("This cluster was never checked; POST to this URL to check it.")
+        return Response(s.ClusterCheckSerializer(run).data)
 
 
 @extend_schema(parameters=[

@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.db import models
 
 
@@ -24,3 +25,47 @@ class Cluster(models.Model):
 
     def __str__(self):
         return f"{self.name} ({self.kind})"
+
+
+class ClusterCheck(models.Model):
+    """One preflight run against a cluster (workers.preflight): requested, then finished with one line per check."""
+
+    class Status(models.TextChoices):
+        RUNNING = "running"
+        PASSED = "passed"  # no check failed (some may be unverified)
+        FAILED = "failed"  # at least one check failed
+        ERROR = "error"  # the run itself could not finish (its error says why)
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="checks")
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                     related_name="+")
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.RUNNING)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["cluster", "-created_at"])]
+
+    def __str__(self):
+        return f"check {self.pk} of {self.cluster.name}: {self.status}"
+
+
+class ClusterCheckLine(models.Model):
+    """One check of a run: pass, fail or unverified, what was seen, and the fix."""
+
+    class Status(models.TextChoices):
+        PASS = "pass"
+        FAIL = "fail"
+        UNVERIFIED = "unverified"
+
+    check_run = models.ForeignKey(ClusterCheck, on_delete=models.CASCADE, related_name="lines")
+    position = models.PositiveSmallIntegerField()
+    name = models.CharField(max_length=40)
+    status = models.CharField(max_length=10, choices=Status.choices)
+    evidence = models.TextField()
+    fix = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["position"]
+        constraints = [models.UniqueConstraint(fields=["check_run", "position"], name="one_line_per_position")]

@@ -5,13 +5,14 @@ from deployments.errors import ActionError, Conflict, NotAllowed
 from deployments.event_kinds import EventKind
 from deployments.models import Cluster
 from deployments.secret_refs import secret_ref_errors
+from deployments.services.cluster_checks import cluster_check_request
 from deployments.services.events import event_record
 from deployments.services.teams import is_platform_admin
 
 
 @transaction.atomic
 def cluster_register(*, actor, name: str, kind: str, config: dict | None = None, secret_ref: str = "") -> Cluster:
-    """Register a target under a unique name; `config` holds only non-secret settings."""
+    """Register a target under a unique name; `config` holds only non-secret settings. Its preflight starts."""
     config = config or {}
     if not is_platform_admin(actor):
         raise NotAllowed("Only platform admins can register clusters.")
@@ -22,4 +23,5 @@ def cluster_register(*, actor, name: str, kind: str, config: dict | None = None,
     cluster = Cluster.objects.create(name=name, kind=kind, config=config, secret_ref=secret_ref)
     # The secret reference is a name, not a secret, but the audit trail does not need it either.
     event_record(kind=EventKind.CLUSTER_REGISTERED, actor=actor, after={"name": name, "kind": kind, "config": config})
+    cluster_check_request(actor=actor, cluster=cluster)  # the preflight runs as soon as the worker can reach it
     return cluster

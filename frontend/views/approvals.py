@@ -8,7 +8,9 @@ from deployments import selectors
 from deployments.lifecycle import HOLDS_QUOTA
 from deployments.model_sources import source_roots_of
 from deployments.quota_rules import quota_gpus
+from deployments.redaction import internal_redact
 from deployments.services.quota import teams_gpus_held
+from deployments.services.teams import is_platform_admin
 from deployments.spec import spec_load
 from deployments.spec_diff import spec_changes, spec_hourly_cost
 from frontend import planning
@@ -26,8 +28,19 @@ def approval_queue(request):
     page = Paginator(queue, QUEUE_PAGE_SIZE).get_page(request.GET.get("page"))
     held = teams_gpus_held(team_ids={d.team_id for d in page})  # one query for the page, not one per item
     fleet = fleet_reader(user=request.user, now=timezone.now())  # read once per model source for the page
-    return render_page(request, "approvals/queue.html", {"items": [_item(d, held[d.team_id], fleet) for d in page],
-                                                          "page": page})
+    failures = selectors.cluster_check_failures({d.cluster_id for d in page})  # likewise, one query
+    admin = is_platform_admin(request.user)
+    items = [_item(d, held[d.team_id], fleet)
+             | {"cluster_failures": _failures(d, failures.get(d.cluster_id, []), admin), "cluster_page": admin}
+             for d in page]
+    return render_page(request, "approvals/queue.html", {"items": items, "page": page})
+
+
+def _failures(d, lines, admin: bool) -> list[dict]:
+    """The failed checks of the cluster's latest preflight, as this approver may read them (members and team
+    admins do not read the cluster's subnets and roles)."""
+    show = (lambda text: text) if admin else (lambda text: internal_redact(text, cluster=d.cluster))
+    return [{"name": line.name, "evidence": show(line.evidence), "fix": show(line.fix)} for line in lines]
 
 
 def _item(d, team_held: int, fleet) -> dict:

@@ -19,9 +19,12 @@ from deployments.services.credentials import credential_mint
 from deployments.services.events import event_record
 from deployments.services.status import deployment_reconcile_request
 from observability.conformance.suite import conformance_run
+from observability.fabric import kv_fabric
 from observability.models import ConformanceCheck, ConformanceRun
 from observability.pd_health import pd_health
 from observability.scraper import ScrapeError, scrape_snapshot
+from workers.targets import target_for
+from workers.targets.base import PermanentError, TransientError
 
 SERVICE_KEY_NAME = "tandem-conformance"
 SERVICE_KEY_TTL = dt.timedelta(minutes=15)
@@ -63,6 +66,14 @@ def _snapshot_after(d: Deployment, client: httpx.Client, before: dict) -> tuple[
         time.sleep(2)
 
 
+def _engine_logs(d: Deployment) -> dict[str, str] | None:
+    """The engines' logs where the target reads them; None (the fabric unconfirmed) when it cannot right now."""
+    try:
+        return target_for(d.cluster).engine_logs(d)
+    except (PermanentError, TransientError):
+        return None
+
+
 def conformance_run_for_deployment(*, deployment_id: int, gateway_base_url: str,
                                    http: httpx.Client | None = None) -> ConformanceRun:
     """Run the suite through the gateway, record the result for the generation it checked, and ask for a
@@ -89,6 +100,7 @@ def conformance_run_for_deployment(*, deployment_id: int, gateway_base_url: str,
     else:
         health = {"verdict": "unknown", "ok": None,
                   "messages": [before_err or after_err or "The cluster has no metrics_url or prometheus_url."]}
+    health["fabric"] = kv_fabric(spec=d.spec_typed, logs=_engine_logs(d), health=health)
     failed = [r.name for r in results if not r.passed]
     summary = (f"{len(results) - len(failed)}/{len(results)} checks passed"
                + (f"; failed: {', '.join(failed)}" if failed else "") + f". PD health: {health['verdict']}.")
@@ -100,7 +112,7 @@ def conformance_run_for_deployment(*, deployment_id: int, gateway_base_url: str,
                                                               evidence=r.evidence[:4000])
                                              for i, r in enumerate(results))
         message = conformance_passed(passed=run.passed, summary=summary, pd_health=health)["message"]
-        ok = run.passed and health.get("ok") is not False
+        ok = run.passed and health.get("ok") is not False and health["fabric"]["ok"] is not False
         event_record(kind=EventKind.CONFORMANCE_PASSED if ok else EventKind.CONFORMANCE_WARNING, deployment=d,
                      message=message)
         # Users may be waiting on this run: the pass that opens the endpoint starts as soon as it is committed.

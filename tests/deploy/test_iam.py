@@ -14,6 +14,9 @@ from tests.deploy.render import ROOT
 IMPLIED = {"eks:CreateNodegroup": {"eks:TagResource", "iam:PassRole", "ec2:DescribeLaunchTemplateVersions"},
            "ec2:CreateLaunchTemplate": {"ec2:CreateTags"}, "ec2:CreatePlacementGroup": {"ec2:CreateTags"},
            "ec2:CreateSecurityGroup": {"ec2:CreateTags"}}
+# What the preflight (workers/preflight/) needs beside the driver's calls: IAM's simulation of the driver's and the
+# node role's rights (its other reads, ListNodegroups and the EC2 Describes, are the driver's own).
+PREFLIGHT = {"iam:SimulatePrincipalPolicy"}
 TAGGED = {"StringEquals": {"aws:ResourceTag/tandem.dev/managed-by": "tandem"}}
 TAGGING = {"StringEquals": {"aws:RequestTag/tandem.dev/managed-by": "tandem"}}
 
@@ -50,7 +53,7 @@ def test_the_policy_allows_exactly_the_operations_the_eks_driver_makes():
                    "ec2:AuthorizeSecurityGroupIngress", "ec2:AuthorizeSecurityGroupEgress",
                    "ec2:CreatePlacementGroup", "ec2:DeletePlacementGroup", "ec2:CreateLaunchTemplate",
                    "ec2:DeleteLaunchTemplate"}
-    assert allowed == ops | set().union(*(IMPLIED.get(op, set()) for op in ops))
+    assert allowed == ops | set().union(*(IMPLIED.get(op, set()) for op in ops)) | PREFLIGHT
     assert not [s for s in statements if "*" in "".join(s["Action"])]
     # EC2's Describe calls take no resource-level permissions: only they may name every resource.
     assert {a for s in statements if "*" in _resources(s) for a in s["Action"]} == \

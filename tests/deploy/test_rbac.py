@@ -10,12 +10,15 @@ import re
 
 import pytest
 import yaml
+from kubernetes import client as k8s
 
 from deployments.models import Cluster
 from tests.conftest import EMULATOR_TOKEN
 from tests.deploy.render import find, render
 from tests.factories import ClusterFactory, DeploymentFactory, TeamFactory
+from tests.support import cluster_addons
 from tests.support.processes import wait_for
+from workers.preflight import Preflight
 from workers.targets.kubernetes import KubernetesTarget
 
 RESOURCE_PATH = re.compile(r"^/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
@@ -89,6 +92,23 @@ def test_the_driver_role_allows_exactly_what_the_driver_does(emulator, in_cluste
     wait_for(lambda: target.observe(deployment).serve_status == "RUNNING", timeout=5, what="RUNNING")
     wait_for(lambda: target.teardown(deployment).ready, timeout=5, what="teardown")
     assert emulator.live_objects() == []
+    # then the preflight, on the cluster with its add-ons installed (seeded as its administrator, not counted)
+    driver_hits = list(emulator.hits)
+    cluster_addons.install_kinds(emulator)
+    cluster_addons.cluster_ready(cluster_addons.emulator_client(emulator, token=EMULATOR_TOKEN))
+    TeamFactory(slug="other")
+    mark = len(emulator.hits)
+    assert [line.name for line in Preflight(target).run() if line.status != "pass"] == []
+    # and the conformance run's read of the engines' logs (a worker pod of the deployment's prefill group)
+    emulator.resources["v1/pods"] = {"kind": "Pod", "namespaced": True, "subresources": ["log"]}
+    seed, preflight_hits = cluster_addons.emulator_client(emulator, token=EMULATOR_TOKEN), emulator.hits[mark:]
+    k8s.CoreV1Api(seed).create_namespaced_pod("tandem-ml-research", {"metadata": {
+        "name": "llama-prefill-worker-0", "labels": {"tandem.dev/deployment": "llama", "tandem.dev/pool": "prefill"}},
+        "spec": {"containers": [{"name": "ray-worker", "image": "rayproject/ray-llm"}]}})
+    emulator.pod_logs[("tandem-ml-research", "llama-prefill-worker-0")] = "Backend LIBFABRIC was instantiated\n"
+    mark_logs = len(emulator.hits)
+    assert target.engine_logs(deployment) == {"prefill": "Backend LIBFABRIC was instantiated\n", "decode": ""}
+    emulator.hits[:] = driver_hits + preflight_hits + emulator.hits[mark_logs:]
     assert set(emulator.authorizations) == {f"Bearer {EMULATOR_TOKEN}"}  # all of it as the service account
 
     used = {a for a in (authorizer_attributes(m, p) for m, p in emulator.hits) if a is not None}

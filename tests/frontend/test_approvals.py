@@ -1,8 +1,11 @@
 """The approvals queue: who sees what, plan and quota impact, and the decision."""
+import json
+
 import pytest
 from django.urls import reverse
 
 from deployments.lifecycle import Status
+from deployments.services.cluster_checks import cluster_check_record, cluster_check_request
 from tests.factories import DeploymentFactory
 
 pytestmark = pytest.mark.django_db
@@ -59,3 +62,39 @@ def test_requester_cannot_approve_own_request_as_admin(signed_in, team_admin, te
                                           {"generation": "1"}, follow=True)
     d.refresh_from_db()
     assert d.status == Status.PENDING_APPROVAL and "another admin of the team must approve" in response.content.decode()
+
+
+# What an approver sees of a cluster whose preflight fails (recorded through the service the worker uses).
+SUBNETS_FAILED = {"name": "subnets", "status": "fail",
+                  "evidence": "The node subnets span 2 Availability Zones (us-west-2a: subnet-0a1b2c3d4e5f60718; "
+                              "us-west-2b: subnet-0f1e2d3c4b5a69788)",
+                  "fix": 'Keep the subnets of one zone, e.g. us-west-2a: subnet_ids ["subnet-0a1b2c3d4e5f60718"].'}
+PASSED = {"name": "metrics-server", "status": "pass", "evidence": "APIService v1beta1.metrics.k8s.io is available.",
+          "fix": ""}
+
+
+def test_the_approver_sees_the_clusters_failed_checks_redacted_and_the_platform_admin_in_full(
+        signed_in, team_admin, platform_admin, deployment, cluster, api):
+    run = cluster_check_request(actor=platform_admin, cluster=cluster)
+    cluster_check_record(check_id=run.pk, lines=[PASSED, SUBNETS_FAILED])
+
+    page = signed_in(team_admin).get("/approvals/").content.decode()
+    assert f"{cluster.name} fails 1 of its checks" in page
+    assert "<strong>subnets</strong>: The node subnets span 2 Availability Zones" in page
+    assert "subnet-0a1b2c3d4e5f60718" not in page  # members and team admins never read the cluster's internals
+    assert "subnet-0a1b2c3d4e5f60718" in signed_in(platform_admin).get("/approvals/").content.decode()
+
+    api.force_authenticate(team_admin)
+    body = api.get(f"/api/v1/deployments/{deployment.pk}/").json()
+    assert [f["name"] for f in body["cluster_check_failures"]] == ["subnets"]
+    assert "subnet-0a1b2c3d4e5f60718" not in json.dumps(body)
+
+
+def test_a_passing_or_running_cluster_shows_no_failures(signed_in, team_admin, platform_admin, deployment, cluster):
+    run = cluster_check_request(actor=platform_admin, cluster=cluster)
+    cluster_check_record(check_id=run.pk, lines=[SUBNETS_FAILED])
+    cluster_check_request(actor=platform_admin, cluster=cluster)  # a new run, not finished: the last result stands
+    assert "fails 1 of its checks" in signed_in(team_admin).get("/approvals/").content.decode()
+    fixed = cluster_check_request(actor=platform_admin, cluster=cluster)
+    cluster_check_record(check_id=fixed.pk, lines=[PASSED])
+    assert "of its checks" not in signed_in(team_admin).get("/approvals/").content.decode()

@@ -284,3 +284,36 @@ def test_store_outage_is_a_503_not_a_500(world, tmp_path):
         assert_openai_error(post(proc, raw, {"model": "m", **CHAT}), 503, "store_unavailable")
     finally:
         proc.stop()
+
+
+def test_a_deployment_whose_kv_is_not_on_the_efa_asked_for_stays_closed_saying_why(world, gateway):
+    """The conformance run found KV off EFA: users get a 503 with why and the fix, Tandem's service key still gets
+    through (a rerun can check a fix), and a run that finds it fixed opens it."""
+    from deployments.conditions import condition_set, conformance_passed, endpoint_ready
+    from observability.conformance.runner import service_key_mint
+
+    d = world.deployment("m")
+    fabric = {"ok": False, "messages": ["KV does not move over EFA on these EFA instance types: prefill: NIXL "
+                                        "instantiated UCX, not LIBFABRIC: KV moves over TCP. Fix: run an image "
+                                        "with libfabric ..."]}
+    checked = conformance_passed(passed=True, summary="12/12 checks passed.", pd_health={"ok": True, "fabric": fabric})
+    d.conditions = condition_set([], type="ConformancePassed", generation=d.generation, now=timezone.now(), **checked)
+    ready = endpoint_ready(d.conditions, generation=d.generation, answers=True)
+    d.conditions = condition_set(d.conditions, type="EndpointReady", generation=d.generation, now=timezone.now(),
+                                 **ready)
+    d.save()
+    _, raw = world.key()
+    error = assert_openai_error(post(gateway, raw, {"model": "m", **CHAT}), 503, "kv_not_on_efa")
+    assert "NIXL instantiated UCX, not LIBFABRIC: KV moves over TCP" in error["message"]
+    assert httpx.get(gateway.base_url + "/v1/models", headers={"Authorization": f"Bearer {raw}"}).json()["data"] == []
+    _, service_raw = service_key_mint(deployment=d)
+    assert post(gateway, service_raw, {"model": "m", **CHAT}).status_code == 200
+
+    fixed = conformance_passed(passed=True, summary="12/12 checks passed.",
+                               pd_health={"ok": True, "fabric": {"ok": True, "messages": []}})
+    d.conditions = condition_set(d.conditions, type="ConformancePassed", generation=d.generation, now=timezone.now(),
+                                 **fixed)
+    d.conditions = condition_set(d.conditions, type="EndpointReady", generation=d.generation, now=timezone.now(),
+                                 **endpoint_ready(d.conditions, generation=d.generation, answers=True))
+    d.save()
+    wait_for(lambda: post(gateway, raw, {"model": "m", **CHAT}).status_code == 200, timeout=6, what="the fixed one open")

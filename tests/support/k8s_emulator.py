@@ -8,6 +8,8 @@ Extensions (kept here, never in the product code):
 - injected faults: the next N requests matching a method and path get a status (409/429/500/410...);
 - a stall: a RayService create is stored, then its answer held back (to kill a worker mid-provision);
 - a hold: the next N requests matching a method and path wait before they are handled (a slow call in flight);
+- a list filtered by an equality labelSelector (`k=v,k2=v2`), as the API server filters it (kmock ignores it);
+- a pod's log (`pods/<name>/log`) as text from `pod_logs`, as the API server streams the container's log;
 - objects found by their key, not by scanning every object (kmock does), and kmock's log of past requests kept to
   those in flight (it matches each request against every earlier one), so a request costs the same at 10,000
   objects and after 100,000 requests (`hits` is the record tests assert on);
@@ -65,6 +67,7 @@ NAMESPACE_PATH = re.compile(r"^/api/v1/namespaces(?:/([^/]+))?/?$")
 POD_PATH = re.compile(r"^/api/v1(?:/namespaces/([^/]+))?/pods(?:/([^/]+))?/?$")
 NODE_PATH = re.compile(r"^/api/v1/nodes(?:/([^/]+))?/?$")
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+POD_LOG_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/log$")
 
 
 # (group/version/plural, kind, namespaced) of what deploy/ renders, beside Namespace (served by the emulator).
@@ -121,6 +124,7 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
     holds: list[Hold] = attrs.field(factory=list)
     hits: list[tuple[str, str]] = attrs.field(factory=list)
     namespaces: dict[str, dict] = attrs.field(factory=dict)
+    pod_logs: dict[tuple[str, str], str] = attrs.field(factory=dict)  # (namespace, pod) → its log, as text
     authorizations: list[str] = attrs.field(factory=list)  # what clients sent, for auth assertions
     _versions: itertools.count = attrs.field(factory=lambda: itertools.count(1))
     _changed: dict = attrs.field(factory=dict)
@@ -164,7 +168,12 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
         if request.name is not None and (strict or request.namespace is not None):
             obj = self._objects._objects.get((request.resource, request.namespace, request.name))
             return [] if obj is None else [obj]
-        return super()._KubernetesEmulator__get_objs(request, strict)
+        found = super()._KubernetesEmulator__get_objs(request, strict)
+        if selector := request.params.get("labelSelector"):  # equality selectors (k=v,...), as a list filters by
+            wanted = dict(term.split("=", 1) for term in selector.split(","))
+            found = [o for o in found if o.deleted or all(
+                ((o.raw.get("metadata") or {}).get("labels") or {}).get(k) == v for k, v in wanted.items())]
+        return found
 
     # --- request handling -----------------------------------------------------------------------------
     async def __call__(self, raw_request):
@@ -177,10 +186,19 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
                 break
         # kmock parses /api/v1/namespaces[/name] as a namespace prefix, not as the Namespace resource;
         # namespaces are served here instead.
+        if (match := POD_LOG_PATH.match(raw_request.path)) and raw_request.method == "GET":
+            # pods/log answers the container's log as text/plain (the last tailLines lines), not the object
+            if (refused := self._guard("GET", raw_request.path, raw_request.headers)) is not None:
+                return refused
+            if (log := self.pod_logs.get((match[1], match[2]))) is None:
+                return self._status(404, "NotFound", f'pods "{match[2]}" not found')
+            tail = int(raw_request.query.get("tailLines", 0) or 0)
+            return aiohttp.web.Response(text="".join(log.splitlines(keepends=True)[-tail:] if tail else log))
         if match := NAMESPACE_PATH.match(raw_request.path):
             body = await raw_request.read()
             return self._namespace(raw_request.method, match.group(1), raw_request.headers,
-                                   json.loads(body) if body else None)
+                                   json.loads(body) if body else None,
+                                   dry_run=raw_request.query.get("dryRun") == "All")
         if raw_request.method == "GET" and \
                 (match := POD_PATH.match(raw_request.path) or NODE_PATH.match(raw_request.path)) is not None:
             return self._read_pods_or_nodes(raw_request, match)
@@ -253,7 +271,7 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
             return denied
         return self._fault(method, path)
 
-    def _namespace(self, method: str, name: str | None, headers, data):
+    def _namespace(self, method: str, name: str | None, headers, data, *, dry_run: bool = False):
         if (refused := self._guard(method, f"/api/v1/namespaces{'/' + name if name else ''}", headers)) is not None:
             return refused
         if method == "POST" and name is None:
@@ -261,7 +279,8 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
             if name in self.namespaces:
                 return self._status(409, "AlreadyExists", f'namespaces "{name}" already exists')
             data["metadata"].update(uid=str(uuid.uuid4()), resourceVersion=str(next(self._versions)))
-            self.namespaces[name] = data
+            if not dry_run:  # ?dryRun=All: validated and answered as a create would be, not stored
+                self.namespaces[name] = data
             return aiohttp.web.json_response(data, status=201)
         if name is None or name not in self.namespaces:
             return self._status(404, "NotFound", f'namespaces "{name}" not found')

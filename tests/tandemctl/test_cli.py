@@ -275,3 +275,33 @@ def test_the_cli_is_a_client_and_imports_nothing_of_the_server():
              for line, module in imported_modules(ast.parse(path.read_text()))
              if module.split(".")[0] in server_side]
     assert found == []
+
+
+@pytest.mark.e2e
+def test_approve_shows_the_approver_the_failed_checks_of_the_cluster(transactional_db, redis_client, tmp_path):
+    """An approver at the terminal reads what the portal's queue shows: the cluster's failed checks, before the
+    request is approved (as the team admin may read them: the cluster's subnets redacted)."""
+    from deployments.services.cluster_checks import cluster_check_record, cluster_check_request
+    from tests.factories import UserFactory
+
+    team = TeamFactory(slug="ml-research", gpu_quota=16)
+    member = MembershipFactory(team=team, role=Membership.Role.MEMBER).user
+    admin = MembershipFactory(team=team, role=Membership.Role.ADMIN).user
+    cluster = ClusterFactory(name="eks-prod")
+    DeploymentFactory(team=team, cluster=cluster, requested_by=member, name="chat")
+    run = cluster_check_request(actor=UserFactory(is_staff=True, is_superuser=True), cluster=cluster)
+    cluster_check_record(check_id=run.pk, lines=[{
+        "name": "subnets", "status": "fail", "evidence": "The node subnets span 2 Availability Zones "
+        "(us-west-2a: subnet-0a1b2c3d4e5f60718; us-west-2b: subnet-0f1e2d3c4b5a69788).",
+        "fix": "Keep the subnets of one zone."}])
+    proc = start_web(tmp_path)
+    try:
+        token = credential_mint(model=AccessToken, user=admin, name="ci")[1]
+        run = tandemctl("approve", "ml-research/chat", token=token, server=proc.base_url, home=tmp_path,
+                        check_rc=errors.OK)
+    finally:
+        proc.stop()
+    assert "cluster eks-prod fails 1 of its checks (tandemctl doctor eks-prod):" in run.stderr
+    assert "  subnets: The node subnets span 2 Availability Zones" in run.stderr
+    assert "fix: Keep the subnets of one zone." in run.stderr and "subnet-0a1b2c3d4e5f60718" not in run.stderr
+    assert Deployment.objects.get(name="chat").status == "approved"

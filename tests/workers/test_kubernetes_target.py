@@ -230,3 +230,27 @@ def test_a_team_without_a_token_gets_no_secret_and_an_unreadable_reference_fails
     with pytest.raises(PermanentError, match="Hugging Face token of team ml-research on k8s-emu cannot be read: "
                                              "The environment variable named by"):
         target.apply(k8s_deployment, target.desired(k8s_deployment)[0])
+
+
+def test_the_engines_logs_are_read_per_stage_from_the_deployments_worker_pods(emulator, k8s_deployment):
+    """What the conformance run reads for the NIXL backend each stage uses (observability.fabric): the worker pods
+    of the deployment's prefill and decode groups, found by Tandem's labels, others' pods left out."""
+    from kubernetes import client as k8s
+
+    from observability.fabric import nixl_backends
+    from tests.support.cluster_addons import emulator_client
+
+    emulator.resources["v1/pods"] = {"kind": "Pod", "namespaced": True, "subresources": ["log"]}
+    core = k8s.CoreV1Api(emulator_client(emulator, token=TOKEN))
+    pods = {"llama-prefill-0": ("llama", "prefill", "Backend LIBFABRIC was instantiated\n"),
+            "llama-decode-0": ("llama", "decode", "Skipping backend registration LIBFABRIC due to the missing plugin.\n"
+                                                  "Backend UCX was instantiated\n"),
+            "other-prefill-0": ("other", "prefill", "Backend UCX was instantiated\n")}
+    for name, (deployment, stage, log) in pods.items():
+        core.create_namespaced_pod("tandem-ml-research", {"metadata": {"name": name, "labels": {
+            "tandem.dev/deployment": deployment, "tandem.dev/pool": stage}}, "spec": {"containers": []}})
+        emulator.pod_logs[("tandem-ml-research", name)] = log
+    logs = KubernetesTarget(k8s_deployment.cluster).engine_logs(k8s_deployment)
+    assert {stage: nixl_backends(text) for stage, text in logs.items()} == {
+        "prefill": {"instantiated": ["LIBFABRIC"], "missing": []},
+        "decode": {"instantiated": ["UCX"], "missing": ["LIBFABRIC"]}}

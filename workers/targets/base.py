@@ -68,5 +68,10 @@ class Target:
     def preflight(self, deployment) -> None:
         """Refuse, with PermanentError, what the target would only refuse after minutes of retries."""
 
+    def engine_logs(self, deployment) -> dict[str, str] | None:
+        """The recent log text of each stage's engines ({"prefill": ..., "decode": ...}), where the target can read
+        them; None where it cannot (observability.fabric reads which NIXL backend they use)."""
+        return None
+
     def endpoint_answers(self, deployment, observed: Observed) -> Step:
         return Step(ready=bool(observed.endpoint_url), message=observed.endpoint_url)

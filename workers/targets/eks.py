@@ -16,7 +16,7 @@ from datetime import datetime
 from botocore.exceptions import BotoCoreError, ClientError, ConnectionError as BotoConnectionError
 from django.utils import timezone as dj_timezone
 
-from deployments.catalog import INSTANCE_TYPES
+from deployments.catalog import INSTANCE_TYPES, InstanceType
 from deployments.cluster_config import PROVISIONING_DEADLINE_MINUTES
 from deployments.lifecycle import Status
 from deployments.services.node_groups import NODEGROUPS_PER_CLUSTER
@@ -71,6 +71,20 @@ def aws_error(e: Exception, *, doing: str) -> Exception:
     if isinstance(e, (BotoConnectionError, BotoCoreError)):
         return TransientError(f"Cannot reach AWS while {doing}: {type(e).__name__}; retrying.")
     return e
+
+
+def efa_security_group_name(cluster) -> str:
+    """Tandem's EFA security group in the cluster's VPC (one per cluster; the preflight reads it too)."""
+    return f"{cluster.config.get('nodegroup_prefix', 'tandem-')}efa"
+
+
+def nodegroup_taints(instance: InstanceType) -> list[dict]:
+    """The taints of a node group of this instance type, in EKS's API form: only pods that tolerate them (Tandem's,
+    and the device plugins installed as docs/install.md says) land on its GPU nodes."""
+    taints = [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}]
+    if instance.has_efa:
+        taints.append({"key": "vpc.amazonaws.com/efa", "value": "true", "effect": "NO_SCHEDULE"})
+    return taints
 
 
 def _scaling(pool: PoolSpec) -> dict:
@@ -271,7 +285,7 @@ class EksTarget(KubernetesTarget):
         EFA's OS-bypass traffic needs. Created once per cluster; its rules are checked on each node group
         creation."""
         vpc = self._active_cluster().get("resourcesVpcConfig", {}).get("vpcId")
-        name = f"{self.cluster.config.get('nodegroup_prefix', 'tandem-')}efa"
+        name = efa_security_group_name(self.cluster)
         found = self._aws("finding the EFA security group", self.ec2.describe_security_groups,
                           Filters=[{"Name": "group-name", "Values": [name]},
                                    {"Name": "vpc-id", "Values": [vpc]}])["SecurityGroups"]
@@ -355,9 +369,7 @@ class EksTarget(KubernetesTarget):
         if count >= NODEGROUPS_PER_CLUSTER:
             raise PermanentError(f"EKS cluster {self.eks_name} has {count} managed node groups, EKS's limit per "
                                  "cluster; delete unused ones (or ask AWS for a higher quota), then retry.")
-        taints = [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}]
-        if instance.has_efa:
-            taints.append({"key": "vpc.amazonaws.com/efa", "value": "true", "effect": "NO_SCHEDULE"})
+        taints = nodegroup_taints(instance)
         subnets = self._node_subnets(efa=instance.has_efa)
         capacity, reservation = self._capacity(pool.instance_type)
         template = self._launch_template(deployment, stage, name, capacity=capacity, reservation=reservation)

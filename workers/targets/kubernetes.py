@@ -35,6 +35,7 @@ GROUP, VERSION, PLURAL = "ray.io", "v1", "rayservices"
 TIMEOUT = (5, 20)  # connect, read seconds for every API call
 KUBERAY_MIN = max((r.kuberay_min for r in RUNTIMES.values() if r.kuberay_min),
                   key=lambda v: tuple(int(n) for n in v.split(".")))  # what every runtime on Kubernetes runs on
+ENGINE_LOG_LINES = 2000  # per pod: NIXL reports its backends as the engine starts, before any traffic
 
 
 KUBECONFIG_ACCESS = "check the kubeconfig's user and its RBAC"
@@ -412,6 +413,32 @@ class KubernetesTarget(Target):
         self._delete("deleting the namespace",
                      lambda: k8s.CoreV1Api(self.api).delete_namespace(namespace, _request_timeout=TIMEOUT))
         return True
+
+    def engine_logs(self, deployment) -> dict[str, str]:
+        """The last lines of each stage's worker pods (where the engines run, with NIXL's own messages)."""
+        core, namespace, logs = k8s.CoreV1Api(self.api), self.namespace(deployment), {}
+        for stage in ("prefill", "decode"):
+            selector = f"{DEPLOYMENT_LABEL}={deployment.name},{POOL_LABEL}={stage}"
+            pods = self._call(f"listing the {stage} pods", core.list_namespaced_pod, namespace,
+                              label_selector=selector)
+            names = [p.metadata.name for p in pods.items]
+            logs[stage] = "\n".join(self._pod_log(core, name, namespace) for name in names)
+        return logs
+
+    def _pod_log(self, core: k8s.CoreV1Api, name: str, namespace: str) -> str:
+        """A pod's last ENGINE_LOG_LINES lines; empty when it has none (gone: 404; its container waiting to start:
+        400). Any other refusal (RBAC) is the caller's to see."""
+        try:
+            return core.read_namespaced_pod_log(name, namespace, tail_lines=ENGINE_LOG_LINES,
+                                                _request_timeout=TIMEOUT) or ""
+        except ApiException as e:
+            if e.status in (400, 404):
+                return ""
+            raise api_error(e, doing=f"reading the logs of pod {name}", cluster=self.cluster.name,
+                            access=self.ACCESS) from None
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise api_error(e, doing=f"reading the logs of pod {name}", cluster=self.cluster.name,
+                            access=self.ACCESS) from None
 
     def endpoint_answers(self, deployment, observed: Observed) -> Step:
         """KubeRay counts the head pods ready to serve; the in-cluster URL answers once there is one."""

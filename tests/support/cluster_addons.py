@@ -1,0 +1,183 @@
+"""What a real cluster holds once its add-ons are installed, as the API server would hold it, written into the
+Kubernetes emulator through the real `kubernetes` client (objects, then their status, as the controllers write it).
+
+Shapes, and where each comes from:
+- the RayService CRD: KubeRay's own, per release (`../shared/reference/kuberay/<version>/ray.io_rayservices.yaml`);
+- the KubeRay operator Deployment: the kuberay-operator chart's labels (`app.kubernetes.io/name: kuberay-operator`)
+  and image (`quay.io/kuberay/operator:v<version>`);
+- the NVIDIA device plugin DaemonSet: NVIDIA/k8s-device-plugin's chart (deployments/helm/nvidia-device-plugin,
+  values.yaml: the NFD node affinity and tolerations below are its defaults), rendered with or without
+  deploy/cluster/nvidia-device-plugin-values.yaml;
+- the EFA device plugin DaemonSet: aws/eks-charts stable/aws-efa-k8s-device-plugin (templates/daemonset.yaml always
+  tolerates CriticalAddonsOnly and adds `tolerations`; its node affinity is `node.kubernetes.io/instance-type In`
+  supportedInstanceLabels, shortened here to the catalog's EFA types);
+- metrics-server's APIService: kubernetes-sigs/metrics-server components.yaml (`v1beta1.metrics.k8s.io`);
+- a GPU node of a Tandem node group: the labels EKS puts on managed node group nodes, the taints of
+  workers/targets/eks.py::nodegroup_taints, and allocatable from the device plugins.
+"""
+import copy
+import functools
+from pathlib import Path
+
+import boto3
+import yaml
+from kubernetes import client as k8s
+
+from deployments.catalog import INSTANCE_TYPES
+from tests.support.moto_server import eks_cluster_create
+from tests.support.processes import ROOT
+from workers.targets.eks import nodegroup_taints
+
+KUBERAY_CRDS = ROOT.parent / "shared" / "reference" / "kuberay"
+KINDS = {  # what the emulator serves beside KubeRay: (kind, namespaced, subresources)
+    "apiextensions.k8s.io/v1/customresourcedefinitions": ("CustomResourceDefinition", False, []),
+    "apps/v1/deployments": ("Deployment", True, ["status"]),
+    "apps/v1/daemonsets": ("DaemonSet", True, ["status"]),
+    "v1/nodes": ("Node", False, ["status"]),
+    "apiregistration.k8s.io/v1/apiservices": ("APIService", False, ["status"]),
+}
+NVIDIA_CHART_DEFAULTS = {  # NVIDIA/k8s-device-plugin deployments/helm/nvidia-device-plugin/values.yaml
+    "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "feature.node.kubernetes.io/pci-10de.present", "operator": "In",
+                               "values": ["true"]}]},
+        {"matchExpressions": [{"key": "feature.node.kubernetes.io/cpu-model.vendor_id", "operator": "In",
+                               "values": ["NVIDIA"]}]},
+        {"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]}]}}},
+    "tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists"},
+                    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+}
+VALUES = ROOT / "deploy" / "cluster"
+REGION = "us-west-2"
+
+
+def emulator_client(emulator, *, token: str = "k8s-aws-v1.seeding") -> k8s.ApiClient:
+    """The real client against the emulator, as the cluster's administrator (any EKS-style token)."""
+    configuration = k8s.Configuration()
+    configuration.host = emulator.base_url
+    configuration.api_key = {"authorization": f"Bearer {token}"}
+    return k8s.ApiClient(configuration)
+
+
+def install_kinds(emulator) -> None:
+    """Declare the kinds a real cluster serves that the preflight reads."""
+    for path, (kind, namespaced, subresources) in KINDS.items():
+        emulator.resources[path] = {"kind": kind, "namespaced": namespaced, "subresources": subresources}
+
+
+def _values(name: str) -> dict:
+    return yaml.safe_load((VALUES / name).read_text())
+
+
+@functools.cache
+def _crd(version: str) -> dict:
+    return yaml.load((KUBERAY_CRDS / f"v{version}" / "ray.io_rayservices.yaml").read_text(), Loader=yaml.CSafeLoader)
+
+
+def kuberay(api: k8s.ApiClient, *, version: str) -> None:
+    """KubeRay `version`'s RayService CRD and its operator, running."""
+    crd = copy.deepcopy(_crd(version))
+    k8s.ApiextensionsV1Api(api).create_custom_resource_definition(crd)
+    apps = k8s.AppsV1Api(api)
+    labels = {"app.kubernetes.io/name": "kuberay-operator", "app.kubernetes.io/instance": "kuberay-operator"}
+    apps.create_namespaced_deployment("kuberay-system", {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "kuberay-operator", "namespace": "kuberay-system", "labels": labels},
+        "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": {
+            "metadata": {"labels": labels},
+            "spec": {"containers": [{"name": "kuberay-operator", "image": f"quay.io/kuberay/operator:v{version}"}]}}}})
+    apps.patch_namespaced_deployment_status("kuberay-operator", "kuberay-system", {
+        "status": {"replicas": 1, "readyReplicas": 1, "availableReplicas": 1}})
+
+
+def _daemonset(api: k8s.ApiClient, *, name: str, image: str, pod: dict, ready: int) -> None:
+    apps = k8s.AppsV1Api(api)
+    labels = {"name": name}
+    apps.create_namespaced_daemon_set("kube-system", {
+        "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": name, "namespace": "kube-system"},
+        "spec": {"selector": {"matchLabels": labels}, "template": {
+            "metadata": {"labels": labels},
+            "spec": {**pod, "priorityClassName": "system-node-critical",
+                     "containers": [{"name": name, "image": image}]}}}})
+    apps.patch_namespaced_daemon_set_status(name, "kube-system", {"status": {
+        "desiredNumberScheduled": ready, "currentNumberScheduled": ready, "numberReady": ready,
+        "numberAvailable": ready, "numberMisscheduled": 0}})
+
+
+def nvidia_device_plugin(api: k8s.ApiClient, *, documented: bool, ready: int = 0) -> None:
+    """The chart as installed: with its defaults, or with deploy/cluster/nvidia-device-plugin-values.yaml."""
+    pod = copy.deepcopy(NVIDIA_CHART_DEFAULTS)
+    if documented:
+        pod.update(_values("nvidia-device-plugin-values.yaml"))
+    _daemonset(api, name="nvdp-nvidia-device-plugin", image="nvcr.io/nvidia/k8s-device-plugin:v0.17.1", pod=pod,
+               ready=ready)
+
+
+def efa_device_plugin(api: k8s.ApiClient, *, ready: int = 0) -> None:
+    """AWS's chart with deploy/cluster/efa-device-plugin-values.yaml."""
+    efa_types = sorted(n for n, i in INSTANCE_TYPES.items() if i.has_efa)
+    pod = {"tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists"},
+                           *_values("efa-device-plugin-values.yaml")["tolerations"]],
+           "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+               {"matchExpressions": [{"key": "node.kubernetes.io/instance-type", "operator": "In",
+                                      "values": efa_types}]}]}}}}
+    _daemonset(api, name="efa-aws-efa-k8s-device-plugin",
+               image="602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/aws-efa-k8s-device-plugin:v0.5.5", pod=pod,
+               ready=ready)
+
+
+def metrics_server(api: k8s.ApiClient) -> None:
+    registration = k8s.ApiregistrationV1Api(api)
+    registration.create_api_service({
+        "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+        "metadata": {"name": "v1beta1.metrics.k8s.io", "labels": {"k8s-app": "metrics-server"}},
+        "spec": {"group": "metrics.k8s.io", "version": "v1beta1", "groupPriorityMinimum": 100,
+                 "versionPriority": 100, "insecureSkipTLSVerify": True,
+                 "service": {"name": "metrics-server", "namespace": "kube-system"}}})
+    registration.patch_api_service_status("v1beta1.metrics.k8s.io", {"status": {"conditions": [
+        {"type": "Available", "status": "True", "reason": "Passed", "message": "all checks passed",
+         "lastTransitionTime": "2026-12-04T00:00:00Z"}]}})
+
+
+def gpu_node(api: k8s.ApiClient, *, name: str, instance_type: str, nodegroup: str, pool: str = "prefill",
+             devices: bool = True) -> None:
+    """A node of a Tandem node group; with `devices`, the device plugins have advertised its GPUs and EFA."""
+    instance = INSTANCE_TYPES[instance_type]
+    effects = {"NO_SCHEDULE": "NoSchedule"}
+    core = k8s.CoreV1Api(api)
+    core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {
+        "node.kubernetes.io/instance-type": instance_type, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+        "topology.kubernetes.io/zone": "us-west-2a", "eks.amazonaws.com/nodegroup": nodegroup,
+        "eks.amazonaws.com/capacityType": "ON_DEMAND", "tandem.dev/pool": pool}},
+        "spec": {"taints": [{"key": t["key"], "value": t["value"], "effect": effects[t["effect"]]}
+                            for t in nodegroup_taints(instance)]}})
+    allocatable = {"cpu": str(instance.vcpus), "memory": f"{instance.memory_gib}Gi", "pods": "110"}
+    if devices:
+        allocatable["nvidia.com/gpu"] = str(instance.gpus)
+        if instance.has_efa:
+            allocatable["vpc.amazonaws.com/efa"] = str(instance.efa_interfaces)
+    core.patch_node_status(name, {"status": {"allocatable": allocatable, "capacity": allocatable}})
+
+
+def cluster_ready(api: k8s.ApiClient, *, kuberay_version: str = "1.5.1") -> None:
+    """Every add-on installed as docs/install.md says, and one running p5.48xlarge node of a Tandem node group."""
+    kuberay(api, version=kuberay_version)
+    nvidia_device_plugin(api, documented=True, ready=1)
+    efa_device_plugin(api, ready=1)
+    metrics_server(api)
+    gpu_node(api, name="ip-10-0-1-17.us-west-2.compute.internal", instance_type="p5.48xlarge",
+             nodegroup="tandem-d1-prefill")
+
+
+def aws_network(url: str, *, zones: tuple[str, ...]) -> dict:
+    """The EKS cluster `gpu-prod` as a platform team has it (tests/support/moto_server.py::eks_cluster_create: a VPC,
+    one private subnet per zone letter), and Tandem's EFA security group in its VPC as the eks target leaves it (all
+    traffic in from and out to its own members)."""
+    cluster = eks_cluster_create(url=url, name="gpu-prod", region=REGION, zones=zones)
+    ec2 = boto3.client("ec2", region_name=REGION, endpoint_url=url)
+    sg = ec2.create_security_group(GroupName="tandem-efa", Description="Tandem EFA: all traffic between members",
+                                   VpcId=cluster["vpc_id"])["GroupId"]
+    ec2.authorize_security_group_ingress(GroupId=sg, IpPermissions=[
+        {"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": sg}]}])
+    ec2.authorize_security_group_egress(GroupId=sg, IpPermissions=[
+        {"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": sg}]}])
+    return {"subnets": cluster["subnet_ids"], "security_group": sg}

@@ -1,0 +1,266 @@
+"""The Kubernetes side of the preflight: KubeRay (operator and the CRD's served fields), the NVIDIA and EFA device
+plugins against the taints and labels of Tandem's GPU nodes, what those nodes advertise, metrics-server, and whether
+each team's namespace can be created (a server-side dry run)."""
+import json
+from collections.abc import Callable
+
+import urllib3
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+from packaging.version import InvalidVersion, Version
+
+from deployments.catalog import INSTANCE_TYPES, RUNTIMES
+from deployments.manifests import MANAGED_BY, POOL_LABEL, TEAM_LABEL, namespace_name, template
+from deployments.models import Team
+from workers.preflight.lines import FAIL, PASS, UNVERIFIED, CheckLine, Unreadable
+from workers.preflight.scheduling import affinity_text, kube_taints, node_admits, taint_text, taint_tolerated
+from workers.targets.eks import NODEGROUP_LABEL, nodegroup_taints
+from workers.targets.kubernetes import TIMEOUT
+
+# Fields of the RayService CRD Tandem's manifests rely on, where they sit in its schema (under spec), and the
+# first KubeRay release that serves them. An older CRD prunes them without a word (see FACTS.md, 2026-12-04).
+KUBERAY_FIELDS = {
+    "workerGroupSpecs[].resources": (("rayClusterConfig", "workerGroupSpecs", "[]", "resources"), "1.5.0"),
+    "authOptions": (("rayClusterConfig", "authOptions"), "1.5.1"),
+}
+KUBERAY_OPERATOR_SELECTOR = "app.kubernetes.io/name=kuberay-operator"  # the kuberay-operator chart's label
+KUBERAY_CRD = "rayservices.ray.io"
+METRICS_APISERVICE = "v1beta1.metrics.k8s.io"
+# Each device plugin, found by its image, and the taints of the nodes it must run on.
+DEVICE_PLUGINS = {
+    "nvidia-device-plugin": {"image": "k8s-device-plugin", "resource": "nvidia.com/gpu", "efa_only": False},
+    "efa-device-plugin": {"image": "aws-efa-k8s-device-plugin", "resource": "vpc.amazonaws.com/efa",
+                          "efa_only": True},
+}
+HELM_NVIDIA = ("helm upgrade --install nvdp nvdp/nvidia-device-plugin --version 0.17.1 -n kube-system "
+               "-f deploy/cluster/nvidia-device-plugin-values.yaml")
+HELM_EFA = ("helm upgrade --install efa eks/aws-efa-k8s-device-plugin -n kube-system "
+            "-f deploy/cluster/efa-device-plugin-values.yaml")
+
+
+def version_of(text: str) -> Version | None:
+    """`v1.5.1` or an image `quay.io/kuberay/operator:v1.5.1` → 1.5.1; None when it names no version."""
+    tag = text.rsplit(":", 1)[-1] if ":" in text else text
+    try:
+        return Version(tag.removeprefix("v").split("@")[0])
+    except InvalidVersion:
+        return None
+
+
+def _schema_has(schema: dict, path: tuple[str, ...]) -> bool:
+    node = schema
+    for step in ("spec", *path):
+        node = node.get("items") if step == "[]" else (node.get("properties") or {}).get(step)
+        if not isinstance(node, dict):
+            return False
+    return True
+
+
+def kuberay_needed(kind: str) -> Version:
+    """The newest of the runtimes' minimum KubeRay and the releases that serve the fields Tandem sets."""
+    floors = [r.kuberay_min for r in RUNTIMES.values() if kind in r.target_kinds and r.kuberay_min]
+    return max(Version(v) for v in floors + [since for _, since in KUBERAY_FIELDS.values()])
+
+
+class KubernetesChecks:
+    """The checks that read the Kubernetes API; `self.target` is the cluster's driver (its API client)."""
+
+    def _k8s(self, doing: str, fn: Callable, *args, **kwargs) -> dict | None:
+        """A Kubernetes read as the raw JSON the API server sent (None: 404)."""
+        try:
+            response = fn(*args, _request_timeout=TIMEOUT, _preload_content=False, **kwargs)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            if e.status in (401, 403):
+                raise Unreadable(f"Kubernetes refused {doing} ({e.status}): give the worker's identity the read "
+                                 "rights of the tandem-driver ClusterRole (deploy/base/rbac.yaml).") from None
+            raise Unreadable(f"Kubernetes answered {e.status} while {doing}.") from None
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise Unreadable(f"Cannot reach the Kubernetes API while {doing}: {type(e).__name__}.") from None
+        return json.loads(response.data or b"{}")
+
+    # KubeRay
+    def _kuberay_needed(self) -> Version:
+        return kuberay_needed(self.cluster.kind)
+
+    def kuberay_operator(self) -> CheckLine:
+        needed = self._kuberay_needed()
+        found = self._k8s("listing the KubeRay operator's Deployment",
+                          k8s.AppsV1Api(self.target.api).list_deployment_for_all_namespaces,
+                          label_selector=KUBERAY_OPERATOR_SELECTOR)
+        fix = (f"helm upgrade --install kuberay-operator kuberay/kuberay-operator --version {needed} "
+               "-n kuberay-system --create-namespace")
+        items = (found or {}).get("items") or []
+        if not items:
+            return CheckLine("kuberay-operator", FAIL, f"No Deployment labelled {KUBERAY_OPERATOR_SELECTOR}: the "
+                             "KubeRay operator is not installed (nothing would act on a RayService).", fix)
+        images = [c.get("image", "") for d in items for c in d["spec"]["template"]["spec"].get("containers", [])]
+        versions = [v for v in map(version_of, images) if v is not None]
+        ready = sum((d.get("status") or {}).get("readyReplicas") or 0 for d in items)
+        evidence = f"{', '.join(images)}; {ready} ready replica(s)"
+        if not versions or min(versions) < needed:
+            return CheckLine("kuberay-operator", FAIL, f"{evidence}: Tandem needs KubeRay {needed} or newer.", fix)
+        if ready < 1:
+            return CheckLine("kuberay-operator", FAIL, f"{evidence}: the operator is not running.",
+                             "kubectl -n kuberay-system describe deploy kuberay-operator, and fix what it shows.")
+        return CheckLine("kuberay-operator", PASS, evidence)
+
+    def kuberay_crd(self) -> CheckLine:
+        crd = self._k8s(f"reading the CRD {KUBERAY_CRD}",
+                        k8s.ApiextensionsV1Api(self.target.api).read_custom_resource_definition, KUBERAY_CRD)
+        needed = self._kuberay_needed()
+        fix = (f"kubectl apply --server-side --force-conflicts -k "
+               f"'github.com/ray-project/kuberay/ray-operator/config/crd?ref=v{needed}' (helm upgrade does not "
+               "update CRDs)")
+        if crd is None:
+            return CheckLine("kuberay-crd", FAIL, f"The CRD {KUBERAY_CRD} is missing.", fix)
+        version = next((v for v in crd["spec"].get("versions", []) if v.get("name") == "v1" and v.get("served")),
+                       None)
+        if version is None:
+            return CheckLine("kuberay-crd", FAIL, f"{KUBERAY_CRD} does not serve ray.io/v1.", fix)
+        schema = (version.get("schema") or {}).get("openAPIV3Schema") or {}
+        missing = [f"{field} (KubeRay {since})" for field, (path, since) in KUBERAY_FIELDS.items()
+                   if not _schema_has(schema, path)]
+        if missing:
+            return CheckLine("kuberay-crd", FAIL, f"{KUBERAY_CRD} v1 lacks {', '.join(missing)}: the API server "
+                             "drops these fields from every RayService without a word.", fix)
+        return CheckLine("kuberay-crd", PASS, f"{KUBERAY_CRD} v1 serves {', '.join(KUBERAY_FIELDS)}.")
+
+    # nodes and device plugins
+    def _nodes(self) -> list[dict]:
+        """The nodes Tandem's pools run on: labelled with a pool, or of an instance type the catalog knows."""
+        found = self._k8s("listing nodes", k8s.CoreV1Api(self.target.api).list_node) or {}
+        gpu_types = {name for name, i in INSTANCE_TYPES.items() if i.gpus}
+        return [n for n in found.get("items") or []
+                if POOL_LABEL in (n["metadata"].get("labels") or {})
+                or (n["metadata"].get("labels") or {}).get("node.kubernetes.io/instance-type") in gpu_types]
+
+    def _model_nodes(self) -> list[tuple[str, dict, list[dict]]]:
+        """(what, labels, taints) of the nodes Tandem's node groups make, one per GPU instance type, as EKS labels
+        and taints them (workers.targets.eks); real ones where they exist."""
+        real = [(f"node {n['metadata']['name']}", n["metadata"].get("labels") or {}, n["spec"].get("taints") or [])
+                for n in self._nodes()]
+        if real or not self.is_eks:
+            return real
+        prefix = self.cluster.config.get("nodegroup_prefix", "tandem-")
+        return [(name, {"node.kubernetes.io/instance-type": name, "kubernetes.io/os": "linux",
+                        "kubernetes.io/arch": "amd64", NODEGROUP_LABEL: f"{prefix}d1-prefill", POOL_LABEL: "prefill",
+                        "eks.amazonaws.com/capacityType": "ON_DEMAND"},
+                 kube_taints(nodegroup_taints(i)))
+                for name, i in INSTANCE_TYPES.items() if i.gpus]
+
+    def _device_plugin(self, name: str) -> CheckLine:
+        plugin = DEVICE_PLUGINS[name]
+        fix = HELM_EFA if plugin["efa_only"] else HELM_NVIDIA
+        found = self._k8s("listing DaemonSets", k8s.AppsV1Api(self.target.api).list_daemon_set_for_all_namespaces)
+        sets = [d for d in (found or {}).get("items") or []
+                if any(plugin["image"] in c.get("image", "") and not (
+                    plugin["image"] == "k8s-device-plugin" and "aws-efa" in c.get("image", ""))
+                       for c in d["spec"]["template"]["spec"].get("containers", []))]
+        if not sets:
+            return CheckLine(name, FAIL, f"No DaemonSet runs a {plugin['image']} image: no node advertises "
+                             f"{plugin['resource']}, so pods asking for it never schedule.", fix)
+        ds = sets[0]
+        where = f"DaemonSet {ds['metadata'].get('namespace')}/{ds['metadata']['name']}"
+        pod = ds["spec"]["template"]["spec"]
+        nodes = [(what, labels, taints) for what, labels, taints in self._model_nodes()
+                 if not plugin["efa_only"] or INSTANCE_TYPES.get(
+                     labels.get("node.kubernetes.io/instance-type"), INSTANCE_TYPES["cpu"]).has_efa]
+        problems: dict[str, list[str]] = {}  # what is wrong → the nodes (or instance types) it is wrong on
+        for what, labels, taints in nodes:
+            refused = [taint_text(t) for t in taints if t.get("effect") in ("NoSchedule", "NoExecute")
+                       and not taint_tolerated(t, pod.get("tolerations") or [])]
+            if refused:
+                problems.setdefault(f"does not tolerate {', '.join(refused)}", []).append(what)
+            if not node_admits(pod, labels):
+                problems.setdefault(f"its node affinity {affinity_text(pod)} excludes them", []).append(what)
+        if problems:
+            shown = "; ".join(f"{problem} (on {', '.join(where_[:4])}{', …' if len(where_) > 4 else ''})"
+                              for problem, where_ in problems.items())
+            return CheckLine(name, FAIL, f"{where} never runs on Tandem's GPU nodes: {shown}.",
+                             f"{fix} (tolerations for Tandem's taints, no node affinity that Tandem's nodes fail)")
+        status = ds.get("status") or {}
+        desired, ready = status.get("desiredNumberScheduled", 0), status.get("numberReady", 0)
+        if ready < desired:
+            return CheckLine(name, FAIL, f"{where}: {ready} of {desired} pods ready.",
+                             f"kubectl -n {ds['metadata'].get('namespace')} describe ds {ds['metadata']['name']}")
+        return CheckLine(name, PASS, f"{where} tolerates Tandem's taints and admits its nodes "
+                                     f"({len(nodes)} checked); {ready} of {desired} pods ready.")
+
+    def nvidia_device_plugin(self) -> CheckLine:
+        return self._device_plugin("nvidia-device-plugin")
+
+    def efa_device_plugin(self) -> CheckLine:
+        return self._device_plugin("efa-device-plugin")
+
+    def allocatable(self) -> CheckLine:
+        nodes = self._nodes()
+        if not nodes:
+            return CheckLine("allocatable", UNVERIFIED, "No GPU node of Tandem's exists yet; checked once one does.")
+        problems, seen = [], []
+        for n in nodes:
+            itype = (n["metadata"].get("labels") or {}).get("node.kubernetes.io/instance-type", "")
+            instance = INSTANCE_TYPES.get(itype)
+            if instance is None:
+                continue
+            have = (n.get("status") or {}).get("allocatable") or {}
+            gpus, efa = int(have.get("nvidia.com/gpu", 0)), int(have.get("vpc.amazonaws.com/efa", 0))
+            seen.append(f"{n['metadata']['name']} ({itype}): nvidia.com/gpu {gpus}"
+                        + (f", vpc.amazonaws.com/efa {efa}" if instance.has_efa else ""))
+            if gpus < instance.gpus:
+                problems.append(f"{n['metadata']['name']} ({itype}) has nvidia.com/gpu {gpus}, not {instance.gpus}")
+            if instance.has_efa and efa < instance.efa_interfaces:
+                problems.append(f"{n['metadata']['name']} ({itype}) has vpc.amazonaws.com/efa {efa}, not "
+                                f"{instance.efa_interfaces}")
+        if problems:
+            return CheckLine("allocatable", FAIL, "; ".join(problems) + ".",
+                             "Make the device plugins run on these nodes (the checks above), and give EFA types a "
+                             "launch template with one EFA interface per network card.")
+        return CheckLine("allocatable", PASS, "; ".join(seen) + ".")
+
+    def metrics_server(self) -> CheckLine:
+        svc = self._k8s(f"reading the APIService {METRICS_APISERVICE}",
+                        k8s.ApiregistrationV1Api(self.target.api).read_api_service, METRICS_APISERVICE)
+        fix = ("kubectl apply -f https://github.com/kubernetes-sigs/metrics-server/releases/download/v0.7.2/"
+               "components.yaml (on EKS: aws eks create-addon --addon-name metrics-server)")
+        if svc is None:
+            return CheckLine("metrics-server", FAIL, f"No APIService {METRICS_APISERVICE}: the gateway's "
+                             "HorizontalPodAutoscaler has no CPU metrics and never scales.", fix)
+        available = next((c for c in (svc.get("status") or {}).get("conditions") or []
+                          if c.get("type") == "Available"), {})
+        if available.get("status") != "True":
+            return CheckLine("metrics-server", FAIL, f"APIService {METRICS_APISERVICE} is not available: "
+                             f"{available.get('message') or available.get('reason') or 'no status'}.", fix)
+        return CheckLine("metrics-server", PASS, f"APIService {METRICS_APISERVICE} is available.")
+
+    def team_namespaces(self) -> CheckLine:
+        core = k8s.CoreV1Api(self.target.api)
+        prefix = self.cluster.config.get("namespace_prefix", "tandem-")
+        exist, creatable, problems = 0, 0, []
+        for slug in Team.objects.order_by("slug").values_list("slug", flat=True):
+            name = namespace_name(prefix=prefix, team_slug=slug)
+            current = self._k8s(f"reading namespace {name}", core.read_namespace, name)
+            if current is not None:
+                labels = current["metadata"].get("labels") or {}
+                if all(labels.get(k) == v for k, v in {**MANAGED_BY, TEAM_LABEL: slug}.items()):
+                    exist += 1
+                else:
+                    problems.append(f"{name} exists and is not Tandem's for team {slug}")
+                continue
+            body = template("namespace.yaml")
+            body["metadata"] = {"name": name, "labels": {**MANAGED_BY, TEAM_LABEL: slug}}
+            try:
+                core.create_namespace(body, dry_run="All", _request_timeout=TIMEOUT)
+                creatable += 1
+            except ApiException as e:
+                problems.append(f"creating {name} was refused ({e.status}: {e.reason})")
+            except (urllib3.exceptions.HTTPError, OSError) as e:
+                raise Unreadable(f"Cannot reach the Kubernetes API while creating {name}: {type(e).__name__}.") \
+                    from None
+        if problems:
+            return CheckLine("team-namespaces", FAIL, "; ".join(problems) + ".",
+                             "Remove or rename a namespace that is not Tandem's (or set the cluster's "
+                             "namespace_prefix), and let the worker create namespaces (deploy/base/rbac.yaml).")
+        return CheckLine("team-namespaces", PASS, f"{exist} team namespace(s) exist and are Tandem's; {creatable} "
+                                                  "can be created (server-side dry run).")
