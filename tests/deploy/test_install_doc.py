@@ -13,7 +13,7 @@ from packaging.version import Version
 from deployments.catalog import INSTANCE_TYPES
 from deployments.manifests import POOL_LABEL
 from tests.deploy.render import ROOT
-from workers.preflight import (HELM_EFA, HELM_NVIDIA, METRICS_APISERVICE, kuberay_needed, node_admits,
+from workers.preflight import (HEAD_NODES_FIX, HELM_EFA, HELM_NVIDIA, METRICS_APISERVICE, kuberay_needed, node_admits,
                                taint_tolerated)
 from workers.targets.eks import nodegroup_taints
 
@@ -81,7 +81,7 @@ def test_the_documented_device_plugin_values_tolerate_every_taint_the_eks_target
 
 def test_the_documented_commands_are_the_preflights_fixes():
     section = _section_one()
-    assert HELM_NVIDIA in section and HELM_EFA in section
+    assert HELM_NVIDIA in section and HELM_EFA in section and HEAD_NODES_FIX in section
     kuberay = re.search(r"helm upgrade --install kuberay-operator kuberay/kuberay-operator --version (\S+)", section)
     crd = re.search(r"ray-operator/config/crd\?ref=v(\S+?)'", section)
     assert kuberay and crd and kuberay[1] == crd[1]

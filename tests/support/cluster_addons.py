@@ -158,8 +158,27 @@ def gpu_node(api: k8s.ApiClient, *, name: str, instance_type: str, nodegroup: st
     core.patch_node_status(name, {"status": {"allocatable": allocatable, "capacity": allocatable}})
 
 
+def system_node(api: k8s.ApiClient, *, name: str, instance_type: str, allocatable: dict) -> None:
+    """A node of the cluster's own (untainted) node group, where the control plane and the Ray heads run, with the
+    allocatable the kubelet leaves of its instance (less than its size: system and kube reservations)."""
+    core = k8s.CoreV1Api(api)
+    core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {
+        "node.kubernetes.io/instance-type": instance_type, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+        "topology.kubernetes.io/zone": "us-west-2a", "eks.amazonaws.com/nodegroup": "system"}}, "spec": {}})
+    core.patch_node_status(name, {"status": {"allocatable": allocatable, "capacity": allocatable}})
+
+
+# About what EKS's kubelet leaves allocatable on these types once its kube-reserved CPU and memory and the eviction
+# threshold are taken (worked out from the EKS AMI's reservation formulas, not read off a real node).
+M5_XLARGE = {"cpu": "3920m", "memory": "15136204Ki", "pods": "58"}
+M5_2XLARGE = {"cpu": "7910m", "memory": "31522380Ki", "pods": "58"}
+
+
 def cluster_ready(api: k8s.ApiClient, *, kuberay_version: str = "1.5.1") -> None:
-    """Every add-on installed as docs/install.md says, and one running p5.48xlarge node of a Tandem node group."""
+    """Every add-on installed as docs/install.md says, a system node that holds a Ray head, and one running
+    p5.48xlarge node of a Tandem node group."""
+    system_node(api, name="ip-10-0-1-5.us-west-2.compute.internal", instance_type="m5.2xlarge",
+                allocatable=M5_2XLARGE)
     kuberay(api, version=kuberay_version)
     nvidia_device_plugin(api, documented=True, ready=1)
     efa_device_plugin(api, ready=1)

@@ -87,7 +87,7 @@ class MotoServer(ThreadedMotoServer):
                 self.access_keys.append(key)
             else:
                 region, service = "us-west-2", ""
-            params = parse_qs(body.decode()) if service in ("ec2", "sts") else {}
+            params = parse_qs(body.decode()) if service in ("ec2", "sts", "iam") else {}
             if service:
                 self.operations.append(f"{service}:{operation_of(service, method, path, params)}")
             if service == "ec2":
@@ -135,7 +135,7 @@ def _rest_routes(service: str) -> list[tuple[str, re.Pattern, str]]:
 
 
 def operation_of(service: str, method: str, path: str, params: dict) -> str:
-    """The API operation of a request: the Action of a query-protocol call (EC2, STS), else the botocore route
+    """The API operation of a request: the Action of a query-protocol call (EC2, STS, IAM), else the botocore route
     its method and path match (EKS)."""
     if "Action" in params:
         return params["Action"][0]

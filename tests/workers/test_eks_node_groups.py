@@ -267,15 +267,21 @@ def test_the_fatal_issue_codes_are_codes_eks_reports():
 
 def test_every_aws_call_of_a_deployments_life_is_one_the_driver_policy_allows_and_it_allows_no_more(
         aws, emulator, db):
-    """Measured from moto's request log (not read from the code): create (EFA and not), resize, pause, tear down."""
+    """Measured from moto's request log (not read from the code): the cluster's AWS preflight (registering it runs
+    the checks), then a deployment's create (EFA and not), resize, pause, tear down."""
     import json
 
     from tests.deploy.render import ROOT
     from tests.deploy.test_iam import IMPLIED
+    from workers.preflight import Preflight
 
     cluster, _ = _cluster(aws, emulator)
     d = _deployment(cluster)
     aws.operations.clear()  # the cluster's own making is the platform team's, not the driver's
+    preflight = Preflight(EksTarget(cluster))
+    for check in (preflight.driver_iam, preflight.node_role_iam, preflight.subnets, preflight.efa_security_group,
+                  preflight.nodegroup_quota):
+        check()
     for _ in range(3):
         EksTarget(cluster).ensure_node_pools(d)
     d.spec["decode"]["nodes"] = 3
@@ -286,7 +292,7 @@ def test_every_aws_call_of_a_deployments_life_is_one_the_driver_policy_allows_an
     for _ in range(5):
         if EksTarget(cluster).teardown(d).ready:
             break
-    made = {op for op in aws.operations if op.startswith(("eks:", "ec2:"))}
+    made = {op for op in aws.operations if op.startswith(("eks:", "ec2:", "iam:"))}
     statements = json.loads((ROOT / "deploy" / "iam" / "eks-driver-policy.json").read_text())["Statement"]
     allowed = {a for s in statements for a in s["Action"]}
     assert made <= allowed, made - allowed

@@ -12,8 +12,8 @@ from tests.support import cluster_addons
 from tests.support.cluster_addons import REGION, aws_network
 from tests.support.cluster_addons import emulator_client as _client
 from tests.support.processes import ROOT
-from workers.preflight import (DRIVER_ACTIONS, FAIL, PASS, UNVERIFIED, cluster_preflight, node_admits,
-                               taint_tolerated)
+from workers.preflight import (DRIVER_ACTIONS, FAIL, HEAD_NODES_FIX, PASS, UNVERIFIED, cluster_preflight,
+                               node_admits, taint_tolerated)
 
 @pytest.fixture
 def eks(aws, emulator, db):
@@ -57,6 +57,7 @@ def test_the_defaults_that_break_a_real_cluster_are_three_failures_each_with_its
     """The NVIDIA chart's default affinity and tolerations, no EFA plugin, and node subnets in two zones."""
     cluster = eks(zones=("a", "b"))
     api = _client(emulator)
+    cluster_addons.system_node(api, name="system-1", instance_type="m5.2xlarge", allocatable=cluster_addons.M5_2XLARGE)
     cluster_addons.kuberay(api, version="1.5.1")
     cluster_addons.nvidia_device_plugin(api, documented=False)
     cluster_addons.metrics_server(api)
@@ -74,6 +75,25 @@ def test_the_defaults_that_break_a_real_cluster_are_three_failures_each_with_its
     assert "span 2 Availability Zones" in failed["subnets"].evidence
     assert failed["subnets"].fix.startswith("Keep the subnets of one zone")
     assert lines["allocatable"].status == UNVERIFIED  # no GPU node yet
+
+
+def test_a_cluster_whose_own_nodes_cannot_hold_the_ray_head_fails_with_the_node_group_to_add(eks, emulator):
+    """The head asks for 4 CPU and 16 GiB; an m5.xlarge (4 vCPU, 16 GiB) leaves less allocatable, and a GPU node's
+    taints keep the head off it, however big."""
+    cluster = eks()
+    api = _client(emulator)
+    cluster_addons.system_node(api, name="system-1", instance_type="m5.xlarge", allocatable=cluster_addons.M5_XLARGE)
+    cluster_addons.gpu_node(api, name="gpu-1", instance_type="p5.48xlarge", nodegroup="tandem-d1-prefill")
+
+    head = _by_name(cluster_preflight(cluster))["ray-head"]
+
+    assert head.status == FAIL
+    assert "(4 CPU, 16Gi requested): the largest, system-1, has 3.92 CPU and 14.4 GiB allocatable" in head.evidence
+    assert head.fix.startswith(HEAD_NODES_FIX) and "--instance-types m5.2xlarge" in head.fix
+
+    cluster_addons.system_node(api, name="system-2", instance_type="m5.2xlarge", allocatable=cluster_addons.M5_2XLARGE)
+    head = _by_name(cluster_preflight(cluster))["ray-head"]
+    assert head.status == PASS and head.evidence.startswith("system-2 has 7910m CPU")
 
 
 @pytest.mark.parametrize("version, verdict", [("1.4.2", FAIL), ("1.5.1", PASS), ("1.6.2", PASS)])

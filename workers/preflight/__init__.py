@@ -14,7 +14,8 @@ import logging
 from deployments.models import ClusterCheck
 from deployments.services.cluster_checks import cluster_check_record
 from workers.preflight.aws import DRIVER_ACTIONS, AwsChecks
-from workers.preflight.kubernetes import HELM_EFA, HELM_NVIDIA, METRICS_APISERVICE, KubernetesChecks, kuberay_needed
+from workers.preflight.kubernetes import (HEAD_NODES_FIX, HELM_EFA, HELM_NVIDIA, METRICS_APISERVICE, KubernetesChecks,
+                                         kuberay_needed)
 from workers.preflight.lines import FAIL, PASS, UNVERIFIED, CheckLine, Unreadable
 from workers.preflight.scheduling import node_admits, taint_tolerated
 from workers.targets.base import PermanentError, TransientError
@@ -22,7 +23,7 @@ from workers.targets.eks import EksTarget
 from workers.targets.kubernetes import KubernetesTarget
 
 log = logging.getLogger(__name__)
-__all__ = ["DRIVER_ACTIONS", "FAIL", "HELM_EFA", "HELM_NVIDIA", "METRICS_APISERVICE", "PASS", "UNVERIFIED", "CheckLine",
+__all__ = ["DRIVER_ACTIONS", "FAIL", "HEAD_NODES_FIX", "HELM_EFA", "HELM_NVIDIA", "METRICS_APISERVICE", "PASS", "UNVERIFIED", "CheckLine",
            "Preflight", "cluster_check_run", "cluster_preflight", "kuberay_needed", "node_admits", "taint_tolerated"]
 
 
@@ -36,7 +37,7 @@ class Preflight(KubernetesChecks, AwsChecks):
 
     def run(self) -> list[CheckLine]:
         checks = [self.kuberay_operator, self.kuberay_crd, self.nvidia_device_plugin, self.efa_device_plugin,
-                  self.allocatable, self.metrics_server, self.team_namespaces]
+                  self.allocatable, self.ray_head, self.metrics_server, self.team_namespaces]
         if self.is_eks:
             checks += [self.driver_iam, self.node_role_iam, self.subnets, self.efa_security_group,
                        self.nodegroup_quota]

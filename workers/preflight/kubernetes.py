@@ -7,6 +7,7 @@ from collections.abc import Callable
 import urllib3
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
+from kubernetes.utils.quantity import parse_quantity
 from packaging.version import InvalidVersion, Version
 
 from deployments.catalog import INSTANCE_TYPES, RUNTIMES
@@ -34,6 +35,9 @@ DEVICE_PLUGINS = {
 }
 HELM_NVIDIA = ("helm upgrade --install nvdp nvdp/nvidia-device-plugin --version 0.17.1 -n kube-system "
                "-f deploy/cluster/nvidia-device-plugin-values.yaml")
+HEAD_NODES_FIX = ("aws eks create-nodegroup --cluster-name $CLUSTER_NAME --nodegroup-name system --instance-types "
+                  "m5.2xlarge --scaling-config minSize=2,maxSize=4,desiredSize=2 --subnets $SUBNET_IDS "
+                  "--node-role $SYSTEM_NODE_ROLE_ARN")
 HELM_EFA = ("helm upgrade --install efa eks/aws-efa-k8s-device-plugin -n kube-system "
             "-f deploy/cluster/efa-device-plugin-values.yaml")
 
@@ -218,6 +222,33 @@ class KubernetesChecks:
                              "Make the device plugins run on these nodes (the checks above), and give EFA types a "
                              "launch template with one EFA interface per network card.")
         return CheckLine("allocatable", PASS, "; ".join(seen) + ".")
+
+    def ray_head(self) -> CheckLine:
+        """The Ray head (k8s_templates/rayservice.yaml) runs on the cluster's own nodes, not on Tandem's GPU node
+        groups: one node it tolerates must have its CPU and memory allocatable (a node's allocatable is less than its
+        instance's size: an m5.xlarge's 4 vCPU and 16 GiB leave about 3.9 CPU and 14.5 GiB)."""
+        head = template("rayservice.yaml")["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]
+        wants = head["containers"][0]["resources"]["requests"]
+        found = self._k8s("listing nodes", k8s.CoreV1Api(self.target.api).list_node) or {}
+        sizes = []
+        for n in found.get("items") or []:
+            taints = [t for t in (n.get("spec") or {}).get("taints") or [] if t.get("effect") != "PreferNoSchedule"]
+            if not all(taint_tolerated(t, head.get("tolerations") or []) for t in taints):
+                continue
+            have = (n.get("status") or {}).get("allocatable") or {}
+            cpu, memory = parse_quantity(have.get("cpu", "0")), parse_quantity(have.get("memory", "0"))
+            sizes.append((cpu, memory, n["metadata"]["name"]))
+            if cpu >= parse_quantity(wants["cpu"]) and memory >= parse_quantity(wants["memory"]):
+                return CheckLine("ray-head", PASS, f"{n['metadata']['name']} has {have['cpu']} CPU and "
+                                 f"{have['memory']} allocatable for the Ray head's {wants['cpu']} CPU and "
+                                 f"{wants['memory']}.")
+        biggest = max(sizes, default=None)
+        evidence = (f"the largest, {biggest[2]}, has {float(biggest[0]):g} CPU and {biggest[1] / 2**30:.1f} GiB allocatable"
+                    if biggest else "the cluster has none")
+        return CheckLine("ray-head", FAIL, f"No node without Tandem's GPU taints can hold the Ray head ({wants['cpu']} "
+                         f"CPU, {wants['memory']} requested): {evidence}. Each deployment's head would stay Pending.",
+                         f"{HEAD_NODES_FIX} (8 vCPU and 32 GiB: room for Ray heads beside the control plane; "
+                         "docs/install.md, step 1)")
 
     def metrics_server(self) -> CheckLine:
         svc = self._k8s(f"reading the APIService {METRICS_APISERVICE}",
