@@ -14,9 +14,10 @@ from deployments.models import AccessToken, ApiKey, Cluster, Deployment, Event, 
 from deployments.services.access_tokens import access_token_revoke
 from deployments.services.actions import deployment_delete
 from deployments.services.api_keys import api_key_revoke
-from deployments.services.clusters import cluster_register
+from deployments.services.clusters import cluster_register, cluster_update
 from deployments.secret_refs import secret_ref_errors
-from deployments.services.teams import membership_remove, membership_set, team_create, team_update
+from deployments.services.teams import (is_platform_admin, membership_remove, membership_set, team_create,
+                                        team_update)
 
 
 def _adopt(obj, saved) -> None:
@@ -96,7 +97,7 @@ class TeamAdmin(admin.ModelAdmin):
 
 
 class ClusterForm(forms.ModelForm):
-    """The API's checks of a registration, as form errors (the service refuses the same)."""
+    """The API's checks of a registration or an edit, as form errors (the services refuse the same)."""
 
     class Meta:
         model = Cluster
@@ -109,24 +110,34 @@ class ClusterForm(forms.ModelForm):
 
     def clean(self):
         data = super().clean()
-        if errors := cluster_config_errors(data.get("kind"), data.get("config") or {}):
+        kind = data.get("kind") or self.instance.kind  # an edit shows the kind, read-only
+        if errors := cluster_config_errors(kind, data.get("config") or {}):
             self.add_error("config", errors)
         return data
 
 
 @admin.register(Cluster)
 class ClusterAdmin(admin.ModelAdmin):
-    """Registration goes through `cluster_register`; there is no service to change or remove a target."""
+    """Registration goes through `cluster_register`, an edit of its config or secret reference through
+    `cluster_update` (name and kind stay); there is no service to remove a target."""
 
     form = ClusterForm
     list_display = ["name", "kind", "created_at"]
     fields = ["name", "kind", "config", "secret_ref"]
 
+    def get_readonly_fields(self, request, obj=None):
+        return ["name", "kind"] if obj else []
+
     def save_model(self, request, obj, form, change):
-        _adopt(obj, cluster_register(actor=request.user, **{f: form.cleaned_data[f] for f in self.fields}))
+        if change:
+            cluster_update(actor=request.user, cluster=obj, config=form.cleaned_data["config"],
+                           secret_ref=form.cleaned_data["secret_ref"])
+            obj.refresh_from_db()
+        else:
+            _adopt(obj, cluster_register(actor=request.user, **{f: form.cleaned_data[f] for f in self.fields}))
 
     def has_change_permission(self, request, obj=None):
-        return False
+        return is_platform_admin(request.user) and super().has_change_permission(request, obj)
 
     def has_delete_permission(self, request, obj=None):
         return False

@@ -72,6 +72,7 @@ class EventKind(models.TextChoices):
     SIGN_IN_MAPPING_UNKNOWN_TEAM = "sign_in_mapping_unknown_team", "Sign-in maps to an unknown team"
     BUDGET_WARNING = "budget_warning", "Budget warning"
     CLUSTER_REGISTERED = "cluster_registered", "Cluster registered"
+    CLUSTER_UPDATED = "cluster_updated", "Cluster edited"
     API_KEY_CREATED = "api_key_created", "API key created"
     API_KEY_REVOKED = "api_key_revoked", "API key revoked"
     ACCESS_TOKEN_CREATED = "access_token_created", "Access token created"

@@ -170,6 +170,28 @@ class ClusterSerializer(StrictModelSerializer):
         return attrs
 
 
+class ClusterEditSerializer(serializers.Serializer):
+    """A PATCH of a cluster: `config` replaces the whole config (GET it, change it, send it back); `secret_ref`
+    replaces the reference (blank: none). A cluster's name and kind do not change."""
+
+    config = serializers.JSONField(required=False, help_text="The whole new config (checked as at registration).")
+    secret_ref = StrictCharField(required=False, allow_blank=True)
+
+    def validate_secret_ref(self, value):
+        if problems := secret_ref_errors(value):
+            raise serializers.ValidationError(problems)
+        return value
+
+    def validate(self, attrs):
+        if fixed := sorted({"name", "kind"} & set(self.initial_data)):
+            raise serializers.ValidationError({k: ["A cluster's name and kind do not change; register another "
+                                                   "cluster instead."] for k in fixed})
+        kind = self.context["cluster"].kind
+        if "config" in attrs and (errors := cluster_config_errors(kind, attrs["config"])):
+            raise serializers.ValidationError({"config": errors})
+        return attrs
+
+
 class ClusterCheckLineSerializer(serializers.ModelSerializer):
     """One preflight check: pass, fail or unverified, what was seen, and the fix."""
 

@@ -103,8 +103,8 @@ class MembershipViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins
 
 class ClusterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
                      viewsets.GenericViewSet):
-    """Registered targets. Everyone signed in sees their names and kinds; platform admins see their config and
-    register them."""
+    """Registered targets. Everyone signed in sees their names and kinds; platform admins see their config,
+    register them and edit them."""
 
     serializer_class = s.ClusterSerializer
     queryset = Cluster.objects.all()
@@ -119,6 +119,19 @@ class ClusterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Cr
 
     def perform_create(self, serializer):
         serializer.instance = clusters.cluster_register(actor=self.request.user, **serializer.validated_data)
+
+    @extend_schema(request=s.ClusterEditSerializer, responses=s.ClusterSerializer)
+    def partial_update(self, request, name=None):
+        """Edit a cluster (platform admins): `config` replaces the whole config, `secret_ref` the reference.
+        The preflight runs again; deployments on it keep running and their next reconcile pass uses the new
+        config. Sending what is already there changes nothing and records nothing."""
+        cluster = self.get_object()
+        if not teams.is_platform_admin(request.user):
+            raise NotAllowed("Only platform admins can edit clusters.")
+        edit = s.ClusterEditSerializer(data=request.data, context={"cluster": cluster})
+        edit.is_valid(raise_exception=True)
+        cluster = clusters.cluster_update(actor=request.user, cluster=cluster, **edit.validated_data)
+        return Response(s.ClusterSerializer(cluster, context={"request": request}).data)
 
     @extend_schema(methods=["POST"], request=None, responses={202: s.ClusterCheckSerializer},
                    description="Run the preflight (platform admins): 202 with the run, then GET it until it is no "

@@ -7,11 +7,11 @@ import pytest
 from django.urls import reverse
 
 from deployments.lifecycle import Status
-from deployments.models import Deployment, Event, Membership
+from deployments.models import ClusterCheck, Deployment, Event, Membership
 from deployments.services.access_tokens import access_token_create
 from deployments.services.api_keys import api_key_create
 from deployments.services.events import event_record
-from tests.factories import DeploymentFactory, MembershipFactory, UserFactory
+from tests.factories import ClusterFactory, DeploymentFactory, MembershipFactory, UserFactory
 from tests.support.processes import start_gateway
 from tests.support.revocation import assert_key_refused_within
 
@@ -168,3 +168,21 @@ def test_a_key_revoked_in_admin_is_refused_by_a_running_gateway_within_a_second(
         assert_key_refused_within([gateway.base_url], raw, lambda: run_action(admin_client, "apikey", "revoke", key))
     finally:
         gateway.stop()
+
+
+def test_editing_a_clusters_config_in_admin_goes_through_the_service(admin_client, platform_admin):
+    cluster = ClusterFactory(name="lab", kind="ray", config={"dashboard_url": "http://127.0.0.1:8265"})
+    url = reverse("admin:deployments_cluster_change", args=[cluster.pk])
+
+    bad = admin_client.post(url, {"config": '{"dashboard_url": "not a url"}', "secret_ref": ""})
+    assert bad.status_code == 200 and "dashboard_url" in bad.content.decode()  # the form again, with the error
+    response = admin_client.post(url, {"name": "renamed", "kind": "eks",  # read-only here: ignored
+                                       "config": '{"dashboard_url": "http://127.0.0.1:8266"}', "secret_ref": ""})
+    assert response.status_code == 302, response.content.decode()[:3000]
+
+    cluster.refresh_from_db()
+    assert (cluster.name, cluster.kind, cluster.config) == ("lab", "ray", {"dashboard_url": "http://127.0.0.1:8266"})
+    event = Event.objects.get(kind="cluster_updated")
+    assert (event.actor, event.before["config"], event.after["config"]) == (
+        platform_admin, {"dashboard_url": "http://127.0.0.1:8265"}, {"dashboard_url": "http://127.0.0.1:8266"})
+    assert ClusterCheck.objects.filter(cluster=cluster).count() == 1  # the preflight ran again (a ray cluster: at once)
