@@ -15,6 +15,8 @@ from deployments.catalog import INSTANCE_TYPES
 from deployments.lifecycle import Status
 from deployments.manifests import EFA_HUGEPAGES
 from deployments.models import Cluster, Deployment
+from deployments.services.actions import deployment_retry
+from deployments.services.clusters import cluster_update
 from tests.factories import MODEL_SOURCES, ClusterFactory, DeploymentFactory, TeamFactory
 from tests.support.moto_server import eks_cluster_create
 from tests.workers.conftest import gpu_spec
@@ -124,6 +126,21 @@ def test_subnets_in_two_zones_fail_the_deployment_before_anything_is_created(aws
     assert d.status_reason.startswith("The cluster's subnet_ids span us-west-2a, us-west-2b: EFA does not cross")
     assert _eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"] == []
     assert "ec2:CreateLaunchTemplate" not in aws.operations
+
+
+def test_after_the_cluster_is_edited_to_one_zone_a_retry_provisions_there(aws, emulator, platform_admin):
+    """The fix the preflight names (keep one zone's subnets), applied with cluster_update: the driver reads the
+    cluster's config on every pass, so the retried deployment's node groups land in the zone that was kept."""
+    cluster, made = _cluster(aws, emulator, zones=("a", "b"))
+    d = _passed(_deployment(cluster))
+    assert d.status == "failed"
+
+    kept = made["subnet_ids"][1:]  # zone b's
+    cluster_update(actor=platform_admin, cluster=cluster, config={**cluster.config, "subnet_ids": kept})
+    deployment_retry(actor=platform_admin, deployment=d)
+    _passed(d)
+    assert _group(aws, f"tandem-d{d.pk}-prefill")["subnets"] == kept
+    assert _group(aws, f"tandem-d{d.pk}-decode")["subnets"] == kept
 
 
 def test_a_public_subnet_is_refused(aws, emulator, db):
