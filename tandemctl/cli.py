@@ -1,6 +1,7 @@
 """tandemctl's commands. Each is a few API calls (tandemctl.client.OPERATIONS) and an exit code
 (tandemctl.errors) a pipeline can branch on."""
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -329,6 +330,37 @@ def cmd_doctor(api: Client, args) -> int:
     return errors.FAILED if run["status"] in ("failed", "error") else errors.OK
 
 
+def _setting(text: str) -> tuple[str, object]:
+    """KEY=VALUE, the value as JSON where it is JSON (a list, a number, an object), else as the text itself."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key:
+        raise CliError(f"Give each setting as KEY=VALUE, e.g. 'subnet_ids=[\"subnet-0abc...\"]'; got {text!r}.",
+                       errors.USAGE)
+    try:
+        return key, json.loads(raw)
+    except ValueError:
+        return key, raw
+
+
+def cmd_cluster_set(api: Client, args) -> int:
+    """Change settings of a registered cluster's config (platform admins): the rest of its config stays. The
+    server checks the result as at registration and runs the cluster's checks again."""
+    changes = dict(_setting(s) for s in args.settings)
+    cluster = api.call("clusters.read", name=args.cluster)
+    config = {k: v for k, v in {**(cluster.get("config") or {}), **changes}.items() if k not in args.unset}
+    body = {"config": config} if "config" in cluster else {}  # a member sees no config; the PATCH answers 403
+    if args.secret_ref is not None:
+        body["secret_ref"] = args.secret_ref
+    updated = api.call("clusters.update", name=args.cluster, body=body)
+    if args.output != "table":
+        emit(updated, args.output)
+    elif updated.get("config") == cluster.get("config") and args.secret_ref is None:
+        note(f"cluster {args.cluster}: nothing changed")
+    else:
+        note(f"cluster {args.cluster} updated; its checks run again: tandemctl doctor {args.cluster}")
+    return errors.OK
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tandemctl", description="Drive Tandem from a terminal or a pipeline.",
                                 epilog="Exit codes: 0 done, 1 failed, 2 usage, 3 auth, 4 invalid, 5 waiting for "
@@ -384,6 +416,16 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("cluster", help="the registered cluster's name")
     c.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the checks (default 300)")
     c.add_argument("--interval", type=float, default=1.0, help=argparse.SUPPRESS)
+
+    clusters = sub.add_parser("cluster", help="registered clusters (platform admins)").add_subparsers(
+        dest="cluster_command", required=True)
+    c = clusters.add_parser("set", help="change settings of a cluster's config (KEY=VALUE, the value as JSON where "
+                            "it is JSON); the rest stays, and its checks run again", parents=[common])
+    c.set_defaults(func=cmd_cluster_set)
+    c.add_argument("cluster", help="the registered cluster's name")
+    c.add_argument("settings", nargs="*", metavar="KEY=VALUE")
+    c.add_argument("--unset", action="append", default=[], metavar="KEY", help="remove a setting (repeatable)")
+    c.add_argument("--secret-ref", help="a new secret reference (env:... or file:...); empty for none")
 
     keys = sub.add_parser("keys", help="API keys for the OpenAI-compatible gateway").add_subparsers(
         dest="keys_command", required=True)

@@ -22,6 +22,8 @@ OPERATIONS = {
     "keys.create": ("post", "/api/v1/api-keys/"),
     "keys.revoke": ("delete", "/api/v1/api-keys/{id}/"),
     "plans.create": ("post", "/api/v1/plans/"),
+    "clusters.read": ("get", "/api/v1/clusters/{name}/"),
+    "clusters.update": ("patch", "/api/v1/clusters/{name}/"),
     "clusters.check": ("post", "/api/v1/clusters/{name}/check/"),
     "clusters.check_read": ("get", "/api/v1/clusters/{name}/check/"),
 }

@@ -1,11 +1,13 @@
 """`tandemctl doctor` as a platform admin runs it: a subprocess against the real web process, a real Celery worker
 running the preflight against an emulated EKS cluster (the Kubernetes API emulator holding the add-ons as a real
 cluster holds them, tests/support/cluster_addons.py; moto's EC2, EKS, IAM and STS through real boto3)."""
+import json
+
 import httpx
 import pytest
 from kubernetes import client as k8s
 
-from deployments.models import AccessToken, ClusterCheck
+from deployments.models import AccessToken, Cluster, ClusterCheck
 from deployments.services.credentials import credential_mint
 from tandemctl import errors
 from tests.factories import TeamFactory, UserFactory
@@ -77,10 +79,14 @@ def test_doctor_prints_three_failures_with_their_fixes_then_all_pass_once_instal
     cluster_addons.efa_device_plugin(api, ready=1)
     cluster_addons.gpu_node(api, name="ip-10-0-1-17.us-west-2.compute.internal", instance_type="p5.48xlarge",
                             nodegroup="tandem-d1-prefill")
-    _register(stack, "eks-one-zone", stack["subnets"][:1])
-    run = tandemctl("doctor", "eks-one-zone", **cli, check_rc=errors.OK)
+    # ... and the subnets fix applied to the cluster that was registered (the rest of its config stays).
+    kept = stack["subnets"][:1]
+    run = tandemctl("cluster", "set", "eks-prod", f"subnet_ids={json.dumps(kept)}", **cli, check_rc=errors.OK)
+    assert "cluster eks-prod updated" in run.stderr
+    assert Cluster.objects.get(name="eks-prod").config["subnet_ids"] == kept
+    run = tandemctl("doctor", "eks-prod", **cli, check_rc=errors.OK)
     assert not [line for line in run.stdout.splitlines() if line.startswith("FAIL")], run.stdout
-    assert "eks-one-zone: 13 of 13 checks did not fail." in run.stdout
+    assert "eks-prod: 13 of 13 checks did not fail." in run.stdout
     # moto cannot simulate IAM policies: the two IAM lines say so rather than pass.
     assert sorted(line.split(":")[0] for line in run.stdout.splitlines() if line.startswith("????")) == \
         ["????  driver-iam", "????  node-role-iam"]
@@ -93,3 +99,7 @@ def test_only_platform_admins_run_the_checks(stack, tmp_path):
     _register(stack, "eks-prod", stack["subnets"][:1])
     run = tandemctl("doctor", "eks-prod", token=token, server=stack["server"], home=tmp_path, check_rc=errors.AUTH)
     assert "Only platform admins can check clusters." in run.stderr
+    run = tandemctl("cluster", "set", "eks-prod", 'subnet_ids=["subnet-0aaa1111bbbb22223"]', token=token,
+                    server=stack["server"], home=tmp_path, check_rc=errors.AUTH)
+    assert "Only platform admins can edit clusters." in run.stderr
+    assert Cluster.objects.get(name="eks-prod").config["subnet_ids"] == stack["subnets"][:1]
