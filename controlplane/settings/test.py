@@ -8,7 +8,7 @@ os.environ.setdefault("TANDEM_CLUSTER_SECRETS_DIR", tempfile.gettempdir())
 # The suite flushes its Redis database: by default one of its own, never db 0 (see tests/conftest.py's guard).
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
 # Under pytest-xdist each worker (gw0, gw1, ...) takes a database number below the suite's own (14, 13, ...; 15 stays
-# the plain run's, the PD stage's), as pytest-django gives each its own PostgreSQL database
+# the plain run's: the PD run `./tandem test` starts beside them), as pytest-django gives each its own PostgreSQL database
 # (test_<name>_gw0, ...); processes a test starts inherit it.
 if os.environ.get("PYTEST_XDIST_WORKER", "").startswith("gw") and "TANDEM_TEST_REDIS_BASE" not in os.environ:
     from controlplane.devservices import redis_url_with_db, redis_db
