@@ -6,6 +6,7 @@ from django.urls import reverse
 
 from deployments.lifecycle import Status
 from deployments.services.cluster_checks import cluster_check_record, cluster_check_request
+from tests.deployments.services.test_cluster_checks import PASSED, SUBNETS_FAILED
 from tests.factories import DeploymentFactory
 
 pytestmark = pytest.mark.django_db
@@ -64,13 +65,8 @@ def test_requester_cannot_approve_own_request_as_admin(signed_in, team_admin, te
     assert d.status == Status.PENDING_APPROVAL and "another admin of the team must approve" in response.content.decode()
 
 
-# What an approver sees of a cluster whose preflight fails (recorded through the service the worker uses).
-SUBNETS_FAILED = {"name": "subnets", "status": "fail",
-                  "evidence": "The node subnets span 2 Availability Zones (us-west-2a: subnet-0a1b2c3d4e5f60718; "
-                              "us-west-2b: subnet-0f1e2d3c4b5a69788)",
-                  "fix": 'Keep the subnets of one zone, e.g. us-west-2a: subnet_ids ["subnet-0a1b2c3d4e5f60718"].'}
-PASSED = {"name": "metrics-server", "status": "pass", "evidence": "APIService v1beta1.metrics.k8s.io is available.",
-          "fix": ""}
+# What an approver sees of a cluster whose preflight fails (recorded through the service the worker uses), with
+# the check lines of the preflight's own record tests (PASSED, SUBNETS_FAILED).
 
 
 def test_the_approver_sees_the_clusters_failed_checks_redacted_and_the_platform_admin_in_full(
