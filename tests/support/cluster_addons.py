@@ -168,8 +168,9 @@ def system_node(api: k8s.ApiClient, *, name: str, instance_type: str, allocatabl
     core.patch_node_status(name, {"status": {"allocatable": allocatable, "capacity": allocatable}})
 
 
-# About what EKS's kubelet leaves allocatable on these types once its kube-reserved CPU and memory and the eviction
-# threshold are taken (worked out from the EKS AMI's reservation formulas, not read off a real node).
+# Roughly what EKS's kubelet leaves allocatable on these types once its kube-reserved CPU and memory and the eviction
+# threshold are taken: the CPU as the EKS AMI's formula gives it (tests/support/scheduler.py::_kubelet_allocatable),
+# the memory a little under it; not read off a real node.
 M5_XLARGE = {"cpu": "3920m", "memory": "15136204Ki", "pods": "58"}
 M5_2XLARGE = {"cpu": "7910m", "memory": "31522380Ki", "pods": "58"}
 
