@@ -34,6 +34,7 @@ class EventKind(models.TextChoices):
     WOKEN = "woken", "Woken by a request"
     WAKE_REFUSED = "wake_refused", "Wake refused"
     RECOMMENDATION_AUTO_APPLIED = "recommendation_auto_applied", "Recommendation applied by Tandem"
+    RECOMMENDATION_NOT_APPLIED = "recommendation_not_applied", "Recommendation not applied by Tandem"
     CONFORMANCE_PASSED = "conformance_passed", "Conformance passed"
     CONFORMANCE_WARNING = "conformance_warning", "Conformance warning"
     CONFORMANCE_REQUEUED = "conformance_requeued", "Conformance run started again"

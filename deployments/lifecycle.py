@@ -32,7 +32,8 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     # running → provisioning: the app vanished out-of-band and the reconciler re-deploys it.
     S.RUNNING: frozenset({S.UPDATING, S.PROVISIONING, S.FAILED, S.DELETING, S.PAUSING}),
     S.UPDATING: frozenset({S.RUNNING, S.FAILED, S.DELETING, S.PAUSING}),
-    # failed → approved is a retry: the reconciler starts again from what exists.
+    # failed → approved is a retry: the reconciler starts again from what exists (failed → deleting, when it failed
+    # on its way out: see DELETION).
     S.FAILED: frozenset({S.APPROVED, S.DELETING, S.PAUSING}),
     # Pausing tears the serving part down (deployments.services.pause); paused → provisioning is a resume, which
     # reconciles back to running as a new deployment does.
@@ -79,7 +80,16 @@ STARTING = frozenset({S.APPROVED, S.PROVISIONING})
 # A spec change is accepted: a pending request is edited, a running or failed one is updated.
 EDITABLE = frozenset({S.PENDING_APPROVAL, S.RUNNING, S.FAILED})
 UPDATABLE = EDITABLE - {S.PENDING_APPROVAL}
+# Once its deletion was asked for (`Deployment.delete_requested_at`), a deployment only goes on out: a deletion that
+# failed is retried as a deletion, never back to provisioning, an update or a pause (and a resume over the quota).
+DELETION = frozenset({S.DELETING, S.DELETED, S.FAILED})
 
 
-def can_transition(current: str, new: str) -> bool:
-    return new in TRANSITIONS[current]
+def can_transition(current: str, new: str, *, delete_requested: bool = False) -> bool:
+    return new in TRANSITIONS[current] and (not delete_requested or new in DELETION)
+
+
+def retry_status(*, delete_requested: bool) -> str:
+    """Where a retry of a failed deployment goes: back to deleting when it failed on its way out, else to approved
+    (the reconciler starts again from what exists)."""
+    return S.DELETING if delete_requested else S.APPROVED

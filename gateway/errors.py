@@ -83,6 +83,14 @@ def deployment_paused(model: str, deployment_id: int, *, waking_in: int | None) 
                         type="service_unavailable", code="deployment_paused")
 
 
+def deployment_over_budget(model: str, deployment_id: int) -> GatewayError:
+    """A paused deployment that would wake on request, of a team past its monthly budget: not woken."""
+    return GatewayError(503, f"The deployment serving `{model}` is paused, and its team has spent its monthly budget: "
+                             "a request does not wake it. A platform admin can resume it in the portal or with "
+                             f"POST /api/v1/deployments/{deployment_id}/resume/.",
+                        type="service_unavailable", code="deployment_over_budget")
+
+
 def gateway_timeout(seconds: float) -> GatewayError:
     return GatewayError(504, f"The deployment did not answer within {seconds:g}s.", type="timeout",
                         code="upstream_timeout")

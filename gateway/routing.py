@@ -7,7 +7,7 @@ from yarl import URL
 from deployments.lifecycle import SERVING, Status
 from deployments.secret_refs import SecretRefError, secret_resolve
 from gateway.cache import MISSING, AsyncCache
-from gateway.errors import deployment_paused, forbidden, model_not_found, unavailable
+from gateway.errors import deployment_over_budget, deployment_paused, forbidden, model_not_found, unavailable
 
 log = logging.getLogger(__name__)
 
@@ -107,9 +107,11 @@ class Router:
         if not key.allows(route.deployment_id):
             raise forbidden(model)
         if route.status == Status.PAUSED:
-            waking_in = None
-            if route.wake_on_request and self.waker is not None:
-                waking_in = await self.waker.wake(route.deployment_id, ready_in=route.ready_estimate)
+            if not route.wake_on_request or self.waker is None:
+                raise deployment_paused(model, route.deployment_id, waking_in=None)
+            waking_in = await self.waker.wake(route.deployment_id, team_id=key.team_id, ready_in=route.ready_estimate)
+            if waking_in is None:
+                raise deployment_over_budget(model, route.deployment_id)
             raise deployment_paused(model, route.deployment_id, waking_in=waking_in)
         if not route.serving:
             raise unavailable(route.problem or f"The deployment serving `{model}` is {route.status.replace('_', ' ')}"

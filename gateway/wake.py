@@ -4,6 +4,11 @@ The claim is a Redis key shared by every replica (SET NX): the replica that sets
 (as deployments.services.status sends the reconcile task); the others, and later requests, only answer with the
 time left. The claim outlives the route cache's staleness, so a replica that still sees the deployment paused does
 not wake it twice; the worker's resume is itself a no-op unless the deployment is paused.
+
+A team past its monthly budget (the budget service's flag, deployments.budget_flag) needs a platform admin to
+resume: the request is told so, and the wake is still sent, once per OVER_BUDGET_CLAIM_SECONDS, so that the
+worker refuses it by the budget rule itself and records why (`wake_refused`) without a client that keeps retrying
+filling the audit trail.
 """
 import asyncio
 import logging
@@ -12,10 +17,13 @@ import time
 from kombu.exceptions import OperationalError
 from redis.exceptions import RedisError
 
+from deployments.budget_flag import OVER_BUDGET_KEY
+
 log = logging.getLogger(__name__)
 
 WAKE_TASK = "workers.tasks.wake_deployment"
 CLAIM_SECONDS = 60
+OVER_BUDGET_CLAIM_SECONDS = 600  # the budget check's beat interval: a refusal is recorded once per check
 DEFAULT_READY_SECONDS = 300  # deployments.cost's default, for a deployment paused before estimates were kept
 
 
@@ -32,11 +40,16 @@ class Waker:
         self._redis = redis
         self._send = send
 
-    async def wake(self, deployment_id: int, *, ready_in: int | None) -> int:
+    async def wake(self, deployment_id: int, *, team_id: int, ready_in: int | None) -> int | None:
+        """Seconds until it should serve; None: its team is over budget, so it is not woken."""
         ready_in = max(1, ready_in or DEFAULT_READY_SECONDS)
         key = f"tandem:wake:{deployment_id}"
         now = int(time.time())
         try:
+            if await self._redis.exists(OVER_BUDGET_KEY.format(team_id)):
+                if await self._redis.set(f"{key}:over-budget", 1, nx=True, ex=OVER_BUDGET_CLAIM_SECONDS):
+                    await asyncio.to_thread(self._send, deployment_id)
+                return None
             if await self._redis.set(key, now + ready_in, nx=True, ex=CLAIM_SECONDS):
                 await asyncio.to_thread(self._send, deployment_id)
                 log.info("deployment %s: woken by a request", deployment_id)

@@ -49,6 +49,9 @@ class Deployment(models.Model):
     # An observation, unlike `status`: after a Ray cluster restarts empty, the row says `running` until a pass
     # looks, and whoever waits for "running on this cluster" waits for a sighting after the cluster started.
     serving_seen_at = models.DateTimeField(null=True, blank=True)
+    # When its deletion was first asked for (written by the status writer as it moves to deleting): from then on
+    # it only goes on out (deployments.lifecycle.DELETION), and a retry of a failed deletion deletes again.
+    delete_requested_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]  # newest first; the id breaks ties, so pages never overlap

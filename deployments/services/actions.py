@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from deployments.errors import ActionError, Conflict, NotAllowed, StatusMoved
 from deployments.event_kinds import EventKind, status_kind
-from deployments.lifecycle import UNSETTLED, UPDATABLE, Status, can_transition
+from deployments.lifecycle import UNSETTLED, UPDATABLE, Status, can_transition, retry_status
 from deployments.model_sources import source_roots_of
 from deployments.models import Cluster, Deployment, Membership, Team
 from deployments.quota_rules import quota_gpus
@@ -209,13 +209,16 @@ def deployment_withdraw(*, actor, deployment: Deployment) -> Deployment:
 
 @transaction.atomic
 def deployment_retry(*, actor, deployment: Deployment) -> Deployment:
-    """Start a failed deployment's reconcile again from what exists."""
+    """Start a failed deployment's reconcile again from what exists; one that failed while being deleted is
+    deleted again."""
     d = _locked(deployment)
     _require_editor(actor=actor, deployment=d)
     if d.status != Status.FAILED:
         raise Conflict(f"Only a failed deployment can be retried; this one is {d.status}.")
-    return deployment_transition(deployment=d, to=Status.APPROVED, actor=actor, reason="Retry requested.",
-                                 event_kind=EventKind.RETRIED)
+    to = retry_status(delete_requested=d.delete_requested_at is not None)
+    return deployment_transition(deployment=d, to=to, actor=actor, event_kind=EventKind.RETRIED,
+                                 reason="Retry of the deletion requested." if to == Status.DELETING
+                                 else "Retry requested.")
 
 
 @transaction.atomic
@@ -245,9 +248,24 @@ def deployment_update(*, actor, deployment: Deployment, spec: dict | None = None
     new_spec = typed.to_dict()
     if new_spec == d.spec:
         return d
-    if needs := changes_needing_approval(d.spec_typed, typed):
-        return _update_propose(actor=actor, d=d, typed=typed, fields=needs)
-    return _update_apply(actor=actor, d=d, new_spec=new_spec)
+    needs = changes_needing_approval(d.spec_typed, typed)
+    if not needs:  # applied at once, it drops what waits for approval: only its own proposer may do that
+        _require_no_other_proposal(actor=actor, d=d)
+        return _update_apply(actor=actor, d=d, new_spec=new_spec)
+    return _update_propose(actor=actor, d=d, typed=typed, fields=needs)
+
+
+def _require_no_other_proposal(*, actor, d: Deployment) -> None:
+    """Someone else's proposed update waits for approval: a change applied at once would discard it unseen. Its
+    proposer may replace their own; anyone else (Tandem too: `actor=None`) waits until it is decided or
+    withdrawn."""
+    proposer = d.proposed_by or d.requested_by  # as `_authors` reads it
+    if not _proposal_waits(d) or (actor is not None and proposer.pk == actor.pk):
+        return
+    who = proposer.get_username()
+    raise Conflict(f"{who}'s proposed update of this deployment waits for approval, and applying this change would "
+                   f"discard it. Ask an admin of team {d.team.slug} to approve or reject it (or {who} to withdraw "
+                   "it), then apply your change.")
 
 
 def _update_apply(*, actor, d: Deployment, new_spec: dict, message: str = "") -> Deployment:
@@ -275,6 +293,7 @@ def deployment_update_by_tandem(*, deployment: Deployment, spec: DeploymentSpec,
         raise NotAllowed(f"Changes {', '.join(needs)}: beyond what was approved, so only a person may ask for it.")
     if typed.to_dict() == d.spec:
         return d
+    _require_no_other_proposal(actor=None, d=d)
     return _update_apply(actor=None, d=d, new_spec=typed.to_dict(), message=reason)
 
 
@@ -323,12 +342,17 @@ def deployment_transition(*, deployment: Deployment, to: str, actor=None, reason
             reason = internal_redact(reason, cluster=d.cluster)
         if d.status == to and d.status_reason == reason:
             return d
-        if d.status != to and not can_transition(d.status, to):
-            raise Conflict(f"A deployment cannot go from {d.status} to {to}.")
+        delete_requested = d.delete_requested_at is not None
+        if d.status != to and not can_transition(d.status, to, delete_requested=delete_requested):
+            raise Conflict(f"A deployment cannot go from {d.status} to {to}"
+                           + ("; its deletion was requested, so it can only be deleted (a retry deletes it again)."
+                              if delete_requested else "."))
         before = {"status": d.status, "reason": d.status_reason}
         d.status, d.status_reason = to, reason
         d.status_changed_at = timezone.now()
-        d.save(update_fields=["status", "status_reason", "status_changed_at", "updated_at"])
+        if to == Status.DELETING and not delete_requested:
+            d.delete_requested_at = d.status_changed_at
+        d.save(update_fields=["status", "status_reason", "status_changed_at", "delete_requested_at", "updated_at"])
         event_record(kind=event_kind or status_kind(to), deployment=d, actor=actor, message=reason,
                      before=before, after={"status": to, "reason": reason})
         if to in UNSETTLED:

@@ -1,7 +1,9 @@
 """Monthly budgets: where a team stands, the 80% warning to its admins, and the rule for decisions past 100%.
 
 Nothing running is ever stopped by a budget. Past 100%, a request or an update that raises the hourly cost
-needs a platform admin's approval (deployments.services.actions asks `budget_require_approver`).
+needs a platform admin's approval (deployments.services.actions asks `budget_require_approver`), and so does a
+resume (deployments.services.pause): a wake on request is refused. The gateway learns which teams are past 100%
+from a Redis flag each budget check sets or clears (deployments.budget_flag).
 """
 import datetime as dt
 from dataclasses import dataclass
@@ -9,6 +11,8 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.utils import timezone
 
+from controlplane.redis_client import redis_client
+from deployments.budget_flag import OVER_BUDGET_KEY
 from deployments.cost import spec_hourly_usd
 from deployments.errors import NotAllowed
 from deployments.event_kinds import EventKind
@@ -56,9 +60,10 @@ def budget_state(*, team: Team, now: dt.datetime | None = None) -> BudgetState:
     return BudgetState(budget_usd=team.monthly_budget_usd, spent_usd=team_month_to_date_usd(team=team, now=now))
 
 
-def budget_require_approver(*, actor, deployment: Deployment, new_spec: dict, old_spec: dict | None) -> None:
+def budget_require_approver(*, actor, deployment: Deployment, new_spec: dict, old_spec: dict | None,
+                            action: str = "approve it") -> None:
     """Past 100% of the budget, only a platform admin approves what raises the hourly cost (`old_spec` None: a
-    new request, from nothing)."""
+    new request, or a resume, from nothing; `actor=None`, Tandem, is no platform admin)."""
     if is_platform_admin(actor):
         return
     prices = cluster_prices(deployment.cluster)
@@ -68,18 +73,29 @@ def budget_require_approver(*, actor, deployment: Deployment, new_spec: dict, ol
     state = budget_state(team=deployment.team)
     if state.over:
         raise NotAllowed(f"{state.words(deployment.team)} This raises the hourly cost by ${raise_usd:,.2f}; past the "
-                         "budget, a platform admin has to approve it. Nothing running is stopped.")
+                         f"budget, a platform admin has to {action}. Nothing running is stopped.")
 
 
 def budgets_check(*, now: dt.datetime) -> list[str]:
-    """Warn each team's admins once a month when its spend reaches 80% of its budget; returns the teams warned."""
+    """Each beat: set or clear each team's over-budget flag, and warn its admins once a month when its spend
+    reaches 80% of its budget; returns the teams warned."""
     month = now.astimezone(dt.UTC).strftime("%Y-%m")
     warned = []
-    for team in Team.objects.filter(monthly_budget_usd__isnull=False).exclude(budget_warned_month=month):
+    for team in Team.objects.filter(monthly_budget_usd__isnull=False):
         state = budget_state(team=team, now=now)
-        if state.warn and _warn(team=team, month=month, state=state):
+        budget_flag_set(team=team, state=state)
+        if state.warn and team.budget_warned_month != month and _warn(team=team, month=month, state=state):
             warned.append(team.slug)
     return warned
+
+
+def budget_flag_set(*, team: Team, state: BudgetState) -> None:
+    """Tell every gateway replica whether the team is over its budget (`state.over`, the one rule): while the flag
+    is set, a request to a paused deployment of the team is answered that it will not wake it."""
+    if state.over:
+        redis_client().set(OVER_BUDGET_KEY.format(team.pk), 1)
+    else:
+        redis_client().delete(OVER_BUDGET_KEY.format(team.pk))
 
 
 @transaction.atomic

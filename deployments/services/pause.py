@@ -3,19 +3,21 @@
 A pause tears the serving part down on the target (the reconciler's `pausing` step) while the deployment, its
 spec, keys, history and endpoint name stay; a paused deployment holds no quota. A resume checks the quota again
 and reconciles back to running; the gateway lets users in only after the conformance suite has checked it, as
-for a new deployment. Neither needs an approver: the spec does not change.
+for a new deployment. Neither needs an approver (the spec does not change), except that a team past its monthly
+budget needs a platform admin to resume (deployments.services.budgets), so a wake on request is refused then.
 """
 import datetime as dt
 from collections.abc import Callable
 
 from django.db import transaction
 
-from deployments.errors import Conflict, QuotaExceeded
+from deployments.errors import Conflict, NotAllowed, QuotaExceeded
 from deployments.event_kinds import EventKind
 from deployments.lifecycle import PAUSABLE, PAUSED_OR_PAUSING, Status
 from deployments.models import Deployment, Team
 from deployments.quota_rules import quota_gpus
 from deployments.services.actions import _locked, _recheck, _require_editor, deployment_transition
+from deployments.services.budgets import budget_require_approver
 from deployments.services.events import event_record
 from deployments.services.quota import quota_check
 
@@ -43,7 +45,8 @@ def deployment_pause(*, actor, deployment: Deployment, reason: str = "",
 @transaction.atomic
 def deployment_resume(*, actor, deployment: Deployment, event_kind: EventKind = EventKind.RESUMED,
                       reason: str = "Resume requested.") -> Deployment:
-    """Bring a paused deployment back: the quota is checked again, then it provisions and runs as before.
+    """Bring a paused deployment back: the quota and the budget are checked again (past the budget, only a
+    platform admin resumes: it restarts spending), then it provisions and runs as before.
 
     The generation moves on (as `kubectl rollout restart` does) so that the conformance suite checks this
     rollout before users get it."""
@@ -53,6 +56,7 @@ def deployment_resume(*, actor, deployment: Deployment, event_kind: EventKind = 
         _require_editor(actor=actor, deployment=d)
     if d.status != Status.PAUSED:
         raise Conflict(f"Only a paused deployment can be resumed; this one is {d.status}.")
+    budget_require_approver(actor=actor, deployment=d, new_spec=d.spec, old_spec=None, action="resume it")
     typed = _recheck(d.spec, d.cluster, d.team)
     quota_check(team=team, gpus=quota_gpus(typed, target_kind=d.cluster.kind), exclude_id=d.pk)
     d.generation += 1
@@ -63,14 +67,15 @@ def deployment_resume(*, actor, deployment: Deployment, event_kind: EventKind = 
 
 def deployment_wake(*, deployment_id: int) -> Deployment | None:
     """A request through the gateway reached a paused deployment that allows it: resume it (once; a deployment
-    already on its way back is left alone). A quota that no longer fits is recorded, not raised."""
+    already on its way back is left alone). A quota that no longer fits, or a team past its budget, is
+    recorded, not raised."""
     d = Deployment.objects.select_related("team", "cluster").filter(pk=deployment_id).first()
     if d is None or d.status != Status.PAUSED or not d.spec_typed.pause.wake_on_request:
         return None
     try:
         return deployment_resume(actor=None, deployment=d, event_kind=EventKind.WOKEN,
                                  reason="A request through the gateway woke it.")
-    except (QuotaExceeded, Conflict) as e:
+    except (QuotaExceeded, Conflict, NotAllowed) as e:
         event_record(kind=EventKind.WAKE_REFUSED, deployment=d, message=f"A request could not wake it: {e}")
         return None
 

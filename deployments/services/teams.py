@@ -77,6 +77,10 @@ def team_update(*, actor, team: Team, **changes) -> Team:
         setattr(team, k, v)
     team.save(update_fields=list(changes))
     event_record(kind=EventKind.TEAM_UPDATED, team=team, actor=actor, before=before, after=changes)
+    if "monthly_budget_usd" in changes:  # the gateway's over-budget flag follows at once, not at the next check
+        from deployments.services.budgets import budget_flag_set, budget_state  # budgets imports this module
+
+        transaction.on_commit(lambda: budget_flag_set(team=team, state=budget_state(team=team)))
     return team
 
 

@@ -5,8 +5,10 @@ from dataclasses import dataclass, replace
 
 from django.db import transaction
 from django.db.models import Sum
+from redis.exceptions import RedisError
 
-from deployments.errors import Conflict
+from controlplane.redis_client import redis_client
+from deployments.errors import ActionError, Conflict
 from deployments.event_kinds import EventKind
 from deployments.lifecycle import Status
 from deployments.model_sources import source_roots_of
@@ -25,6 +27,9 @@ from observability.rollups import WINDOWS
 from observability.snapshot import Increase
 
 AUTO_WINDOW = "1h"  # what Tandem judges by when it applies recommendations itself
+# Set once Tandem has said why it left a recommendation alone (deployment, recommendation, proposed spec's hash).
+NOT_APPLIED_KEY = "tandem:advice:not-applied:{}:{}:{}"
+NOT_APPLIED_SECONDS = 7 * 24 * 3600
 
 
 @dataclass(frozen=True)
@@ -121,9 +126,27 @@ def recommendations_auto_apply(*, deployment_id: int, now: dt.datetime) -> str |
                 if x.recommendation is not None and not x.recommendation.needs_approval), None)
     if rec is None:
         return None
-    with transaction.atomic():
-        d = deployment_update_by_tandem(deployment=d, spec=rec.spec,
-                                        reason=f"Applied the advisor's recommendation: {rec.summary}.")
-        event_record(kind=EventKind.RECOMMENDATION_AUTO_APPLIED, deployment=d, message=rec.summary,
-                     after={"recommendation": rec.to_json(), "window": AUTO_WINDOW})
+    try:
+        with transaction.atomic():
+            d = deployment_update_by_tandem(deployment=d, spec=rec.spec,
+                                            reason=f"Applied the advisor's recommendation: {rec.summary}.")
+            event_record(kind=EventKind.RECOMMENDATION_AUTO_APPLIED, deployment=d, message=rec.summary,
+                         after={"recommendation": rec.to_json(), "window": AUTO_WINDOW})
+    except ActionError as e:  # someone's proposed update waits, or the deployment moved on since it was read
+        _not_applied(deployment=d, rec=rec, why=e.message)
+        return None
     return rec.summary
+
+
+def _not_applied(*, deployment: Deployment, rec: Recommendation, why: str) -> None:
+    """Say why Tandem left a recommendation alone, once per recommendation and proposed update (the beat asks
+    again every few minutes while, say, a proposal waits for days); a Redis that cannot say records it again."""
+    key = NOT_APPLIED_KEY.format(deployment.pk, rec.id, deployment.proposed_spec_hash)
+    try:
+        if not redis_client(timeout=2).set(key, 1, nx=True, ex=NOT_APPLIED_SECONDS):
+            return
+    except RedisError:
+        pass
+    event_record(kind=EventKind.RECOMMENDATION_NOT_APPLIED, deployment=deployment,
+                 message=f"Not applied: {rec.summary}. {why}",
+                 after={"recommendation": rec.to_json(), "window": AUTO_WINDOW})
