@@ -407,7 +407,7 @@ def parser() -> argparse.ArgumentParser:
         c.add_argument("--comment", default="")
     command("delete", cmd_delete, "tear a deployment down (a pending request is withdrawn)")
     command("pause", cmd_pause, "free a deployment's serving part and quota (also while it provisions); keys, name and history stay")
-    command("resume", cmd_resume, "bring a paused deployment back (no approval: the spec is unchanged)")
+    command("resume", cmd_resume, "bring a paused deployment back (no approval, but past the team's budget only a platform admin may)")
     c = command("events", cmd_events, "a deployment's audit trail, oldest first", aliases=("logs",))
     c.add_argument("--limit", type=int, default=50)
 

@@ -275,7 +275,8 @@ class DeploymentViewSet(viewsets.ReadOnlyModelViewSet):
     @extend_schema(request=None, responses={202: s.DeploymentSerializer})
     @action(detail=True, methods=["post"])
     def resume(self, request, pk=None):
-        """Bring a paused deployment back (quota checked again; no approval: the spec is unchanged)."""
+        """Bring a paused deployment back (quota checked again; no approval, the spec being unchanged, except that
+        past the team's monthly budget only a platform admin resumes: 403 for anyone else)."""
         return self._respond(pause.deployment_resume(actor=request.user, deployment=self.get_object()),
                              status.HTTP_202_ACCEPTED)
 

@@ -1,10 +1,15 @@
 """A paused deployment through the real gateway: an OpenAI-shaped 503 that says how to resume it, and, where the
-spec allows it, one wake for however many requests arrive, with a Retry-After from its own history."""
+spec allows it, one wake for however many requests arrive, with a Retry-After from its own history; none for a team
+past its monthly budget."""
+import datetime as dt
+
 import openai
 import pytest
+from django.utils import timezone
 
 from deployments.lifecycle import Status
-from deployments.models import Deployment
+from deployments.models import Deployment, Event
+from deployments.services.budgets import budgets_check
 from gateway.wake import WAKE_TASK
 from tests.gateway.test_errors import CHAT, assert_openai_error, post
 from tests.support.broker import queued
@@ -40,3 +45,39 @@ def test_requests_to_a_deployment_that_wakes_on_request_start_one_resume(world, 
     [args] = queued(redis_client, task=WAKE_TASK)
     wake_deployment(*args)  # what the worker does with that message
     assert Deployment.objects.get(pk=dep.pk).status == Status.PROVISIONING
+
+
+def test_a_team_past_its_budget_is_told_a_request_does_not_wake_it_and_the_refusal_is_recorded(
+        world, gateway, openai_client, redis_client):
+    world.cluster.config = {**world.cluster.config, "prices": {"g6e.12xlarge": 1000.0}}
+    world.cluster.save()
+    dear = world.deployment("dear")
+    for kind, after in (("requested", {"spec": dear.spec}), ("status_running", {"status": "running"})):
+        e = Event.objects.create(kind=kind, team=world.team, deployment=dear, after=after)
+        Event.objects.filter(pk=e.pk).update(created_at=max(
+            timezone.now() - dt.timedelta(hours=1),
+            timezone.now().replace(day=1, hour=0, minute=0, second=0, microsecond=0)))
+    world.team.monthly_budget_usd = 1  # two $1,000 nodes for an hour (or since the month began) spent it
+    world.team.save()
+    dep = world.deployment("sleepy", status=Status.PAUSED)
+    dep.spec["pause"] = {"idle_minutes": None, "wake_on_request": True}
+    dep.save()
+    assert budgets_check(now=timezone.now()) == [world.team.slug]  # the beat's pass: warned, and the flag set
+    _, raw = world.key()
+    first = post(gateway, raw, {"model": "sleepy", **CHAT})
+    error = assert_openai_error(first, 503, "deployment_over_budget")
+    assert error["type"] == "service_unavailable" and "retry-after" not in first.headers
+    assert error["message"] == (
+        "The deployment serving `sleepy` is paused, and its team has spent its monthly budget: a request does not "
+        f"wake it. A platform admin can resume it in the portal or with POST /api/v1/deployments/{dep.pk}/resume/.")
+    with pytest.raises(openai.InternalServerError) as e:  # the official client sees the same
+        openai_client(raw).chat.completions.create(model="sleepy", **CHAT)
+    assert e.value.status_code == 503 and e.value.body["code"] == "deployment_over_budget"
+    # One message for however many requests: the worker refuses it by the budget rule and records why.
+    assert queued(redis_client, task=WAKE_TASK) == [[dep.pk]]
+    [args] = queued(redis_client, task=WAKE_TASK)
+    wake_deployment(*args)
+    dep.refresh_from_db()
+    assert dep.status == Status.PAUSED
+    refused = dep.events.get(kind="wake_refused")
+    assert refused.actor is None and "past the budget, a platform admin has to resume it" in refused.message

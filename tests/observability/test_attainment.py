@@ -149,3 +149,32 @@ def test_the_beat_job_sends_the_advisor_to_each_running_deployment_of_teams_that
     _deployment(TeamFactory(slug="careful"))  # auto_apply_recommendations is off by default
     assert apply_recommendations() == 1
     assert queued(redis_client, task=apply_recommendations_for.name) == [[allowed.pk]]
+
+
+def test_tandem_leaves_someone_s_waiting_proposal_alone_and_says_why_once(team, member, redis_client):
+    """An auto-apply would replace the proposed update a person waits on an approver for: it is skipped, with an
+    event (once: the beat asks again every five minutes while the proposal waits)."""
+    from deployments.services.actions import deployment_update
+    from deployments.spec import spec_request_shape
+
+    now = timezone.now()
+    team.auto_apply_recommendations = True
+    team.save()
+    d = _deployment(team, requested_by=member)
+    _records(d, now, [900] * 4)
+    _queue_growing(d, now)
+    Deployment.objects.filter(pk=d.pk).update(status_changed_at=now - dt.timedelta(hours=2))
+    change = spec_request_shape(d.spec_typed)
+    change["engine"] = {**change["engine"], "dtype": "float16"}  # needs an approver
+    proposed = deployment_update(actor=member, deployment=d, spec=change).proposed_spec
+    assert proposed is not None
+    assert recommendations_auto_apply(deployment_id=d.pk, now=now) is None
+    assert recommendations_auto_apply(deployment_id=d.pk, now=now) is None  # the next beat's pass
+    d.refresh_from_db()
+    assert (d.status, d.proposed_spec, d.proposed_by, d.spec["prefill"]["replicas_min"]) == (
+        "running", proposed, member, 1)
+    [event] = Event.objects.filter(deployment=d, kind="recommendation_not_applied")
+    assert event.actor is None and event.message.startswith("Not applied: prefill replicas 1–2 → 2. ")
+    assert f"{member.username}'s proposed update of this deployment waits for approval" in event.message
+    assert event.after["recommendation"]["summary"] == "prefill replicas 1–2 → 2"
+    assert not Event.objects.filter(deployment=d, kind__in=["updated", "recommendation_auto_applied"]).exists()

@@ -78,6 +78,22 @@ def test_tuning_and_purpose_apply_at_once(api, member, running):
     assert body["spec"]["engine"]["max_model_len"] == 4096 and body["purpose"] == "evals, then chat"
 
 
+def test_a_free_update_while_someone_else_s_proposal_waits_is_a_409_and_the_proposal_stays(
+        api, member, team_admin, running):
+    api.force_authenticate(member)
+    assert api.patch(url(running), {"spec": spec_input(prefill=pool(nodes=2))}, format="json").status_code == 200
+    proposal = seen_by(api, team_admin, running)
+    r = api.patch(url(running), {"spec": spec_input(engine={"max_model_len": 4096})}, format="json")
+    assert r.status_code == 409, r.json()
+    assert r.json()["detail"] == (
+        f"{member.username}'s proposed update of this deployment waits for approval, and applying this change "
+        f"would discard it. Ask an admin of team {running.team.slug} to approve or reject it (or {member.username} "
+        "to withdraw it), then apply your change.")
+    after = api.get(url(running)).json()
+    assert (after["proposed_spec_hash"], after["proposed_by"], after["generation"], after["status"]) == (
+        proposal["proposed_spec_hash"], member.username, 1, "running")
+
+
 def test_quota_counts_the_whole_node_a_pool_provisions(api, member, team, cluster):
     """On a Kubernetes cluster a p5.48xlarge asked for with 1 GPU per node still takes all 8 of them."""
     team.gpu_quota = 8

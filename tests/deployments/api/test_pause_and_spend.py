@@ -43,6 +43,38 @@ def test_the_requester_pauses_and_resumes_through_the_api_and_others_may_not(api
     assert api.post(f"/api/v1/deployments/{llama.pk}/pause/").status_code == 404
 
 
+def test_past_the_budget_a_team_admin_s_resume_is_a_403_that_says_why_and_a_platform_admin_s_is_not(
+        api, llama, cluster, team_admin, platform_admin):
+    cluster.config = {**cluster.config, "prices": {"g6e.12xlarge": 8.0}}
+    cluster.save()
+    team = llama.team
+    team.monthly_budget_usd = 1  # two hours of two $8 nodes spent it
+    team.save()
+    asleep = DeploymentFactory(team=team, cluster=cluster, name="asleep", status=Status.PAUSED,
+                               requested_by=llama.requested_by)
+    api.force_authenticate(team_admin)
+    r = api.post(f"/api/v1/deployments/{asleep.pk}/resume/")
+    assert r.status_code == 403, r.json()
+    assert r.json()["detail"].startswith("Team ml-research has spent $")
+    assert "past the budget, a platform admin has to resume it" in r.json()["detail"]
+    asleep.refresh_from_db()
+    assert asleep.status == Status.PAUSED and not asleep.events.exists()
+    api.force_authenticate(platform_admin)
+    r = api.post(f"/api/v1/deployments/{asleep.pk}/resume/")
+    assert r.status_code == 202 and r.json()["status"] == "provisioning"
+
+
+def test_a_retry_of_a_paused_deployment_whose_deletion_failed_deletes_it_again(api, team, cluster, member):
+    from deployments.services.actions import deployment_transition
+
+    d = DeploymentFactory(team=team, cluster=cluster, name="asleep", status=Status.PAUSED, requested_by=member)
+    api.force_authenticate(member)
+    assert api.delete(f"/api/v1/deployments/{d.pk}/").json()["status"] == "deleting"
+    deployment_transition(deployment=d, to=Status.FAILED, reason="Teardown failed.")  # the reconciler's word
+    r = api.post(f"/api/v1/deployments/{d.pk}/retry/")
+    assert r.status_code == 200 and r.json()["status"] == "deleting"
+
+
 @pytest.mark.parametrize("status", [Status.PROVISIONING, Status.UPDATING])
 def test_a_deployment_on_its_way_is_paused_too_and_holds_no_quota_once_paused(api, team, cluster, member, status):
     """Waiting for GPU capacity (or rolling out) costs node-hours: the requester stops that as from running."""

@@ -7,6 +7,7 @@ from django.db import connection
 from deployments.errors import Conflict, NotAllowed, QuotaExceeded
 from deployments.models import Deployment, Membership
 from deployments.services import actions
+from deployments.services.pause import deployment_pause
 from deployments.spec import SpecError
 from tests.factories import DeploymentFactory, MembershipFactory, UserFactory, spec_input
 
@@ -215,6 +216,42 @@ def test_delete_and_retry(member, team, cluster):
     assert actions.deployment_delete(actor=member, deployment=pending).status == "withdrawn"
     with pytest.raises(Conflict):
         actions.deployment_retry(actor=member, deployment=pending)
+
+
+def test_a_failed_deletion_is_retried_as_a_deletion_never_back_to_provisioning(member, team, cluster):
+    """A paused deployment holds no quota: once its deletion failed, a retry must not bring it back to running (over
+    a quota someone else may have taken meanwhile), nor may an update or a pause start it up again."""
+    d = DeploymentFactory(team=team, cluster=cluster, requested_by=member, status="paused")
+    d = actions.deployment_delete(actor=member, deployment=d)
+    actions.deployment_transition(deployment=d, to="failed", reason="teardown failed")  # the reconciler's word
+    d = actions.deployment_retry(actor=member, deployment=d)
+    assert d.status == "deleting"
+    assert d.events.get(kind="retried").after == {"status": "deleting", "reason": "Retry of the deletion requested."}
+    actions.deployment_transition(deployment=d, to="failed", reason="teardown failed again")
+    spec = d.spec
+    with pytest.raises(Conflict, match="its deletion was requested, so it can only be deleted"):
+        actions.deployment_update(actor=member, deployment=d, spec={**small(), "engine": {"max_model_len": 4096}})
+    with pytest.raises(Conflict, match="its deletion was requested, so it can only be deleted"):
+        deployment_pause(actor=member, deployment=d)
+    d.refresh_from_db()
+    assert (d.status, d.spec) == ("failed", spec)
+    assert actions.deployment_delete(actor=member, deployment=d).status == "deleting"
+
+
+def test_a_free_update_does_not_discard_someone_else_s_proposal_but_its_proposer_may_replace_it(
+        member, team_admin, team, cluster):
+    d = actions.deployment_update(actor=member, deployment=running(member, team, cluster), spec=small(nodes=2))
+    proposed, generation = d.proposed_spec, d.generation
+    tuning = {**small(), "engine": {"max_model_len": 4096}}  # applied at once: needs no approver
+    with pytest.raises(Conflict, match=f"{member.username}'s proposed update of this deployment waits for approval"):
+        actions.deployment_update(actor=team_admin, deployment=d, spec=tuning)
+    d.refresh_from_db()
+    assert (d.proposed_spec, d.proposed_by, d.generation, d.status) == (proposed, member, generation, "running")
+    assert not d.events.filter(kind="updated").exists()
+    d = actions.deployment_update(actor=member, deployment=d, spec=tuning)  # their own: they may replace it
+    d.refresh_from_db()
+    assert (d.proposed_spec, d.spec["engine"]["max_model_len"], d.status) == (None, 4096, "updating")
+    assert "Replaces the update that was waiting for approval." in d.events.get(kind="updated").message
 
 
 def test_audit_events_are_immutable(member, team, cluster):

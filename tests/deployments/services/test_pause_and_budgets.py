@@ -4,6 +4,7 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
+from deployments.budget_flag import OVER_BUDGET_KEY
 from deployments.errors import Conflict, NotAllowed, QuotaExceeded
 from deployments.lifecycle import Status
 from deployments.models import Event, Membership
@@ -11,6 +12,7 @@ from deployments.services import actions
 from deployments.services.budgets import budget_state, budgets_check
 from deployments.services.pause import deployment_pause, deployment_resume, deployment_wake, deployments_pause_idle
 from deployments.services.quota import team_gpus_held
+from deployments.services.teams import team_update
 from deployments.spec import spec_parse
 from deployments.spend import team_month_to_date_usd
 from tests.factories import DeploymentFactory, MembershipFactory, spec_input
@@ -134,3 +136,41 @@ def test_budget_warns_the_admins_once_at_80_percent_and_past_100_only_a_platform
     again = actions.deployment_request(actor=requester, team=team, cluster=cluster, name="again", spec=spec_input())
     assert actions.deployment_approve(actor=platform_admin, deployment=again,
                                       generation=again.generation).status == Status.APPROVED
+
+
+def _over_budget(team, cluster):
+    """The team has spent past its budget this month: a dear deployment ran for the last hour."""
+    cluster.config = {**cluster.config, "prices": {"g6e.12xlarge": 1000.0}}
+    cluster.save()
+    _running_for_an_hour(running(team, cluster, name="dear"))
+    team.monthly_budget_usd = int(team_month_to_date_usd(team=team, now=timezone.now()) * 0.9)
+    team.save()
+    assert budget_state(team=team).over
+
+
+def test_past_the_budget_only_a_platform_admin_resumes_and_a_wake_is_refused_and_recorded(
+        team, cluster, team_admin, platform_admin):
+    _over_budget(team, cluster)
+    sleepy = running(team, cluster, pause={"wake_on_request": True}, name="sleepy", status=Status.PAUSED)
+    with pytest.raises(NotAllowed, match="past the budget, a platform admin has to resume it"):
+        deployment_resume(actor=team_admin, deployment=sleepy)
+    assert deployment_wake(deployment_id=sleepy.pk) is None
+    sleepy.refresh_from_db()
+    assert sleepy.status == Status.PAUSED and not sleepy.events.filter(kind__in=["resumed", "woken"]).exists()
+    refused = sleepy.events.get(kind="wake_refused")
+    assert refused.actor is None and f"of its ${team.monthly_budget_usd:,} monthly budget" in refused.message
+    assert deployment_resume(actor=platform_admin, deployment=sleepy).status == Status.PROVISIONING
+
+
+def test_the_budget_check_sets_the_gateway_s_over_budget_flag_and_a_new_budget_clears_it_at_once(
+        team, cluster, platform_admin, redis_client, django_capture_on_commit_callbacks):
+    flag = OVER_BUDGET_KEY.format(team.pk)
+    _over_budget(team, cluster)
+    assert not redis_client.exists(flag)  # nothing has checked yet
+    budgets_check(now=timezone.now())
+    assert redis_client.exists(flag)
+    with django_capture_on_commit_callbacks(execute=True):
+        team_update(actor=platform_admin, team=team, monthly_budget_usd=team.monthly_budget_usd * 10)
+    assert not redis_client.exists(flag)
+    budgets_check(now=timezone.now())
+    assert not redis_client.exists(flag)  # within the new budget
