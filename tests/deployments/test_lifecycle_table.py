@@ -2,6 +2,7 @@
 import itertools
 
 import pytest
+from django.utils import timezone
 
 from deployments.errors import Conflict, StatusMoved
 from deployments.lifecycle import (BILLED, EDITABLE, HOLDS_QUOTA, LIVE, PAUSABLE, RECONCILED, SERVING, SETTLED,
@@ -85,3 +86,34 @@ def test_a_change_made_on_a_status_that_moved_since_is_refused_and_writes_nothin
     deployment_transition(deployment=d, to="paused", reason="torn down", expected="pausing")
     d.refresh_from_db()
     assert d.status == "paused"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("current", "new"), sorted(ALLOWED))
+def test_once_its_deletion_was_requested_a_deployment_only_goes_on_out(current, new):
+    """Every move the table allows, for a deployment whose deletion was asked for (one that failed while being
+    deleted, say): only deleting, deleted and failed are still allowed, so nothing brings it back to running."""
+    d = DeploymentFactory(status=current, delete_requested_at=timezone.now())
+    if new in {"deleting", "deleted", "failed"}:
+        deployment_transition(deployment=d, to=new, reason="table test")
+        d.refresh_from_db()
+        assert d.status == new
+    else:
+        with pytest.raises(Conflict, match="its deletion was requested, so it can only be deleted"):
+            deployment_transition(deployment=d, to=new, reason="table test")
+        d.refresh_from_db()
+        assert d.status == current and not d.events.exists()
+
+
+@pytest.mark.django_db
+def test_the_status_writer_records_when_a_deletion_was_first_requested():
+    d = DeploymentFactory(status="running")
+    assert d.delete_requested_at is None
+    deployment_transition(deployment=d, to="deleting")
+    d.refresh_from_db()
+    first = d.delete_requested_at
+    assert first == d.status_changed_at
+    deployment_transition(deployment=d, to="failed", reason="teardown failed")
+    deployment_transition(deployment=d, to="deleting", reason="retried")
+    d.refresh_from_db()
+    assert d.delete_requested_at == first
