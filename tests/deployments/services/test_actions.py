@@ -238,6 +238,30 @@ def test_a_failed_deletion_is_retried_as_a_deletion_never_back_to_provisioning(m
     assert actions.deployment_delete(actor=member, deployment=d).status == "deleting"
 
 
+def test_deletions_that_failed_before_the_upgrade_are_retried_as_deletions_too(member, team, cluster):
+    """The migration marks what the status alone said before: a deletion under way, and a failure that came
+    straight from deleting; a deployment that failed while provisioning is still retried as before."""
+    import importlib
+
+    from django.apps import apps
+
+    migration = importlib.import_module("deployments.migrations.0013_deployment_delete_requested_at")
+    failed_deleting = DeploymentFactory(team=team, cluster=cluster, requested_by=member, status="running", name="a")
+    actions.deployment_delete(actor=member, deployment=failed_deleting)
+    actions.deployment_transition(deployment=failed_deleting, to="failed", reason="teardown failed")
+    deleting = DeploymentFactory(team=team, cluster=cluster, requested_by=member, status="running", name="b")
+    actions.deployment_delete(actor=member, deployment=deleting)
+    failed_starting = DeploymentFactory(team=team, cluster=cluster, requested_by=member, status="provisioning",
+                                        name="c")
+    actions.deployment_transition(deployment=failed_starting, to="failed", reason="no capacity")
+    Deployment.objects.update(delete_requested_at=None)  # as the rows were before the column
+    migration.mark_deletions(apps, None)
+    assert actions.deployment_retry(actor=member, deployment=failed_deleting).status == "deleting"
+    deleting.refresh_from_db()
+    assert deleting.delete_requested_at == deleting.status_changed_at
+    assert actions.deployment_retry(actor=member, deployment=failed_starting).status == "approved"
+
+
 def test_a_free_update_does_not_discard_someone_else_s_proposal_but_its_proposer_may_replace_it(
         member, team_admin, team, cluster):
     d = actions.deployment_update(actor=member, deployment=running(member, team, cluster), spec=small(nodes=2))
