@@ -48,12 +48,13 @@ class TrustedProxyHeaders(ProxyHeadersMiddleware):
         if scope["type"] == "http":
             client = scope.get("client")
             peer = client[0] if client else None
-            if peer not in self.trusted_hosts:
-                for name, _ in scope["headers"]:
-                    if name in BALANCER_HEADERS:
-                        self._untrusted(peer, name)
-                        break
-        return await super().__call__(scope, receive, send)
+            if peer in self.trusted_hosts:
+                return await super().__call__(scope, receive, send)
+            for name, _ in scope["headers"]:
+                if name in BALANCER_HEADERS:
+                    self._untrusted(peer, name)
+                    break
+        return await self.app(scope, receive, send)
 
     def _untrusted(self, peer: str | None, header: bytes) -> None:
         metrics.UNTRUSTED_FORWARDED.inc()
