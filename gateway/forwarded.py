@@ -60,7 +60,7 @@ class TrustedProxyHeaders(ProxyHeadersMiddleware):
         metrics.UNTRUSTED_FORWARDED.inc()
         if not self.warned:
             self.warned = True
-            log.warning("a request from %s carries %s, but %s is not in TANDEM_GATEWAY_FORWARDED_ALLOW_IPS: its "
-                        "client is taken to be %s. Behind a load balancer, set TANDEM_GATEWAY_FORWARDED_ALLOW_IPS to "
-                        "its addresses (tandem_gateway_untrusted_forwarded_total counts such requests; this is "
-                        "logged once)", peer, header.decode(), peer, peer)
+            log.warning("a request from %s carries %s, but that address is not in TANDEM_GATEWAY_FORWARDED_ALLOW_IPS, "
+                        "so the request is taken to come from it. Behind a load balancer, set "
+                        "TANDEM_GATEWAY_FORWARDED_ALLOW_IPS to its addresses (logged once; "
+                        "tandem_gateway_untrusted_forwarded_total counts such requests)", peer, header.decode())
