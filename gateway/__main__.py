@@ -35,21 +35,25 @@ def main() -> None:
     from controlplane.bind_check import debug_bind_exit
     from gateway.app import Gateway
     from gateway.config import config_from_settings
+    from gateway.forwarded import TrustedProxyHeaders, forwarded_settings_problem
     from gateway.server import protocol_with_limit
 
     _raise_fd_limit()
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
     config = config_from_settings(**overrides)
     debug_bind_exit(binds=[config.host], process="the gateway")  # never DEBUG at a public address
+    problem = forwarded_settings_problem(config.forwarded_allow_ips, behind_load_balancer=config.behind_load_balancer)
+    if problem:
+        raise SystemExit(f"Refusing to start the gateway: {problem}")
     app = Gateway(config)
     # Everything imported so far lives as long as the process: out of the collector's sight, so the collections
     # that each request's garbage triggers do not walk Django, aiohttp and uvicorn's objects again and again.
     gc.freeze()
     # X-Forwarded-For names the client (whose failed authentications are counted) only from trusted proxies.
-    uvicorn.run(app, host=config.host, port=config.port, loop="uvloop",
-                http=protocol_with_limit(config.max_header_bytes), lifespan="on", access_log=False,
+    uvicorn.run(TrustedProxyHeaders(app, config.forwarded_allow_ips), host=config.host, port=config.port,
+                loop="uvloop", http=protocol_with_limit(config.max_header_bytes), lifespan="on", access_log=False,
                 server_header=False, log_config=None, backlog=4096, timeout_keep_alive=75,
-                proxy_headers=bool(config.forwarded_allow_ips), forwarded_allow_ips=config.forwarded_allow_ips or None,
+                proxy_headers=False,  # TrustedProxyHeaders does it
                 # SIGTERM: stop accepting, let in-flight requests and streams finish for up to this long, then
                 # cut what is left; the pod's terminationGracePeriodSeconds is longer (deploy/base/gateway.yaml).
                 timeout_graceful_shutdown=config.drain_timeout_s)

@@ -37,7 +37,8 @@ class GatewayConfig:
     negative_ttl_s: float = 5.0
     cache_max_entries: int = 100_000
     auth_failures_per_minute: int = 60  # per client address; 0 turns the limit off
-    forwarded_allow_ips: str = ""  # proxies whose X-Forwarded-For names the client (uvicorn's syntax)
+    forwarded_allow_ips: str = ""  # proxies whose X-Forwarded-For names the client (addresses, CIDRs)
+    behind_load_balancer: bool = False  # then an empty forwarded_allow_ips refuses to start (gateway/forwarded.py)
     max_header_bytes: int = 64 * 1024
     flush_interval_s: float = 0.05
 
@@ -73,6 +74,7 @@ def config_from_settings(**overrides) -> GatewayConfig:
         cache_max_entries=getattr(settings, "TANDEM_GATEWAY_CACHE_MAX_ENTRIES", 100_000),
         auth_failures_per_minute=getattr(settings, "TANDEM_GATEWAY_AUTH_FAILURES_PER_MINUTE", 60),
         forwarded_allow_ips=getattr(settings, "TANDEM_GATEWAY_FORWARDED_ALLOW_IPS", ""),
+        behind_load_balancer=getattr(settings, "TANDEM_GATEWAY_BEHIND_LOAD_BALANCER", False),
         max_header_bytes=getattr(settings, "TANDEM_GATEWAY_MAX_HEADER_BYTES", 64 * 1024),
     )
     values.update(overrides)

@@ -1,9 +1,10 @@
 """API-key authentication against a bounded in-memory cache that Redis pub/sub invalidates on revocation.
 
 A key the cache holds costs a dictionary lookup and one HMAC. Anything else takes the slow path, where nothing
-touches the database unless it could be a real key: an address past its failure limit is refused (429), then a
-key without the right shape or check segment (see `deployments.credential_format`) is refused, and a key from
-before check segments must be one of the live keys' ids, which the gateway keeps in memory.
+touches the database unless it could be a real key: a key whose check segment is right (see
+`deployments.credential_format`: only the server's secret makes one) is looked up; otherwise an address past its
+failure limit is refused (429), then a key without the right shape or check is refused, and a key from before
+check segments must be one of the live keys' ids, which the gateway keeps in memory.
 """
 import asyncio
 import ipaddress
@@ -145,19 +146,23 @@ class KeyRing:
             parsed = credential_split(raw, API_KEY_PREFIX)
         key = self.cache.peek(parsed[0]) if parsed else MISSING
         if key is MISSING:  # the slow path: nothing reaches the database that cannot be a real key
-            address = client_address(client)
-            self.failures.check(address)
-            if raw is None:
-                raise self._refuse(address, "missing", "Missing API key. Pass `Authorization: Bearer tdm_...`.")
-            if parsed is None:
-                raise self._refuse(address, "malformed")
-            key_id, checked = parsed
-            if checked:
-                if not credential_check_ok(raw, check_key=self._check_key):
+            if parsed and parsed[1] and credential_check_ok(raw, check_key=self._check_key):
+                # Only the server's secret makes a check: a key Tandem minted, looked up whatever its address's
+                # failures, so junk from a client sharing that address (a NAT, a proxy) cannot lock it out.
+                key = await self.cache.get(parsed[0])
+            else:
+                address = client_address(client)
+                self.failures.check(address)
+                if raw is None:
+                    raise self._refuse(address, "missing", "Missing API key. Pass `Authorization: Bearer tdm_...`.")
+                if parsed is None:
+                    raise self._refuse(address, "malformed")
+                key_id, checked = parsed
+                if checked:
                     raise self._refuse(address, "check")
-            elif self.known_ids is not None and key_id not in self.known_ids:
-                raise self._refuse(address, "unknown")
-            key = await self.cache.get(key_id)
+                if self.known_ids is not None and key_id not in self.known_ids:
+                    raise self._refuse(address, "unknown")
+                key = await self.cache.get(key_id)  # a key from before check segments: limited per address
         if key is None or not self._digester.matches(raw, key.digest):
             raise self._refuse(client_address(client), "unknown" if key is None else "wrong_secret")
         if key.revoked:

@@ -28,6 +28,9 @@ IN_FLIGHT = Gauge("tandem_gateway_in_flight_requests", "Requests being proxied n
 STORE_QUERIES = Counter("tandem_gateway_store_queries", "Lookups sent to PostgreSQL, by query", ["query"])
 AUTH_FAILURES = Counter("tandem_gateway_auth_failures", "Requests refused for their key (401) or their address "
                         "(429, `refused`), by reason", ["reason"])
+UNTRUSTED_FORWARDED = Counter("tandem_gateway_untrusted_forwarded", "Requests carrying a load balancer's header "
+                              "(X-Forwarded-For, X-Amzn-Trace-Id) from a peer outside "
+                              "TANDEM_GATEWAY_FORWARDED_ALLOW_IPS, served as that peer (gateway/forwarded.py)")
 CACHE_ENTRIES = Gauge("tandem_gateway_cache_entries", "Entries held in memory, by cache", ["cache"])
 
 

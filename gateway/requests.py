@@ -92,19 +92,42 @@ def check_against_deployment(data: dict, route) -> None:
                               param=name)
 
 
+# Fields of a request body that vLLM and Ray Serve LLM's prefill/decode orchestrator take as their own
+# (vllm/entrypoints/openai/*/protocol.py, ray/llm/_internal/serve/engines/vllm/kv_transfer/, vllm 0.32, ray 2.60):
+# `kv_transfer_params` says where the KV cache comes from or goes to (remote host, port, engine, blocks),
+# `ec_transfer_params` the same for the encoder cache, and `request_id` names the request inside both engines (a
+# connector such as MoRIIO derives its peers' addresses from it). vLLM copies `vllm_xargs` into the same extra
+# arguments the engine reads the first two (and `kv_cache_report_mode`) from. Only the orchestrator may set them.
+ENGINE_FIELDS = ("kv_transfer_params", "ec_transfer_params", "request_id")
+ENGINE_EXTRA_ARGS = ("kv_transfer_params", "ec_transfer_params", "kv_cache_report_mode")
+
+
+def strip_engine_fields(data: dict) -> bool:
+    """Remove from the request what only the serving stack may set; True when something was removed."""
+    removed = [data.pop(name) for name in ENGINE_FIELDS if name in data]
+    xargs = data.get("vllm_xargs")
+    if type(xargs) is dict:
+        removed += [xargs.pop(name) for name in ENGINE_EXTRA_ARGS if name in xargs]
+    return bool(removed)
+
+
 def upstream_body(body: bytes, data: dict, *, stream: bool) -> tuple[bytes, bool]:
     """The bytes to send upstream and whether the client asked for the usage chunk itself.
 
-    For a stream the gateway always asks for `include_usage` (that is how it bills); when the client did not,
-    the body is re-encoded with it and the extra chunk is dropped on the way back.
+    Fields only the serving stack may set are removed (`strip_engine_fields`). For a stream the gateway always
+    asks for `include_usage` (that is how it bills); when the client did not, the body is re-encoded with it and
+    the extra chunk is dropped on the way back. A body the gateway changes nothing in is sent as it came.
     """
-    if not stream:
-        return body, True
-    options = data.get("stream_options") or {}
-    if options.get("include_usage") is True:
-        return body, True
-    data["stream_options"] = {**options, "include_usage": True}
+    changed = strip_engine_fields(data)
+    keep_usage_chunk = True
+    if stream:
+        options = data.get("stream_options") or {}
+        if options.get("include_usage") is not True:
+            data["stream_options"] = {**options, "include_usage": True}
+            changed, keep_usage_chunk = True, False
+    if not changed:
+        return body, keep_usage_chunk
     try:
-        return orjson.dumps(data), False
+        return orjson.dumps(data), keep_usage_chunk
     except orjson.JSONEncodeError:  # orjson writes 255 levels of nesting, though it reads 1,024
         raise bad_request("The request body nests too deeply.", code="invalid_json") from None

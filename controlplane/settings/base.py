@@ -252,6 +252,9 @@ TANDEM_GATEWAY_CACHE_MAX_ENTRIES = env_int("TANDEM_GATEWAY_CACHE_MAX_ENTRIES", 1
 TANDEM_GATEWAY_AUTH_FAILURES_PER_MINUTE = env_int("TANDEM_GATEWAY_AUTH_FAILURES_PER_MINUTE", 60)
 # Proxies (comma-separated addresses/CIDRs, uvicorn's syntax) trusted to name the client in X-Forwarded-For.
 TANDEM_GATEWAY_FORWARDED_ALLOW_IPS = env("TANDEM_GATEWAY_FORWARDED_ALLOW_IPS", "")
+# On where clients come through a load balancer (the EKS overlay): then the gateway refuses to start without the
+# range above, rather than give every client the balancer's address.
+TANDEM_GATEWAY_BEHIND_LOAD_BALANCER = env_bool("TANDEM_GATEWAY_BEHIND_LOAD_BALANCER", False)
 TANDEM_GATEWAY_MAX_HEADER_BYTES = env_int("TANDEM_GATEWAY_MAX_HEADER_BYTES", 64 * 1024)
 # Seconds added to the wall clock of the per-minute rate-limit windows (gateway/clock.py); tests only, keep 0.
 TANDEM_GATEWAY_CLOCK_OFFSET_S = env_float("TANDEM_GATEWAY_CLOCK_OFFSET_S", 0.0)

@@ -252,6 +252,15 @@ def test_pd_deployment_end_to_end(transactional_db, redis_client, local_ray, tmp
         assert Deployment.objects.get(pk=pk).events.filter(message__contains="disappeared").exists()
         base = f"{gateway.base_url}/v1"
         before_pause = wait_for(lambda: greedy_answer(base, secret), timeout=120, every=1, what="answered again")
+        # A client's own kv_transfer_params (where decode would pull the KV from) and request id never reach Ray
+        # Serve's PD orchestrator (it asserts a request carries none): the gateway strips them, and the
+        # request is answered as any other, with the same greedy answer.
+        hostile = OpenAI(base_url=base, api_key=secret, max_retries=0, timeout=120).chat.completions.create(
+            model="tiny-llama", messages=[{"role": "user", "content": "Wake up."}], max_tokens=8, temperature=0,
+            extra_body={"request_id": "someone-elses", "kv_transfer_params": {
+                "do_remote_prefill": True, "do_remote_decode": False, "remote_engine_id": "not-ours",
+                "remote_host": "203.0.113.9", "remote_port": 5600, "remote_block_ids": [1, 2, 3]}})
+        assert hostile.choices[0].message.content == before_pause
 
         # Pause: the Serve application goes; the deployment, its key and its name stay; no quota is held.
         app = f"tdm-{pk}-tiny"

@@ -168,6 +168,7 @@ def test_failed_authentications_are_limited_per_client_address(world, tmp_path):
     world.deployment("m")
     _, raw = world.key()
     _, fresh = world.key()
+    legacy = make_legacy(world.key()[0], "tdm")
     gw = start_gateway(tmp_path, TANDEM_GATEWAY_AUTH_FAILURES_PER_MINUTE="5",
                        TANDEM_GATEWAY_FORWARDED_ALLOW_IPS="127.0.0.1")
     guesser = httpx.Client(base_url=gw.base_url, transport=httpx.HTTPTransport(local_address="127.0.0.2"))
@@ -182,10 +183,15 @@ def test_failed_authentications_are_limited_per_client_address(world, tmp_path):
                          headers={"Authorization": f"Bearer {guesses[0]}"})
         assert_openai_error(r, 429, "too_many_auth_failures")
         assert 1 <= int(r.headers["retry-after"]) <= 60
-        # Refused before any check, even for a real key the gateway would have to look up...
+        # Refused before any check, even for a key from before check segments that the gateway would have to
+        # look up (only a lookup could tell it from a guess)...
         assert guesser.post("/v1/chat/completions", json={"model": "m", **CHAT},
-                            headers={"Authorization": f"Bearer {fresh}"}).status_code == 429
-        # ...while a key it already holds costs nothing and still works; other addresses are not affected.
+                            headers={"Authorization": f"Bearer {legacy}"}).status_code == 429
+        # ...while a key it already holds costs nothing and still works, and a new key whose check segment is
+        # right (only the server's secret makes one) is looked up and served: someone sharing the guesser's address
+        # (a NAT, a proxy) is not locked out. Other addresses are not affected.
+        assert guesser.post("/v1/chat/completions", json={"model": "m", **CHAT},
+                            headers={"Authorization": f"Bearer {fresh}"}).status_code == 200
         assert guesser.post("/v1/chat/completions", json={"model": "m", **CHAT},
                             headers={"Authorization": f"Bearer {raw}"}).status_code == 200
         assert_openai_error(neighbour.post("/v1/chat/completions", json={"model": "m", **CHAT},

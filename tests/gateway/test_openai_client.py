@@ -5,6 +5,7 @@ import httpx
 import pytest
 
 from tests.gateway.conftest import RAY_TOKEN, upstream_of
+from tests.gateway.test_units import HOSTILE
 
 
 def test_chat_non_streaming_is_answered_and_routed_with_request_id(world, openai_client, mock_requests):
@@ -112,6 +113,22 @@ def test_ray_cluster_token_is_sent_upstream(world, openai_client, mock_requests)
     openai_client(raw).chat.completions.create(model="on-ray", messages=[{"role": "user", "content": "x"}],
                                                extra_headers={"X-Request-ID": "rid-ray"})
     assert upstream_of(mock_requests, "rid-ray")["auth"] == f"Bearer {RAY_TOKEN}"
+
+
+def test_fields_only_the_serving_stack_may_set_never_reach_upstream(world, openai_client, mock_requests):
+    """A client's kv_transfer_params would tell a decode engine where to pull its KV cache from (and make Ray Serve's
+    prefill/decode orchestrator fail); the gateway removes it, its kin and a chosen request id, streamed or not."""
+    world.deployment("pd")
+    _, raw = world.key()
+    client = openai_client(raw)
+    client.chat.completions.create(model="pd", messages=[{"role": "user", "content": "x"}], extra_body=HOSTILE,
+                                   extra_headers={"X-Request-ID": "rid-hostile"})
+    list(client.completions.create(model="pd", prompt="x", stream=True, extra_body=HOSTILE,
+                                   extra_headers={"X-Request-ID": "rid-hostile-stream"}))
+    for rid in ("rid-hostile", "rid-hostile-stream"):
+        seen = upstream_of(mock_requests, rid)["body"]
+        assert not {"kv_transfer_params", "ec_transfer_params", "request_id"} & set(seen), seen
+        assert seen["vllm_xargs"] == {"my_extension": 3}
 
 
 @pytest.mark.parametrize("path", ["/v1/nothing", "/"])

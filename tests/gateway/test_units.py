@@ -47,6 +47,28 @@ def test_upstream_body_asks_for_usage_only_when_streaming_without_it():
     assert upstream_body(once, parse_request(once, "chat.completions"), stream=False) == (once, True)
 
 
+# What a client might send to steer the serving stack: where decode pulls the KV cache from, an encoder cache's
+# peer, another request's id, and the same through vLLM's extra arguments, beside an extension's own argument.
+HOSTILE = {"kv_transfer_params": {"do_remote_prefill": True, "do_remote_decode": False, "remote_host": "203.0.113.9",
+                                  "remote_port": 5600, "remote_engine_id": "not-ours", "remote_block_ids": [1, 2]},
+           "ec_transfer_params": {"remote_host": "203.0.113.9"}, "request_id": "someone-elses-request",
+           "vllm_xargs": {"kv_transfer_params": "x", "ec_transfer_params": "x", "kv_cache_report_mode": "full",
+                          "my_extension": 3}}
+
+
+@pytest.mark.parametrize("endpoint, fields, stream", [
+    ("chat.completions", {"messages": [{"role": "user", "content": "x"}]}, False),
+    ("chat.completions", {"messages": [{"role": "user", "content": "x"}]}, True),
+    ("completions", {"prompt": "x"}, False), ("completions", {"prompt": "x"}, True),
+    ("embeddings", {"input": "x"}, False),
+])
+def test_upstream_body_drops_what_only_the_serving_stack_may_set(endpoint, fields, stream):
+    raw = orjson.dumps({"model": "m", "stream": stream, **fields, **HOSTILE})
+    body, _ = upstream_body(raw, parse_request(raw, endpoint), stream=stream)
+    assert orjson.loads(body) == {"model": "m", "stream": stream, **fields, "vllm_xargs": {"my_extension": 3},
+                                  **({"stream_options": {"include_usage": True}} if stream else {})}
+
+
 @pytest.mark.parametrize("body, param", [
     (b'{"messages":[{"role":"user"}]}', "model"),
     (b'{"model":"m"}', "messages"),
