@@ -1,5 +1,8 @@
 """Company sign-in: which account an identity is, and group claims → memberships; the rules the browser test does
 not walk through one by one."""
+import time
+from urllib.parse import parse_qs, urlsplit
+
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
@@ -8,6 +11,7 @@ from deployments.models import AccessToken, Event, ExternalIdentity, Membership
 from deployments.services.access_tokens import access_token_create
 from deployments.services.identities import SignInRefused
 from deployments.services.sign_in import sign_in_user_from_claims
+from frontend.oidc import VOUCHED_AT
 from tests.factories import MembershipFactory, TeamFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -179,3 +183,48 @@ def test_a_platform_admin_links_an_identity_on_purpose_from_the_command_line(ali
     assert moved.before["user"] == bobs_first.username and moved.after["user"] == local.username
     call_command("identity_link", "--user", local.username, "--issuer", ISSUER, "--subject", "bob")
     assert "already" in capsys.readouterr().out and Event.objects.filter(kind="identity_linked").count() == 1
+
+
+# --- The session's re-check, request by request (the browser test walks the provider's side) ------------------------
+
+@pytest.fixture
+def oidc_session(client, settings, member):
+    """`member` signed in with the company provider (as its callback leaves the session), `age` seconds ago."""
+    settings.TANDEM_OIDC_ENABLED = True
+    settings.AUTHENTICATION_BACKENDS = ["frontend.oidc.TandemOIDCBackend"]
+    settings.OIDC_RP_CLIENT_ID = "tandem"
+    settings.OIDC_OP_AUTHORIZATION_ENDPOINT = "https://idp.corp.example/authorize"
+    settings.OIDC_OP_JWKS_ENDPOINT = "https://idp.corp.example/jwks"
+    settings.TANDEM_OIDC_RECHECK_S = 900
+
+    def signed_in(age: float):
+        client.force_login(member, backend="frontend.oidc.TandemOIDCBackend")
+        session = client.session
+        session[VOUCHED_AT] = time.time() - age
+        session.save()
+        return client
+    return signed_in
+
+
+def test_a_page_past_the_interval_asks_the_provider_without_a_prompt(oidc_session):
+    assert oidc_session(age=899).get("/deployments/").status_code == 200
+    response = oidc_session(age=901).get("/deployments/?page=2")
+    assert response.status_code == 302
+    to = urlsplit(response["Location"])
+    assert f"{to.scheme}://{to.netloc}{to.path}" == "https://idp.corp.example/authorize"
+    assert parse_qs(to.query)["prompt"] == ["none"]
+    assert response.wsgi_request.session["oidc_login_next"] == "/deployments/?page=2"
+
+
+def test_htmx_reloads_the_page_and_the_api_answers_401_instead_of_a_redirect(oidc_session):
+    client = oidc_session(age=901)
+    htmx = client.get("/deployments/", headers={"HX-Request": "true"})
+    assert htmx.status_code == 200 and htmx["HX-Refresh"] == "true"
+    api = client.get("/api/v1/deployments/")
+    assert api.status_code == 401 and "reload the portal" in api.json()["detail"]
+
+
+def test_a_password_session_is_never_sent_to_the_provider(client, settings, member):
+    settings.TANDEM_OIDC_RECHECK_S = 0
+    client.force_login(member)
+    assert client.get("/deployments/").status_code == 200
