@@ -5,13 +5,14 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.core.exceptions import SuspiciousOperation
 from django.core.management import call_command
 
 from deployments.models import AccessToken, Event, ExternalIdentity, Membership
 from deployments.services.access_tokens import access_token_create
 from deployments.services.identities import SignInRefused
 from deployments.services.sign_in import sign_in_user_from_claims
-from frontend.oidc import VOUCHED_AT
+from frontend.oidc import VOUCHED_AT, id_token_issuer
 from tests.factories import MembershipFactory, TeamFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -183,6 +184,24 @@ def test_a_platform_admin_links_an_identity_on_purpose_from_the_command_line(ali
     assert moved.before["user"] == bobs_first.username and moved.after["user"] == local.username
     call_command("identity_link", "--user", local.username, "--issuer", ISSUER, "--subject", "bob")
     assert "already" in capsys.readouterr().out and Event.objects.filter(kind="identity_linked").count() == 1
+
+
+@pytest.mark.parametrize("payload, issuer", [
+    ({"iss": ISSUER, "aud": "tandem"}, ISSUER),
+    ({"iss": ISSUER, "aud": ["tandem", "another-app"]}, ISSUER),
+    ({"aud": "tandem"}, ISSUER),  # no `iss` in the token: the configured issuer
+    ({"iss": "https://evil.example", "aud": "tandem"}, None),
+    ({"iss": ISSUER, "aud": "another-app"}, None),
+    ({"iss": ISSUER, "aud": ["another-app"]}, None),
+])
+def test_the_identity_comes_from_an_id_token_of_the_configured_issuer_for_this_client(settings, payload, issuer):
+    settings.OIDC_RP_CLIENT_ID = "tandem"
+    settings.TANDEM_OIDC_ISSUER = ISSUER
+    if issuer is None:
+        with pytest.raises(SuspiciousOperation):
+            id_token_issuer(payload)
+    else:
+        assert id_token_issuer(payload) == issuer
 
 
 # --- The session's re-check, request by request (the browser test walks the provider's side) ------------------------
