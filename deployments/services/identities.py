@@ -77,8 +77,10 @@ def _new_username(*, issuer: str, subject: str, claims: dict) -> str:
     """The username claim's value (the subject without one); with a suffix only this identity has when an account
     already has that name, or when the name is an e-mail the provider does not vouch for."""
     User = get_user_model()
-    value = str(claims.get(settings.TANDEM_OIDC_USERNAME_CLAIM) or subject)
+    value = str(claims.get(settings.TANDEM_OIDC_USERNAME_CLAIM) or "")
     trusted = settings.TANDEM_OIDC_USERNAME_CLAIM != "email" or email_is_verified(claims)
+    if not value:
+        value, trusted = subject, True
     if trusted and not User.objects.filter(username=value).exists():
         return value
     suffix = hashlib.sha256(f"{issuer} {subject}".encode()).hexdigest()[:10]

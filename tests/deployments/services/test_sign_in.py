@@ -144,6 +144,15 @@ def test_a_verified_email_links_the_account_once_and_the_identity_keeps_it(alice
                                                      "subject": "alice-1"}
 
 
+def test_entra_id_sends_no_email_verified_so_its_username_claim_names_new_accounts_and_links_none(alice, settings):
+    settings.TANDEM_OIDC_USERNAME_CLAIM = "preferred_username"
+    entra = {"email": "bob@corp.example", "preferred_username": "bob@corp.example", "groups": []}
+    assert sign_in({**entra, "sub": "AAAAbob"}).username == "bob@corp.example"
+    taken = {"sub": "AAAAalice", "email": "alice@corp.example", "preferred_username": "alice@corp.example"}
+    assert sign_in(taken).username.startswith("alice@corp.example~")
+    assert not ExternalIdentity.objects.filter(user=alice).exists()
+
+
 def test_a_verified_email_never_takes_a_password_account():
     local = UserFactory(username="alice@corp.example")  # signs in with the password "pw"
     event = refused(claims(email="alice@corp.example", sub="alice-1"))
