@@ -38,6 +38,12 @@ def id_token_issuer(payload: dict) -> str:
 class TandemOIDCBackend(OIDCAuthenticationBackend):
     """The identity is the ID token's issuer and subject; the sign-in service decides which account it is."""
 
+    def get_user(self, user_id):
+        # A deactivated account's session ends at its next request, as with passwords (Django's ModelBackend);
+        # mozilla-django-oidc's get_user does not check.
+        user = super().get_user(user_id)
+        return user if user is not None and self.user_can_authenticate(user) else None
+
     def get_or_create_user(self, access_token, id_token, payload):
         issuer = id_token_issuer(payload)
         userinfo = self.get_userinfo(access_token, id_token, payload)

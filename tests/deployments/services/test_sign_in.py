@@ -252,6 +252,14 @@ def test_htmx_reloads_the_page_and_the_api_answers_401_instead_of_a_redirect(oid
     assert api.status_code == 401 and "reload the portal" in api.json()["detail"]
 
 
+def test_a_company_session_ends_at_the_next_request_once_the_account_is_deactivated(oidc_session, member):
+    client = oidc_session(age=0)
+    assert client.get("/deployments/").status_code == 200
+    get_user_model().objects.filter(pk=member.pk).update(is_active=False)
+    response = client.get("/deployments/")
+    assert response.status_code == 302 and response["Location"].startswith("/accounts/login/")
+
+
 def test_a_password_session_is_never_sent_to_the_provider(client, settings, member):
     settings.TANDEM_OIDC_RECHECK_S = 0
     client.force_login(member)
