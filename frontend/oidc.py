@@ -2,8 +2,10 @@
 signature, nonce, userinfo); this module says which identity the verified ID token names and hands it to the
 sign-in service (the one place that decides which account that is), ends a session whose sign-in or re-check
 fails, and re-checks a session with the provider every `TANDEM_OIDC_RECHECK_S`."""
+import logging
 import time
 
+import requests
 from django.conf import settings
 from django.contrib import auth, messages
 from django.core.exceptions import SuspiciousOperation
@@ -19,6 +21,7 @@ from deployments.services.sign_in import sign_in_user_from_claims
 # Where mozilla-django-oidc's callback writes when the provider last vouched for the session (it adds
 # OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS, which Tandem keeps at 0 so that the interval is read at each request).
 VOUCHED_AT = "oidc_id_token_expiration"
+log = logging.getLogger(__name__)
 
 
 def id_token_issuer(payload: dict) -> str:
@@ -37,6 +40,16 @@ def id_token_issuer(payload: dict) -> str:
 
 class TandemOIDCBackend(OIDCAuthenticationBackend):
     """The identity is the ID token's issuer and subject; the sign-in service decides which account it is."""
+
+    def authenticate(self, request, **kwargs):
+        # The provider unreachable, or refusing the code at its token endpoint: a failed sign-in (the person is told
+        # on the sign-in page), not a server error.
+        try:
+            return super().authenticate(request, **kwargs)
+        except requests.RequestException as e:
+            log.warning("Company sign-in failed at the identity provider: %s",
+                        type(e).__name__ if e.response is None else f"HTTP {e.response.status_code}")
+            return None
 
     def get_user(self, user_id):
         # A deactivated account's session ends at its next request, as with passwords (Django's ModelBackend);

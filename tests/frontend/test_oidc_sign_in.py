@@ -20,6 +20,7 @@ from frontend.oidc import VOUCHED_AT
 from tests.factories import MembershipFactory, TeamFactory, UserFactory
 from tests.frontend.browser import browser, shot  # noqa: F401  (fixture)
 from tests.support.oidc import OidcProvider
+from tests.support.processes import free_port
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 User = get_user_model()
@@ -117,6 +118,18 @@ def test_company_sign_in_lands_in_the_mapped_team_and_follows_the_groups(browser
     assert not Membership.objects.filter(user__username="ada@example.com").exists()
     ctx.close()
     api.close()
+
+
+def test_a_token_endpoint_out_of_reach_is_a_failed_sign_in_not_a_server_error(browser, live_server, provider,  # noqa: F811
+                                                                              settings):
+    provider.set_account("ada", email="ada@example.com", name="Ada Lovelace", groups=[])
+    settings.OIDC_OP_TOKEN_ENDPOINT = f"http://127.0.0.1:{free_port()}/token"  # nothing listens there
+
+    ctx, page = company_sign_in(browser, live_server.url, "ada")
+    page.wait_for_url("**/accounts/login/?sign_in_failed=1")
+    assert "did not work" in page.get_by_role("alert").inner_text()
+    assert not User.objects.exists()
+    ctx.close()
 
 
 def signed_in_as(page) -> str:
