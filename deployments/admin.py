@@ -10,7 +10,7 @@ from django.contrib import admin, messages
 
 from deployments.cluster_config import cluster_config_errors
 from deployments.errors import ActionError
-from deployments.models import AccessToken, ApiKey, Cluster, Deployment, Event, Membership, Team
+from deployments.models import AccessToken, ApiKey, Cluster, Deployment, Event, ExternalIdentity, Membership, Team
 from deployments.services.access_tokens import access_token_revoke
 from deployments.services.actions import deployment_delete
 from deployments.services.api_keys import api_key_revoke
@@ -196,3 +196,12 @@ class AccessTokenAdmin(ReadOnlyAdmin):
 
     def has_revoke_permission(self, request):
         return request.user.has_perm("deployments.change_accesstoken")
+
+
+@admin.register(ExternalIdentity)
+class ExternalIdentityAdmin(ReadOnlyAdmin):
+    """Who signs in as whom; linked on purpose with `manage.py identity_link` (audited)."""
+
+    list_display = ["user", "issuer", "subject", "created_at", "last_seen_at"]
+    list_filter = ["issuer"]
+    search_fields = ["user__username", "subject"]

@@ -71,6 +71,8 @@ class EventKind(models.TextChoices):
     PLATFORM_ADMIN_REVOKED = "platform_admin_revoked", "No longer a platform admin"
     USER_CREATED = "user_created", "User created"
     SIGN_IN_MAPPING_UNKNOWN_TEAM = "sign_in_mapping_unknown_team", "Sign-in maps to an unknown team"
+    SIGN_IN_REFUSED = "sign_in_refused", "Sign-in refused"
+    IDENTITY_LINKED = "identity_linked", "Company identity linked"
     BUDGET_WARNING = "budget_warning", "Budget warning"
     CLUSTER_REGISTERED = "cluster_registered", "Cluster registered"
     CLUSTER_UPDATED = "cluster_updated", "Cluster edited"

@@ -277,6 +277,9 @@ OIDC_AUTHENTICATION_CALLBACK_URL = "oidc_authentication_callback"
 OIDC_VERIFY_SSL = env_bool("TANDEM_OIDC_VERIFY_SSL", True)
 OIDC_TIMEOUT = env_float("TANDEM_OIDC_TIMEOUT_S", 10.0)
 TANDEM_OIDC_PROVIDER_NAME = env("TANDEM_OIDC_PROVIDER_NAME", "your company account")
+# The issuer (`iss`) of the provider's discovery document: when set, ID tokens from any other are refused. A person is
+# their (issuer, subject) pair (deployments/services/identities.py); the username claim only names a new account.
+TANDEM_OIDC_ISSUER = env("TANDEM_OIDC_ISSUER", "")
 TANDEM_OIDC_USERNAME_CLAIM = env("TANDEM_OIDC_USERNAME_CLAIM", "email")
 TANDEM_OIDC_GROUPS_CLAIM = env("TANDEM_OIDC_GROUPS_CLAIM", "groups")
 # group → [team slug, role]: {"ml-research-admins": ["ml-research", "admin"], "ml-research": ["ml-research", "member"]}
@@ -294,6 +297,15 @@ AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend"] + \
 TEMPLATES[0]["OPTIONS"]["context_processors"].append("frontend.oidc.sign_in_options")
 INSTALLED_APPS.append("mozilla_django_oidc")
 LOGIN_REDIRECT_URL_FAILURE = "/accounts/login/?sign_in_failed=1"
+OIDC_CALLBACK_CLASS = "frontend.oidc.TandemOIDCCallbackView"
+# Seconds after which a portal session signed in with the provider asks it again (no prompt) at the next page: a
+# person disabled there is signed out then. mozilla-django-oidc's own interval stays 0 (frontend.oidc.VOUCHED_AT).
+TANDEM_OIDC_RECHECK_S = env_int("TANDEM_OIDC_RECHECK_S", 900)
+if TANDEM_OIDC_RECHECK_S < 60:
+    raise ImproperlyConfigured("TANDEM_OIDC_RECHECK_S is at least 60: a shorter interval sends page after page to the "
+                               "identity provider.")
+OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS = 0
+MIDDLEWARE.insert(MIDDLEWARE.index("django_htmx.middleware.HtmxMiddleware") + 1, "frontend.oidc.OIDCSessionRecheck")
 
 # --- Several replicas of everything (deploy/, docs/install.md) -----------------------------------------------
 # A gateway told to stop (SIGTERM, e.g. a rolling update) lets in-flight requests and streams finish for up to

@@ -1,4 +1,5 @@
-"""Company sign-in: the identity provider's group claim decides team memberships and platform admins.
+"""Company sign-in: who the identity is (`identities`), and its group claim decides team memberships and platform
+admins.
 
 At every OpenID Connect sign-in the user's groups are mapped through `TANDEM_OIDC_GROUP_MAP` (group → (team slug,
 role)) and `TANDEM_OIDC_PLATFORM_ADMIN_GROUPS`. The mapping owns the teams it names: in those teams the user's
@@ -17,6 +18,7 @@ from django.db import transaction
 from deployments.event_kinds import EventKind
 from deployments.models import Membership, Team
 from deployments.services.events import event_record
+from deployments.services.identities import SignInRefused, identity_user_for_sign_in
 from deployments.services.teams import membership_remove, membership_set, platform_admin_set
 
 SOURCE = "the identity provider's groups claim at sign-in"
@@ -61,25 +63,24 @@ def claim_groups(claims: dict) -> list[str]:
     return [g for g in value if isinstance(g, str)]
 
 
-@transaction.atomic
-def sign_in_user_from_claims(*, claims: dict, user=None):
-    """Create or update the user the claims describe and make their memberships follow the groups claim."""
-    User = get_user_model()
-    if user is None:
-        username = claims[settings.TANDEM_OIDC_USERNAME_CLAIM]
-        user, created = User.objects.get_or_create(username=username)
-        if created:
-            user.set_unusable_password()
-            user.save(update_fields=["password"])
-            event_record(kind=EventKind.USER_CREATED, actor=None,
-                         message="First sign-in through the identity provider.", after={"user": username})
-    fields = (("email", "email"), ("first_name", "given_name"), ("last_name", "family_name"))
-    changed = {k: claims[c] for k, c in fields if claims.get(c) and getattr(user, k) != claims[c]}
-    if changed:
-        User.objects.filter(pk=user.pk).update(**changed)
-        for k, v in changed.items():
-            setattr(user, k, v)
-    return sign_in_sync_memberships(user=user, groups=claim_groups(claims))
+def sign_in_user_from_claims(*, claims: dict, issuer: str):
+    """The one decision of a company sign-in: which account the identity (issuer, `sub`) is
+    (`identities.identity_user_for_sign_in`), its name and e-mail as the claims say now, and its memberships
+    following the groups claim. A refusal changes nothing, is recorded as an audit event and is raised
+    (SignInRefused, whose message the person sees)."""
+    try:
+        with transaction.atomic():
+            user = identity_user_for_sign_in(issuer=issuer, claims=claims)
+            fields = (("email", "email"), ("first_name", "given_name"), ("last_name", "family_name"))
+            changed = {k: claims[c] for k, c in fields if claims.get(c) and getattr(user, k) != claims[c]}
+            if changed:
+                get_user_model().objects.filter(pk=user.pk).update(**changed)
+            return sign_in_sync_memberships(user=user, groups=claim_groups(claims))
+    except SignInRefused as refused:
+        event_record(kind=EventKind.SIGN_IN_REFUSED, actor=None, message=refused.message,
+                     after={"reason": refused.reason, "account": refused.account, "issuer": issuer,
+                            "subject": str(claims.get("sub")), "email": claims.get("email")})
+        raise
 
 
 @transaction.atomic

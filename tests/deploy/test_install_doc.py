@@ -21,7 +21,8 @@ VALUES = {"PORTAL_HOST": "tandem.corp.example", "GATEWAY_HOST": "llm.corp.exampl
           "CERT_ARN": "arn:aws:acm:us-east-1:123456789012:certificate/abc", "VPC_CIDR": "10.42.0.0/16",
           "IMAGE": "123456789012.dkr.ecr.us-east-1.amazonaws.com/tandem", "TAG": "abc1234", "COMPANY": "Corp SSO",
           "OIDC_AUTHORIZE": "https://sso.corp.example/authorize", "OIDC_TOKEN": "https://sso.corp.example/token",
-          "OIDC_USERINFO": "https://sso.corp.example/userinfo", "OIDC_JWKS": "https://sso.corp.example/jwks"}
+          "OIDC_USERINFO": "https://sso.corp.example/userinfo", "OIDC_JWKS": "https://sso.corp.example/jwks",
+          "OIDC_ISSUER_URL": "https://sso.corp.example"}
 
 
 def test_the_documented_edits_fill_every_placeholder(tmp_path):
@@ -44,7 +45,7 @@ def test_the_documented_edits_fill_every_placeholder(tmp_path):
     web = next(o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == "tandem-web")
     assert web["spec"]["template"]["spec"]["containers"][0]["image"] == f"{VALUES['IMAGE']}:{VALUES['TAG']}"
     for value in ("tandem.corp.example", "llm.corp.example", "10.42.0.0/16", "Corp SSO",
-                  "https://sso.corp.example/jwks"):
+                  "https://sso.corp.example/jwks", "TANDEM_OIDC_ISSUER: https://sso.corp.example\n"):
         assert value in out, value
 
 

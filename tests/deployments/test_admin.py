@@ -7,10 +7,11 @@ import pytest
 from django.urls import reverse
 
 from deployments.lifecycle import Status
-from deployments.models import ClusterCheck, Deployment, Event, Membership
+from deployments.models import ClusterCheck, Deployment, Event, ExternalIdentity, Membership
 from deployments.services.access_tokens import access_token_create
 from deployments.services.api_keys import api_key_create
 from deployments.services.events import event_record
+from deployments.services.identities import identity_link
 from tests.factories import ClusterFactory, DeploymentFactory, MembershipFactory, UserFactory
 from tests.support.processes import start_gateway
 from tests.support.revocation import assert_key_refused_within
@@ -186,3 +187,14 @@ def test_editing_a_clusters_config_in_admin_goes_through_the_service(admin_clien
     assert (event.actor, event.before["config"], event.after["config"]) == (
         platform_admin, {"dashboard_url": "http://127.0.0.1:8265"}, {"dashboard_url": "http://127.0.0.1:8266"})
     assert ClusterCheck.objects.filter(cluster=cluster).count() == 1  # the preflight ran again (a ray cluster: at once)
+
+
+def test_identities_are_listed_in_admin_and_linked_only_by_the_service(admin_client, member):
+    identity_link(actor=None, user=member, issuer="https://sso.corp.example", subject="00u1a2b3c4")
+    listing = admin_client.get(reverse("admin:deployments_externalidentity_changelist")).content.decode()
+    assert "00u1a2b3c4" in listing and member.username in listing
+    identity = ExternalIdentity.objects.get()
+    assert admin_client.get(reverse("admin:deployments_externalidentity_add")).status_code == 403
+    assert admin_client.post(reverse("admin:deployments_externalidentity_delete", args=[identity.pk]),
+                             {"post": "yes"}).status_code == 403
+    assert ExternalIdentity.objects.filter(pk=identity.pk, user=member).exists()

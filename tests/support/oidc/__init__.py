@@ -44,8 +44,14 @@ class OidcProvider:
                     raise RuntimeError(f"oidc-provider did not start: {self.log.read_text()[-2000:]}") from None
                 time.sleep(0.1)
 
-    def set_account(self, account_id: str, *, email: str, name: str, groups: list[str]) -> None:
-        self.accounts[account_id] = {"email": email, "name": name, "groups": groups}
+    def set_account(self, account_id: str, *, email: str, name: str, groups: list[str],
+                    email_verified=True) -> None:
+        self.accounts[account_id] = {"email": email, "email_verified": email_verified, "name": name, "groups": groups}
+        self._write()
+
+    def remove_account(self, account_id: str) -> None:
+        """The person is gone at the provider (disabled, deleted): their session there ends with it."""
+        del self.accounts[account_id]
         self._write()
 
     def _write(self) -> None:
@@ -57,7 +63,7 @@ class OidcProvider:
         return {"OIDC_RP_CLIENT_ID": CLIENT_ID, "OIDC_RP_CLIENT_SECRET": CLIENT_SECRET,
                 "OIDC_OP_AUTHORIZATION_ENDPOINT": d["authorization_endpoint"],
                 "OIDC_OP_TOKEN_ENDPOINT": d["token_endpoint"], "OIDC_OP_USER_ENDPOINT": d["userinfo_endpoint"],
-                "OIDC_OP_JWKS_ENDPOINT": d["jwks_uri"], "TANDEM_OIDC_ENABLED": True,
+                "OIDC_OP_JWKS_ENDPOINT": d["jwks_uri"], "TANDEM_OIDC_ISSUER": d["issuer"], "TANDEM_OIDC_ENABLED": True,
                 "TANDEM_OIDC_PROVIDER_NAME": "Example Corp"}
 
     def stop(self) -> None:

@@ -1,0 +1,126 @@
+"""Who a company sign-in is: the identity provider's issuer and subject (`iss`, `sub`), never an e-mail alone.
+
+A known (issuer, subject) signs in as its account, whatever e-mail it carries today. A new one is linked to an
+existing account by e-mail only when the provider says the address is verified, the account has no Tandem password
+(a local account is never taken over by a sign-in) and the account has no other identity from that issuer (a
+company alias handed to a new person does not bring the previous owner's account). Any other new identity gets an
+account of its own, under a username no existing account has. Platform admins link an account on purpose with
+`identity_link` (`manage.py identity_link`).
+"""
+import hashlib
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.utils import timezone
+
+from deployments.errors import ActionError, NotAllowed
+from deployments.event_kinds import EventKind
+from deployments.models import ExternalIdentity
+from deployments.services.events import event_record
+from deployments.services.teams import is_platform_admin
+
+
+class SignInRefused(NotAllowed):
+    """A sign-in Tandem will not complete: `message` is for the person, `reason` a word for the audit trail."""
+
+    def __init__(self, message: str, *, reason: str, account: str | None = None):
+        super().__init__(message)
+        self.reason = reason
+        self.account = account
+
+
+def email_is_verified(claims: dict) -> bool:
+    """The provider vouches for the e-mail: `email_verified` true (some providers send the string "true")."""
+    return claims.get("email_verified") in (True, "true")
+
+
+def identity_user_for_sign_in(*, issuer: str, claims: dict):
+    """The account the identity (issuer, claims' `sub`) signs in as: its own, one its verified e-mail links to, or a
+    new one; raises SignInRefused. Call inside the sign-in's transaction."""
+    subject = str(claims["sub"])
+    identity = (ExternalIdentity.objects.select_for_update().select_related("user")
+                .filter(issuer=issuer, subject=subject).first())
+    if identity is not None:
+        _require_active(identity.user)
+        identity.last_seen_at = timezone.now()
+        identity.save(update_fields=["last_seen_at"])
+        return identity.user
+    email = claims.get("email")
+    account = None
+    if email and email_is_verified(claims):
+        account = get_user_model().objects.select_for_update().filter(username=email).first()
+    if account is not None:
+        provider = settings.TANDEM_OIDC_PROVIDER_NAME
+        if account.has_usable_password():
+            raise SignInRefused(f"There is already a Tandem account {email} that signs in with a password. A "
+                                f"platform admin can link it to your {provider} sign-in.",
+                                reason="password_account", account=account.username)
+        if account.external_identities.filter(issuer=issuer).exists():
+            raise SignInRefused(f"The Tandem account {email} belongs to another {provider} identity. A platform "
+                                "admin can link it to yours if it is yours.",
+                                reason="alias_reused", account=account.username)
+        _require_active(account)
+        _identity_save(actor=None, user=account, issuer=issuer, subject=subject,
+                       message=f"Linked at first sign-in by the verified e-mail {email}.")
+        return account
+    return _user_create(issuer=issuer, subject=subject, claims=claims)
+
+
+def _require_active(user) -> None:
+    if not user.is_active:
+        raise SignInRefused("Your Tandem account is deactivated. Ask a platform admin.", reason="inactive",
+                            account=user.username)
+
+
+def _new_username(*, issuer: str, subject: str, claims: dict) -> str:
+    """The username claim's value (the subject without one); with a suffix only this identity has when an account
+    already has that name, or when the name is an e-mail the provider does not vouch for."""
+    User = get_user_model()
+    value = str(claims.get(settings.TANDEM_OIDC_USERNAME_CLAIM) or "")
+    trusted = settings.TANDEM_OIDC_USERNAME_CLAIM != "email" or email_is_verified(claims)
+    if not value:
+        value, trusted = subject, True
+    if trusted and not User.objects.filter(username=value).exists():
+        return value
+    suffix = hashlib.sha256(f"{issuer} {subject}".encode()).hexdigest()[:10]
+    return f"{value[:User._meta.get_field('username').max_length - 11]}~{suffix}"
+
+
+def _user_create(*, issuer: str, subject: str, claims: dict):
+    user = get_user_model()(username=_new_username(issuer=issuer, subject=subject, claims=claims))
+    user.set_unusable_password()
+    user.save()
+    ExternalIdentity.objects.create(user=user, issuer=issuer, subject=subject, last_seen_at=timezone.now())
+    event_record(kind=EventKind.USER_CREATED, actor=None, message="First sign-in through the identity provider.",
+                 after={"user": user.username, "issuer": issuer, "subject": subject})
+    return user
+
+
+def _identity_save(*, actor, user, issuer: str, subject: str, message: str, identity=None) -> None:
+    before = {"user": identity.user.username, "issuer": issuer, "subject": subject} if identity else None
+    if identity is None:
+        identity = ExternalIdentity(issuer=issuer, subject=subject)
+    identity.user = user
+    identity.save()
+    event_record(kind=EventKind.IDENTITY_LINKED, actor=actor, message=message, before=before,
+                 after={"user": user.username, "issuer": issuer, "subject": subject})
+
+
+@transaction.atomic
+def identity_link(*, actor, user, issuer: str, subject: str) -> bool:
+    """Make the identity (issuer, subject) sign in as `user`, on purpose: a platform admin, or the command line
+    (`actor` None). An identity that already signs in as someone else moves to `user` (the event keeps whose it
+    was). Returns whether anything changed."""
+    if actor is not None and not is_platform_admin(actor):
+        raise NotAllowed("Only platform admins can link company identities to accounts.")
+    issuer, subject = issuer.strip(), subject.strip()
+    if not issuer or not subject:
+        raise ActionError("Name both the issuer (the provider's `iss`) and the subject (`sub`).")
+    identity = ExternalIdentity.objects.select_for_update().select_related("user").filter(
+        issuer=issuer, subject=subject).first()
+    if identity is not None and identity.user_id == user.pk:
+        return False
+    _identity_save(actor=actor, user=user, issuer=issuer, subject=subject, identity=identity,
+                   message=f"Linked to {user.username} by a platform admin.")
+    return True
