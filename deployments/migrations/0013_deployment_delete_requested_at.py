@@ -18,7 +18,7 @@ def mark_deletions(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('deployments', '0011_cluster_updated_event'),
+        ('deployments', '0012_external_identity'),
     ]
 
     operations = [
