@@ -2,7 +2,8 @@ from deployments.models.clusters import Cluster, ClusterCheck, ClusterCheckLine
 from deployments.models.credentials import AccessToken, ApiKey
 from deployments.models.deployments import Deployment
 from deployments.models.events import Event
+from deployments.models.scim import ScimGroup, ScimToken, ScimUser
 from deployments.models.teams import Membership, Team
 
 __all__ = ["AccessToken", "ApiKey", "Cluster", "ClusterCheck", "ClusterCheckLine", "Deployment", "Event", "Membership",
-           "Team"]
+           "ScimGroup", "ScimToken", "ScimUser", "Team"]
