@@ -1,0 +1,16 @@
+"""/scim/v2/: the company directory's provisioning endpoints (deployments.scim.views)."""
+from django.urls import path
+
+from deployments.scim import views
+
+urlpatterns = [
+    path("Users", views.users, name="scim-users"),
+    path("Users/<str:pk>", views.user, name="scim-user"),
+    path("Groups", views.groups, name="scim-groups"),
+    path("Groups/<str:pk>", views.group, name="scim-group"),
+    path("ServiceProviderConfig", views.service_provider_config, name="scim-service-provider-config"),
+    path("ResourceTypes", views.resource_types, name="scim-resource-types"),
+    path("ResourceTypes/<str:pk>", views.resource_types, name="scim-resource-type"),
+    path("Schemas", views.schemas, name="scim-schemas"),
+    path("Schemas/<str:pk>", views.schemas, name="scim-schema"),
+]
