@@ -1,5 +1,5 @@
 """/scim/v2/: the company directory's provisioning endpoints (deployments.scim.views)."""
-from django.urls import path
+from django.urls import path, re_path
 
 from deployments.scim import views
 
@@ -13,4 +13,6 @@ urlpatterns = [
     path("ResourceTypes/<str:pk>", views.resource_types, name="scim-resource-type"),
     path("Schemas", views.schemas, name="scim-schemas"),
     path("Schemas/<str:pk>", views.schemas, name="scim-schema"),
+    path(".search", views.search_everything),
+    re_path(r"^(?P<path>.*)$", views.not_found),  # a SCIM error body, not the API's JSON 404
 ]

@@ -14,8 +14,8 @@ from django.http import HttpResponse
 from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
 from pydantic import ValidationError
-from scim2_models import (Context, Error, Group, InvalidSyntaxException, ListResponse, NotFoundException, PatchOp,
-                          SCIMException, SearchRequest)
+from scim2_models import (Context, Error, Group, InvalidSyntaxException, ListResponse, NotFoundException,
+                          NotImplementedException, PatchOp, SCIMException, SearchRequest)
 
 from deployments.errors import ActionError, Conflict
 from deployments.models import ScimGroup
@@ -97,7 +97,8 @@ def _users():
 
 def _user_answer(request, user, status=200, **headers) -> HttpResponse:
     resource = user_resource(user, _location(request, "scim-user", user.pk))
-    return _answer(resource.model_dump(scim_ctx=Context.RESOURCE_QUERY_RESPONSE), status=status, **headers)
+    return _answer(resource.model_dump(scim_ctx=Context.RESOURCE_QUERY_RESPONSE,
+                                       response_parameters=_search(request, UserResource)), status=status, **headers)
 
 
 @scim_endpoint
@@ -196,13 +197,20 @@ def group(request, pk: str):
     return _group_answer(request, _groups().get(pk=found.pk))
 
 
+def _read_only(request) -> HttpResponse | None:
+    """The discovery endpoints are read, never written (RFC 7644 §4)."""
+    return None if request.method == "GET" else _error(Error(status=405, detail="Only GET."))
+
+
 @scim_endpoint
 def service_provider_config(request):
-    return _answer(PROVIDER.config.model_dump(scim_ctx=Context.RESOURCE_QUERY_RESPONSE))
+    return _read_only(request) or _answer(PROVIDER.config.model_dump(scim_ctx=Context.RESOURCE_QUERY_RESPONSE))
 
 
 def _discovery(request, items, pk):
     """A list of all the ResourceTypes or Schemas, or the one `pk` names."""
+    if refused := _read_only(request):
+        return refused
     dumped = {str(i.id): i.model_dump(scim_ctx=Context.RESOURCE_QUERY_RESPONSE) for i in items}
     if pk is not None:
         if pk not in dumped:
@@ -220,3 +228,13 @@ def resource_types(request, pk: str | None = None):
 @scim_endpoint
 def schemas(request, pk: str | None = None):
     return _discovery(request, PROVIDER.schemas, pk)
+
+
+@scim_endpoint
+def not_found(request, path: str):
+    raise NotFoundException(detail=f"This service has no endpoint {path!r}.")
+
+
+@scim_endpoint
+def search_everything(request):
+    raise NotImplementedException(detail="Search one resource type at a time: GET /Users or /Groups with ?filter=.")
