@@ -9,15 +9,18 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin
+from django.template.response import TemplateResponse
+from django.utils.cache import add_never_cache_headers
 
 from deployments.cluster_config import cluster_config_errors
 from deployments.errors import ActionError
-from deployments.models import AccessToken, ApiKey, Cluster, Deployment, Event, Membership, Team
+from deployments.models import AccessToken, ApiKey, Cluster, Deployment, Event, Membership, ScimToken, Team
 from deployments.services.access_tokens import access_token_revoke
 from deployments.services.actions import deployment_delete
 from deployments.services.api_keys import api_key_revoke
 from deployments.services.clusters import cluster_register, cluster_update
 from deployments.services.people import user_deactivate, user_delete, user_reactivate
+from deployments.services.scim import scim_token_create, scim_token_revoke
 from deployments.secret_refs import secret_ref_errors
 from deployments.services.teams import (is_platform_admin, membership_remove, membership_set, platform_admin_set,
                                         team_create, team_update)
@@ -256,3 +259,41 @@ class TandemUserAdmin(UserAdmin):
     def delete_queryset(self, request, queryset):
         _apply(self, request, queryset, done="Deleted",
                service=lambda u: user_delete(actor=request.user, user=u, message="In Django admin."))
+
+
+class ScimTokenForm(forms.ModelForm):
+    class Meta:
+        model = ScimToken
+        fields = ["name"]
+
+
+@admin.register(ScimToken)
+class ScimTokenAdmin(ReadOnlyAdmin):
+    """Tokens the company directory calls /scim/v2/ with: created here (the secret shown once, in the page that
+    answers the save, never in a message, a log or the session) or by `manage.py tandem_scim_token`, revoked by the
+    action; both audited."""
+
+    form = ScimTokenForm
+    list_display = ["name", "key_id", "last4", "created_by", "created_at", "revoked_at", "last_used_at"]
+    actions = ["revoke"]
+
+    def has_add_permission(self, request):
+        return is_platform_admin(request.user)
+
+    def save_model(self, request, obj, form, change):
+        token, obj.secret = scim_token_create(actor=request.user, name=form.cleaned_data["name"])
+        _adopt(obj, token)
+
+    def response_add(self, request, obj, post_url_continue=None):
+        response = TemplateResponse(request, "admin/deployments/scimtoken/created.html", {
+            **self.admin_site.each_context(request), "opts": self.opts, "token": obj, "secret": obj.secret,
+            "scim_url": request.build_absolute_uri("/scim/v2/"), "title": f"SCIM token {obj.name}"})
+        add_never_cache_headers(response)
+        return response
+
+    @admin.action(description="Revoke selected SCIM tokens", permissions=["revoke"])
+    def revoke(self, request, queryset):
+        _apply(self, request, queryset, lambda t: scim_token_revoke(actor=request.user, token=t), done="Revoked")
+
+    def has_revoke_permission(self, request):
+        return is_platform_admin(request.user)
