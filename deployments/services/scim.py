@@ -69,10 +69,9 @@ def scim_token_check(raw: str) -> ScimToken | None:
 
 
 def _sync_teams(user) -> None:
-    """Make an active user's mapped teams follow the pushed groups they are in."""
-    if user.is_active:
-        groups = list(user.scim_groups.values_list("display_name", flat=True))
-        sign_in_sync_memberships(user=user, groups=groups, source="the company directory's groups (SCIM)")
+    """Make the user's mapped teams follow the pushed groups they are in (nothing for a deactivated user)."""
+    groups = list(user.scim_groups.values_list("display_name", flat=True))
+    sign_in_sync_memberships(user=user, groups=groups, source="the company directory's groups (SCIM)")
 
 
 @transaction.atomic

@@ -86,9 +86,12 @@ def sign_in_user_from_claims(*, claims: dict, user=None):
 def sign_in_sync_memberships(*, user, groups: list[str], mapping: GroupMapping | None = None, source: str = SOURCE):
     """Make the user's memberships in the mapped teams, and their platform-admin flag, equal what `groups` give
     (`source` names where the groups came from in the events: the sign-in's claim, or the directory's pushes);
-    returns the user as stored now."""
+    returns the user as stored now. A deactivated user's groups give nothing back: the OIDC backend builds the user
+    before the sign-in view refuses an inactive one, and a directory may still list a leaver in its groups."""
     mapping = mapping or GroupMapping.from_settings()
     user = get_user_model().objects.select_for_update().get(pk=user.pk)
+    if not user.is_active:
+        return user
     platform_admin_set(actor=None, user=user, is_admin=bool(mapping.platform_admin_groups & set(groups)),
                        message=f"From {source}.")
     wanted = mapping.roles_for(groups)

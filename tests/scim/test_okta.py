@@ -58,3 +58,22 @@ def test_a_user_who_signed_in_already_is_found_by_username_not_created_twice(sci
     again = scim_http.post("Users", json=recorded.OKTA_CREATE_USER | {"userName": member.username})
     assert again.status_code == 409 and again.json()["scimType"] == "uniqueness"
     assert get_user_model().objects.filter(username=member.username).count() == 1
+
+
+def test_a_deactivated_user_stays_out_of_teams_until_reactivated(scim_http, team):
+    user_id = scim_http.post("Users", json=recorded.OKTA_CREATE_USER).json()["id"]
+    group_id = scim_http.post("Groups", json=recorded.OKTA_CREATE_GROUP).json()["id"]
+    scim_http.patch(f"Groups/{group_id}", json=recorded.okta_add_members(user_id))
+    scim_http.patch(f"Users/{user_id}", json=recorded.OKTA_DEACTIVATE_USER)
+    assert not Membership.objects.filter(user_id=user_id).exists()
+
+    # The directory still lists the leaver in the group; a rename pushes it again: nothing comes back.
+    scim_http.patch(f"Groups/{group_id}", json=recorded.okta_rename_group(group_id, "Test SCIMv2"))
+    scim_http.put(f"Groups/{group_id}", json=recorded.OKTA_CREATE_GROUP | {"members": [{"value": user_id}]})
+    assert not Membership.objects.filter(user_id=user_id).exists()
+
+    back = scim_http.patch(f"Users/{user_id}", json={"schemas": ["urn:ietf:params:scim:api:messages:2.0:PatchOp"],
+                                                     "Operations": [{"op": "replace", "value": {"active": True}}]})
+    assert back.json()["active"] is True
+    assert Membership.objects.get(user_id=user_id).team == team  # the groups it is still in map to ml-research
+    assert Event.objects.filter(kind="user_reactivated", actor=None).count() == 1

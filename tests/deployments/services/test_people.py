@@ -9,6 +9,7 @@ from deployments.models import AccessToken, ApiKey, Event, Membership
 from deployments.services.access_tokens import access_token_create
 from deployments.services.api_keys import api_key_create
 from deployments.services.people import user_deactivate, user_delete, user_reactivate
+from deployments.services.sign_in import sign_in_user_from_claims
 from tests.factories import DeploymentFactory, MembershipFactory, TeamFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -111,3 +112,15 @@ def test_someone_who_requested_deployments_is_deactivated_not_deleted(member, pl
         user_delete(actor=platform_admin, user=member)
     member.refresh_from_db()
     assert member.is_active and not Event.objects.filter(kind__startswith="user_").exists()
+
+
+def test_a_deactivated_users_sign_in_claims_give_nothing_back(settings, team, platform_admin):
+    """mozilla-django-oidc updates the user from the claims before its view refuses an inactive one."""
+    settings.TANDEM_OIDC_GROUP_MAP = {"research": (team.slug, "admin")}
+    settings.TANDEM_OIDC_PLATFORM_ADMIN_GROUPS = ["platform"]
+    user = sign_in_user_from_claims(claims={"sub": "kim", "email": "kim@example.com", "groups": ["research"]})
+    user_deactivate(actor=platform_admin, user=user)
+    sign_in_user_from_claims(claims={"sub": "kim", "email": "kim@example.com", "groups": ["research", "platform"]},
+                             user=user)
+    user.refresh_from_db()
+    assert not Membership.objects.filter(user=user).exists() and not user.is_staff
