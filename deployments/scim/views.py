@@ -25,6 +25,7 @@ from deployments.scim.resources import (ENTRA_GROUP_SCHEMA, GROUP_FILTERS, MAX_R
 from deployments.services import scim as services
 
 CONTENT_TYPE = "application/scim+json"
+UNIQUE_ATTRIBUTES = {"userName", "displayName"}
 
 
 def _answer(payload: dict | None, status: int = 200, **headers) -> HttpResponse:
@@ -53,9 +54,9 @@ def scim_endpoint(view):
             return _error(e.to_error())
         except ValidationError as e:
             return _error(Error.from_validation_errors(e)[0])
-        except ActionError as e:
-            status = 409 if isinstance(e, Conflict) else e.status_code
-            return _error(Error(status=status, scim_type="uniqueness" if status == 409 else None, detail=e.message))
+        except ActionError as e:  # a service's refusal: a name taken, or a user whose history keeps them
+            unique = isinstance(e, Conflict) and e.field in UNIQUE_ATTRIBUTES
+            return _error(Error(status=e.status_code, scim_type="uniqueness" if unique else None, detail=e.message))
 
     return wrapped
 

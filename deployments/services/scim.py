@@ -116,7 +116,9 @@ def scim_user_update(*, user, fields: UserFields):
 
 
 def scim_user_delete(*, user) -> None:
-    """The directory removed the user: deactivated, then deleted (people.user_delete)."""
+    """The directory removed the user: deactivated, then deleted (people.user_delete). The deactivation commits on
+    its own first: someone whose name is on deployment requests is not deleted (Conflict), but never keeps access."""
+    user_deactivate(actor=None, user=user, message=DIRECTORY)
     user_delete(actor=None, user=user, message=DIRECTORY)
 
 

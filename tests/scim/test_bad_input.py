@@ -5,6 +5,7 @@ from django.contrib.auth import get_user_model
 
 from deployments.models import Event, ScimGroup
 from deployments.services.access_tokens import access_token_create
+from tests.factories import DeploymentFactory
 from tests.scim import recorded
 
 ERROR_SCHEMA = "urn:ietf:params:scim:api:messages:2.0:Error"
@@ -89,3 +90,13 @@ def test_only_a_scim_token_is_let_in(scim_http, member, header):
 def test_an_unknown_id_is_not_found(scim_http, db):
     assert_refused(scim_http.get("Users/424242"), 404, None, snapshot())
     assert_refused(scim_http.get("Groups/not-a-uuid"), 404, None, snapshot())
+
+
+def test_someone_whose_name_is_on_deployment_requests_is_deactivated_not_deleted(scim_http, member):
+    DeploymentFactory(requested_by=member)
+    response = scim_http.delete(f"Users/{member.pk}")
+    assert (response.status_code, response.json()["schemas"]) == (409, [ERROR_SCHEMA])
+    assert "deactivate them instead" in response.json()["detail"]
+    member.refresh_from_db()
+    assert not member.is_active  # kept for the deployments' history, but with no way in
+    assert scim_http.get(f"Users/{member.pk}").json()["active"] is False
