@@ -4,6 +4,8 @@ deployments.services.scim, answer `application/scim+json`.
 Every request needs `Authorization: Bearer tds_...` (a SCIM token). Anything refused (bad JSON, an unknown schema,
 a PATCH operation or path this service does not support, an unanswerable filter, a conflict) is a SCIM Error
 body with its status and scimType, and nothing is changed: a request is validated whole before a service runs.
+(One refusal comes after a change: a user the directory deletes whose name is on deployment requests is kept for
+that history, 409, but deactivated first.)
 """
 import functools
 import json
