@@ -10,8 +10,11 @@ that history, 409, but deactivated first.)
 import functools
 import json
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
+from django.db.models import QuerySet
 from django.http import HttpResponse
 from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
@@ -73,77 +76,74 @@ def _body(request) -> dict:
     return body
 
 
-def _location(request, name: str, pk) -> str:
-    return request.build_absolute_uri(reverse(name, args=[str(pk)]))
-
-
 def _search(request, model) -> SearchRequest:
     params = {k: request.GET[k] for k in ("filter", "startIndex", "count", "attributes", "excludedAttributes")
               if k in request.GET}
     return SearchRequest[model].model_validate(params)
 
 
-def _list(request, model, rows, to_resource) -> HttpResponse:
-    search = _search(request, model)
-    start, count = max(search.start_index or 1, 1), min(MAX_RESULTS if search.count is None else search.count,
-                                                         MAX_RESULTS)
-    rows = filtered(rows, search.filter, USER_FILTERS if model is UserResource else GROUP_FILTERS)
+@dataclass(frozen=True)
+class Endpoint:
+    """What differs between /Users and /Groups; the request handling (`collection`, `item`) is one."""
+
+    model: type
+    route: str  # the URL name of one resource
+    rows: Callable[[], QuerySet]
+    is_id: Callable[[str], bool]
+    to_resource: Callable[..., object]  # (row, location) → resource
+    filters: dict[str, str]
+    create: Callable[[object], object]  # validated resource → row
+    update: Callable[[object, object], object]  # (row, resource) → row
+    delete: Callable[[object], None]
+    clean: Callable[[dict], dict] = lambda body: body
+
+    def resource(self, request, row):
+        return self.to_resource(row, request.build_absolute_uri(reverse(self.route, args=[str(row.pk)])))
+
+    def answer(self, request, row, status=200, **headers) -> HttpResponse:
+        dumped = self.resource(request, row).model_dump(scim_ctx=Context.RESOURCE_QUERY_RESPONSE,
+                                                        response_parameters=_search(request, self.model))
+        return _answer(dumped, status=status, **headers)
+
+
+def _collection(request, ep: Endpoint) -> HttpResponse:
+    """GET: a page of the resources a filter selects; POST: create one."""
+    if request.method == "POST":
+        resource = ep.model.model_validate(ep.clean(_body(request)), scim_ctx=Context.RESOURCE_CREATION_REQUEST)
+        row = ep.rows().get(pk=ep.create(resource).pk)
+        return ep.answer(request, row, 201, Location=request.build_absolute_uri(reverse(ep.route, args=[str(row.pk)])))
+    if request.method != "GET":
+        return _error(Error(status=405, detail="GET or POST."))
+    search = _search(request, ep.model)
+    start = max(search.start_index or 1, 1)
+    count = min(MAX_RESULTS if search.count is None else search.count, MAX_RESULTS)
+    rows = filtered(ep.rows(), search.filter, ep.filters)
     page = list(rows.order_by("pk")[start - 1:start - 1 + count]) if count > 0 else []
-    listing = ListResponse[model](total_results=rows.count(), start_index=start, items_per_page=len(page),
-                                  resources=[to_resource(r) for r in page])
+    listing = ListResponse[ep.model](total_results=rows.count(), start_index=start, items_per_page=len(page),
+                                     resources=[ep.resource(request, r) for r in page])
     return _answer(listing.model_dump(scim_ctx=Context.SEARCH_RESPONSE, response_parameters=search))
 
 
-def _users():
-    return get_user_model().objects.select_related("scim").prefetch_related("scim_groups")
-
-
-def _user_answer(request, user, status=200, **headers) -> HttpResponse:
-    resource = user_resource(user, _location(request, "scim-user", user.pk))
-    return _answer(resource.model_dump(scim_ctx=Context.RESOURCE_QUERY_RESPONSE,
-                                       response_parameters=_search(request, UserResource)), status=status, **headers)
-
-
-@scim_endpoint
-def users(request):
-    if request.method == "GET":
-        return _list(request, UserResource, _users(),
-                     lambda u: user_resource(u, _location(request, "scim-user", u.pk)))
-    if request.method != "POST":
-        return _error(Error(status=405, detail="GET or POST."))
-    resource = UserResource.model_validate(_body(request), scim_ctx=Context.RESOURCE_CREATION_REQUEST)
-    user = services.scim_user_create(fields=user_fields(resource))
-    return _user_answer(request, _users().get(pk=user.pk), 201,
-                        Location=_location(request, "scim-user", user.pk))
-
-
-@scim_endpoint
-def user(request, pk: str):
-    found = _users().filter(pk=pk).first() if pk.isdigit() else None
+def _item(request, pk: str, ep: Endpoint) -> HttpResponse:
+    """GET, PUT (replace), PATCH (the operations applied to the stored resource, then saved as a PUT) or DELETE."""
+    found = ep.rows().filter(pk=pk).first() if ep.is_id(pk) else None
     if found is None:
-        raise NotFoundException(detail=f"No user with id {pk}.")
+        raise NotFoundException(detail=f"No {ep.model.__name__} with id {pk}.")
     if request.method == "GET":
-        return _user_answer(request, found)
+        return ep.answer(request, found)
     if request.method == "DELETE":
-        services.scim_user_delete(user=found)
+        ep.delete(found)
         return _answer(None, 204)
     if request.method == "PUT":
-        resource = UserResource.model_validate(_body(request), scim_ctx=Context.RESOURCE_REPLACEMENT_REQUEST)
+        resource = ep.model.model_validate(ep.clean(_body(request)), scim_ctx=Context.RESOURCE_REPLACEMENT_REQUEST)
     elif request.method == "PATCH":
-        patch = PatchOp[UserResource].model_validate(_body(request), scim_ctx=Context.RESOURCE_PATCH_REQUEST)
-        resource = user_resource(found, "")
+        patch = PatchOp[ep.model].model_validate(_body(request), scim_ctx=Context.RESOURCE_PATCH_REQUEST)
+        resource = ep.resource(request, found)
         patch.patch(resource)
     else:
         return _error(Error(status=405, detail="GET, PUT, PATCH or DELETE."))
-    services.scim_user_update(user=found, fields=user_fields(resource))
-    return _user_answer(request, _users().get(pk=found.pk))
-
-
-def _group_body(request) -> dict:
-    body = _body(request)
-    if isinstance(body.get("schemas"), list):
-        body["schemas"] = [s for s in body["schemas"] if s != ENTRA_GROUP_SCHEMA]
-    return body
+    ep.update(found, resource)
+    return ep.answer(request, ep.rows().get(pk=found.pk))
 
 
 def _is_uuid(text: str) -> bool:
@@ -154,50 +154,46 @@ def _is_uuid(text: str) -> bool:
     return True
 
 
-def _groups():
-    return ScimGroup.objects.prefetch_related("members")
+def _without_entra_group_schema(body: dict) -> dict:
+    if isinstance(body.get("schemas"), list):
+        body["schemas"] = [s for s in body["schemas"] if s != ENTRA_GROUP_SCHEMA]
+    return body
 
 
-def _group_answer(request, group, status=200, **headers) -> HttpResponse:
-    resource = group_resource(group, _location(request, "scim-group", group.pk))
-    return _answer(resource.model_dump(scim_ctx=Context.RESOURCE_QUERY_RESPONSE,
-                                       response_parameters=_search(request, Group)), status=status, **headers)
+USERS = Endpoint(
+    model=UserResource, route="scim-user", is_id=str.isdigit, to_resource=user_resource, filters=USER_FILTERS,
+    rows=lambda: get_user_model().objects.select_related("scim").prefetch_related("scim_groups"),
+    create=lambda r: services.scim_user_create(fields=user_fields(r)),
+    update=lambda row, r: services.scim_user_update(user=row, fields=user_fields(r)),
+    delete=lambda row: services.scim_user_delete(user=row))
+GROUPS = Endpoint(
+    model=Group, route="scim-group", is_id=_is_uuid, to_resource=group_resource, filters=GROUP_FILTERS,
+    rows=lambda: ScimGroup.objects.prefetch_related("members"), clean=_without_entra_group_schema,
+    create=lambda r: services.scim_group_create(display_name=r.display_name, external_id=r.external_id or "",
+                                                members=group_members(r)),
+    update=lambda row, r: services.scim_group_update(group=row, display_name=r.display_name,
+                                                     external_id=r.external_id or "", members=group_members(r)),
+    delete=lambda row: services.scim_group_delete(group=row))
+
+
+@scim_endpoint
+def users(request):
+    return _collection(request, USERS)
+
+
+@scim_endpoint
+def user(request, pk: str):
+    return _item(request, pk, USERS)
 
 
 @scim_endpoint
 def groups(request):
-    if request.method == "GET":
-        return _list(request, Group, _groups(), lambda g: group_resource(g, _location(request, "scim-group", g.pk)))
-    if request.method != "POST":
-        return _error(Error(status=405, detail="GET or POST."))
-    resource = Group.model_validate(_group_body(request), scim_ctx=Context.RESOURCE_CREATION_REQUEST)
-    group = services.scim_group_create(display_name=resource.display_name, external_id=resource.external_id or "",
-                                       members=group_members(resource))
-    return _group_answer(request, _groups().get(pk=group.pk), 201,
-                         Location=_location(request, "scim-group", group.pk))
+    return _collection(request, GROUPS)
 
 
 @scim_endpoint
 def group(request, pk: str):
-    found = _groups().filter(pk=pk).first() if _is_uuid(pk) else None
-    if found is None:
-        raise NotFoundException(detail=f"No group with id {pk}.")
-    if request.method == "GET":
-        return _group_answer(request, found)
-    if request.method == "DELETE":
-        services.scim_group_delete(group=found)
-        return _answer(None, 204)
-    if request.method == "PUT":
-        resource = Group.model_validate(_group_body(request), scim_ctx=Context.RESOURCE_REPLACEMENT_REQUEST)
-    elif request.method == "PATCH":
-        patch = PatchOp[Group].model_validate(_body(request), scim_ctx=Context.RESOURCE_PATCH_REQUEST)
-        resource = group_resource(found, "")
-        patch.patch(resource)
-    else:
-        return _error(Error(status=405, detail="GET, PUT, PATCH or DELETE."))
-    services.scim_group_update(group=found, display_name=resource.display_name,
-                               external_id=resource.external_id or "", members=group_members(resource))
-    return _group_answer(request, _groups().get(pk=found.pk))
+    return _item(request, pk, GROUPS)
 
 
 def _read_only(request) -> HttpResponse | None:
