@@ -4,10 +4,10 @@ from django.urls import path, re_path
 from deployments.scim import views
 
 urlpatterns = [
-    path("Users", views.users, name="scim-users"),
-    path("Users/<str:pk>", views.user, name="scim-user"),
-    path("Groups", views.groups, name="scim-groups"),
-    path("Groups/<str:pk>", views.group, name="scim-group"),
+    path("Users", views.collection, {"ep": views.USERS}, name="scim-users"),
+    path("Users/<str:pk>", views.item, {"ep": views.USERS}, name="scim-user"),
+    path("Groups", views.collection, {"ep": views.GROUPS}, name="scim-groups"),
+    path("Groups/<str:pk>", views.item, {"ep": views.GROUPS}, name="scim-group"),
     path("ServiceProviderConfig", views.service_provider_config, name="scim-service-provider-config"),
     path("ResourceTypes", views.resource_types, name="scim-resource-types"),
     path("ResourceTypes/<str:pk>", views.resource_types, name="scim-resource-type"),

@@ -84,7 +84,8 @@ def _search(request, model) -> SearchRequest:
 
 @dataclass(frozen=True)
 class Endpoint:
-    """What differs between /Users and /Groups; the request handling (`collection`, `item`) is one."""
+    """What differs between /Users and /Groups (deployments/scim/urls.py passes one to the views); the request
+    handling (`collection`, `item`) is one."""
 
     model: type
     route: str  # the URL name of one resource
@@ -106,7 +107,8 @@ class Endpoint:
         return _answer(dumped, status=status, **headers)
 
 
-def _collection(request, ep: Endpoint) -> HttpResponse:
+@scim_endpoint
+def collection(request, ep: Endpoint) -> HttpResponse:
     """GET: a page of the resources a filter selects; POST: create one."""
     if request.method == "POST":
         resource = ep.model.model_validate(ep.clean(_body(request)), scim_ctx=Context.RESOURCE_CREATION_REQUEST)
@@ -124,7 +126,8 @@ def _collection(request, ep: Endpoint) -> HttpResponse:
     return _answer(listing.model_dump(scim_ctx=Context.SEARCH_RESPONSE, response_parameters=search))
 
 
-def _item(request, pk: str, ep: Endpoint) -> HttpResponse:
+@scim_endpoint
+def item(request, pk: str, ep: Endpoint) -> HttpResponse:
     """GET, PUT (replace), PATCH (the operations applied to the stored resource, then saved as a PUT) or DELETE."""
     found = ep.rows().filter(pk=pk).first() if ep.is_id(pk) else None
     if found is None:
@@ -174,26 +177,6 @@ GROUPS = Endpoint(
     update=lambda row, r: services.scim_group_update(group=row, display_name=r.display_name,
                                                      external_id=r.external_id or "", members=group_members(r)),
     delete=lambda row: services.scim_group_delete(group=row))
-
-
-@scim_endpoint
-def users(request):
-    return _collection(request, USERS)
-
-
-@scim_endpoint
-def user(request, pk: str):
-    return _item(request, pk, USERS)
-
-
-@scim_endpoint
-def groups(request):
-    return _collection(request, GROUPS)
-
-
-@scim_endpoint
-def group(request, pk: str):
-    return _item(request, pk, GROUPS)
 
 
 def _read_only(request) -> HttpResponse | None:
