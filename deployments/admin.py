@@ -19,7 +19,8 @@ from deployments.services.access_tokens import access_token_revoke
 from deployments.services.actions import deployment_delete
 from deployments.services.api_keys import api_key_revoke
 from deployments.services.clusters import cluster_register, cluster_update
-from deployments.services.people import user_deactivate, user_delete, user_reactivate
+from deployments.services.people import (DETAILS, user_create, user_deactivate, user_delete, user_reactivate,
+                                          user_update)
 from deployments.services.scim import scim_token_create, scim_token_revoke
 from deployments.secret_refs import secret_ref_errors
 from deployments.services.teams import (is_platform_admin, membership_remove, membership_set, platform_admin_set,
@@ -209,9 +210,9 @@ admin.site.unregister(get_user_model())
 
 @admin.register(get_user_model())
 class TandemUserAdmin(UserAdmin):
-    """Django's user admin, with who may sign in, who is a platform admin and deletion changed only through
-    deployments.services.people and teams.platform_admin_set (audited; a deactivated user's keys, tokens and
-    sessions go). Tandem's platform admin is `is_staff` and `is_superuser` together; Django's groups and
+    """Django's user admin, with who exists, their details, who may sign in, who is a platform admin and deletion
+    changed only through deployments.services.people and teams.platform_admin_set (audited; a deactivated user's
+    keys, tokens and sessions go). Tandem's platform admin is `is_staff` and `is_superuser` together; Django's groups and
     permissions are not used."""
 
     PEOPLE_FIELDS = ["is_active", "is_staff", "is_superuser", "groups", "user_permissions"]
@@ -242,6 +243,16 @@ class TandemUserAdmin(UserAdmin):
     def revoke_platform_admin(self, request, queryset):
         self._people_action(request, queryset, lambda **kw: platform_admin_set(is_admin=False, **kw),
                             done="Revoked")
+
+    def save_model(self, request, obj, form, change):
+        """A new user and a change of username, e-mail or name through the people services (audited)."""
+        if change:
+            user_update(actor=request.user, user=obj, message="In Django admin.",
+                        **{f: form.cleaned_data[f] for f in form.changed_data if f in DETAILS})
+        else:
+            password = form.cleaned_data["password1"] if form.cleaned_data.get("set_usable_password") else None
+            _adopt(obj, user_create(actor=request.user, username=obj.username, password=password,
+                                    message="In Django admin."))
 
     def has_delete_permission(self, request, obj=None):
         # Nobody deletes themselves (user_delete refuses it too): the page would only end in an error.

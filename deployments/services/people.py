@@ -22,14 +22,52 @@ from deployments.services.teams import is_platform_admin, membership_remove, pla
 
 
 def _require_may_manage(*, actor, user, doing: str) -> None:
-    """Platform admins manage people, never themselves (no one locks out the last admin by accident); Tandem
-    (`actor=None`) manages anyone the directory provisions."""
+    """Platform admins manage people; `user` (when named) not themselves: no one locks out the last admin by
+    accident. Tandem (`actor=None`) manages anyone the directory provisions."""
     if actor is None:
         return
     if not is_platform_admin(actor):
         raise NotAllowed(f"Only platform admins can {doing} people.")
-    if actor.pk == user.pk:
+    if user is not None and actor.pk == user.pk:
         raise NotAllowed(f"You cannot {doing} yourself; ask another platform admin.")
+
+
+DETAILS = ("username", "email", "first_name", "last_name")
+
+
+@transaction.atomic
+def user_create(*, actor, username: str, password: str | None = None, message: str = "", **details):
+    """A new user (platform admins; Tandem for the directory): with a password, or none usable (they sign in
+    through the identity provider). A username taken in any case is a Conflict."""
+    _require_may_manage(actor=actor, user=None, doing="create")
+    User = get_user_model()
+    if User.objects.filter(username__iexact=username).exists():
+        raise Conflict(f"A user named {username!r} exists already.", field="userName")
+    user = User.objects.create_user(username=username, password=password, **details)
+    event_record(kind=EventKind.USER_CREATED, actor=actor, message=message, after={"user": username})
+    return user
+
+
+@transaction.atomic
+def user_update(*, actor, user, message: str = "", **changes):
+    """Change a user's username, e-mail or name (platform admins, themselves included; Tandem for the directory),
+    audited with what each was. The username is what an OIDC sign-in and the directory match them by."""
+    _require_may_manage(actor=actor, user=None, doing="change")
+    User = get_user_model()
+    user = User.objects.select_for_update().get(pk=user.pk)
+    changes = {f: v for f, v in changes.items() if getattr(user, f) != v}
+    if not changes:
+        return user
+    if set(changes) - set(DETAILS):
+        raise ValueError(f"user_update changes only {', '.join(DETAILS)}")
+    if "username" in changes and User.objects.filter(username__iexact=changes["username"]).exclude(pk=user.pk).exists():
+        raise Conflict(f"A user named {changes['username']!r} exists already.", field="userName")
+    before = {f: getattr(user, f) for f in changes}
+    for f, v in changes.items():
+        setattr(user, f, v)
+    user.save(update_fields=list(changes))
+    event_record(kind=EventKind.USER_UPDATED, actor=actor, message=message, before=before, after=changes)
+    return user
 
 
 def _sessions_end(user) -> int:

@@ -9,7 +9,6 @@ pushed groups they are in. Users are matched to OIDC sign-ins by userName, the O
 """
 from dataclasses import dataclass
 
-from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
@@ -18,7 +17,8 @@ from deployments.event_kinds import EventKind
 from deployments.models import ScimGroup, ScimToken, ScimUser
 from deployments.services.credentials import credential_check, credential_mint, credential_revoke
 from deployments.services.events import event_record
-from deployments.services.people import user_deactivate, user_delete, user_reactivate
+from deployments.services.people import (DETAILS, user_create, user_deactivate, user_delete, user_reactivate,
+                                          user_update)
 from deployments.services.sign_in import sign_in_sync_memberships
 from deployments.services.teams import is_platform_admin
 
@@ -36,7 +36,8 @@ class UserFields:
     last_name: str = ""
     active: bool | None = None  # None: the directory did not say
 
-    DETAILS = ("username", "email", "first_name", "last_name")
+    def details(self) -> dict:
+        return {f: getattr(self, f) for f in DETAILS}
 
 
 @transaction.atomic
@@ -78,14 +79,8 @@ def _sync_teams(user) -> None:
 def scim_user_create(*, fields: UserFields):
     """A user the directory provisions; a userName taken already is a Conflict (the directory then looks the user
     up by userName and links to it)."""
-    User = get_user_model()
-    if User.objects.filter(username__iexact=fields.username).exists():
-        raise Conflict(f"A user named {fields.username!r} exists already.", field="userName")
-    user = User(**{f: getattr(fields, f) for f in UserFields.DETAILS})
-    user.set_unusable_password()
-    user.save()
+    user = user_create(actor=None, message=DIRECTORY, **fields.details())
     ScimUser.objects.create(user=user, external_id=fields.external_id)
-    event_record(kind=EventKind.USER_CREATED, actor=None, message=DIRECTORY, after={"user": user.username})
     if fields.active is False:
         user = user_deactivate(actor=None, user=user, message=DIRECTORY)
     return user
@@ -95,17 +90,7 @@ def scim_user_create(*, fields: UserFields):
 def scim_user_update(*, user, fields: UserFields):
     """Apply what the directory says now: details (audited), its id for the user, and whether they are active
     (deactivation takes every way in away; reactivation gives back the teams their groups map to)."""
-    User = get_user_model()
-    user = User.objects.select_for_update().get(pk=user.pk)
-    changes = {f: getattr(fields, f) for f in UserFields.DETAILS if getattr(user, f) != getattr(fields, f)}
-    if "username" in changes and User.objects.filter(username__iexact=fields.username).exclude(pk=user.pk).exists():
-        raise Conflict(f"A user named {fields.username!r} exists already.", field="userName")
-    if changes:
-        before = {f: getattr(user, f) for f in changes}
-        for f, v in changes.items():
-            setattr(user, f, v)
-        user.save(update_fields=list(changes))
-        event_record(kind=EventKind.USER_UPDATED, actor=None, message=DIRECTORY, before=before, after=changes)
+    user = user_update(actor=None, user=user, message=DIRECTORY, **fields.details())
     ScimUser.objects.update_or_create(user=user, defaults={"external_id": fields.external_id})
     if fields.active is False:
         user = user_deactivate(actor=None, user=user, message=DIRECTORY)

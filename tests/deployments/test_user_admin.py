@@ -57,7 +57,7 @@ def test_a_user_deactivated_in_admin_loses_keys_tokens_and_teams_at_once(admin_c
     assert Event.objects.get(kind="api_key_revoked").before["key_id"] == key.key_id
 
 
-def test_the_change_form_does_not_write_who_may_sign_in_or_who_is_admin(admin_client, member):
+def test_the_change_form_does_not_write_who_may_sign_in_or_who_is_admin(admin_client, platform_admin, member):
     url = reverse("admin:auth_user_change", args=[member.pk])
     response = admin_client.post(url, change_form(member, first_name="Kim", is_staff="on", is_superuser="on"))
     assert response.status_code == 302, response.content.decode()[:3000]
@@ -67,6 +67,19 @@ def test_the_change_form_does_not_write_who_may_sign_in_or_who_is_admin(admin_cl
     assert (member.is_active, member.is_staff, member.is_superuser) == (True, False, False)
     page = admin_client.get(url).content.decode()
     assert 'name="is_staff"' not in page and 'name="is_active"' not in page
+    event = Event.objects.get(kind="user_updated")
+    assert (event.actor, event.before, event.after) == (platform_admin, {"first_name": ""}, {"first_name": "Kim"})
+
+
+def test_a_user_added_in_admin_is_audited(admin_client, platform_admin):
+    response = admin_client.post(reverse("admin:auth_user_add"), {
+        "username": "newcomer", "usable_password": "true", "password1": "a long passphrase 42",
+        "password2": "a long passphrase 42"})
+    assert response.status_code == 302, response.content.decode()[:3000]
+    user = User.objects.get(username="newcomer")
+    assert user.check_password("a long passphrase 42")
+    event = Event.objects.get(kind="user_created")
+    assert (event.actor, event.after) == (platform_admin, {"user": "newcomer"})
 
 
 def test_platform_admin_is_granted_and_revoked_in_admin_with_events(admin_client, platform_admin, member):
