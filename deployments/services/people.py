@@ -1,10 +1,13 @@
-"""People who stop being trusted: deactivate (a leaver loses every way in at once), reactivate and delete.
+"""People: who exists (create, update) and who stops being trusted (deactivate: a leaver loses every way in at
+once; reactivate; delete).
 
 Every entry point goes through here: Django's user admin, SCIM provisioning from the company directory
 (`actor=None`: Tandem acting on what the identity provider says) and anything added later. Deactivation takes away
 what each part of Tandem checks: team memberships (`teams.membership_remove`, audited), the gateway keys the person
 created (revoked and announced to every gateway replica), personal access tokens (the API), portal sessions, the
-platform-admin flag, and `is_active` (which the token authentication and the sign-in backends refuse).
+platform-admin flag, and `is_active` (which the token authentication, password sign-in and the OIDC callback
+refuse). Sessions are deleted rather than left to `is_active`: mozilla-django-oidc's backend loads a session's user
+without looking at it.
 """
 from django.contrib.auth import get_user_model
 from django.contrib.sessions.models import Session
