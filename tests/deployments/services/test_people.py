@@ -9,7 +9,7 @@ from deployments.models import AccessToken, ApiKey, Event, Membership
 from deployments.services.access_tokens import access_token_create
 from deployments.services.api_keys import api_key_create
 from deployments.services.people import user_deactivate, user_delete, user_reactivate
-from deployments.services.sign_in import sign_in_user_from_claims
+from deployments.services.sign_in import sign_in_sync_memberships
 from tests.factories import DeploymentFactory, MembershipFactory, TeamFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -114,13 +114,12 @@ def test_someone_who_requested_deployments_is_deactivated_not_deleted(member, pl
     assert member.is_active and not Event.objects.filter(kind__startswith="user_").exists()
 
 
-def test_a_deactivated_users_sign_in_claims_give_nothing_back(settings, team, platform_admin):
-    """mozilla-django-oidc updates the user from the claims before its view refuses an inactive one."""
+def test_a_deactivated_users_groups_give_nothing_back(settings, team, member, platform_admin):
+    """From a sign-in's claims (mozilla-django-oidc updates the user before its view refuses an inactive one) or a
+    directory's push, both through sign_in_sync_memberships."""
     settings.TANDEM_OIDC_GROUP_MAP = {"research": (team.slug, "admin")}
     settings.TANDEM_OIDC_PLATFORM_ADMIN_GROUPS = ["platform"]
-    user = sign_in_user_from_claims(claims={"sub": "kim", "email": "kim@example.com", "groups": ["research"]})
-    user_deactivate(actor=platform_admin, user=user)
-    sign_in_user_from_claims(claims={"sub": "kim", "email": "kim@example.com", "groups": ["research", "platform"]},
-                             user=user)
-    user.refresh_from_db()
-    assert not Membership.objects.filter(user=user).exists() and not user.is_staff
+    user_deactivate(actor=platform_admin, user=member)
+    sign_in_sync_memberships(user=member, groups=["research", "platform"])
+    member.refresh_from_db()
+    assert not Membership.objects.filter(user=member).exists() and not member.is_staff
