@@ -6,8 +6,8 @@ Every entry point goes through here: Django's user admin, SCIM provisioning from
 what each part of Tandem checks: team memberships (`teams.membership_remove`, audited), the gateway keys the person
 created (revoked and announced to every gateway replica), personal access tokens (the API), portal sessions, the
 platform-admin flag, and `is_active` (which the token authentication, password sign-in and the OIDC callback
-refuse). Sessions are deleted rather than left to `is_active`: mozilla-django-oidc's backend loads a session's user
-without looking at it.
+refuse). Sessions are deleted as well, not left to each sign-in backend's check of `is_active` (mozilla-django-oidc's
+own `get_user` does not look at it).
 """
 from django.contrib.auth import get_user_model
 from django.contrib.sessions.models import Session
