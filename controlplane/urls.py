@@ -12,6 +12,7 @@ urlpatterns = [
     path("api/v1/", include("deployments.api.urls")),
     path("api/v1/", include("gateway.urls")),
     path("api/v1/", include("observability.urls")),
+    path("scim/v2/", include("deployments.scim.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     # Swagger UI from drf-spectacular-sidecar; its start-up script is a file of its own, as the CSP requires.
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="api-docs"),

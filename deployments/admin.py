@@ -7,17 +7,25 @@ that would skip a service are not offered.
 """
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.auth import get_user_model
+from django.contrib.auth.admin import UserAdmin
+from django.template.response import TemplateResponse
+from django.utils.cache import add_never_cache_headers
 
 from deployments.cluster_config import cluster_config_errors
 from deployments.errors import ActionError
-from deployments.models import AccessToken, ApiKey, Cluster, Deployment, Event, ExternalIdentity, Membership, Team
+from deployments.models import (AccessToken, ApiKey, Cluster, Deployment, Event, ExternalIdentity, Membership,
+                                ScimToken, Team)
 from deployments.services.access_tokens import access_token_revoke
 from deployments.services.actions import deployment_delete
 from deployments.services.api_keys import api_key_revoke
 from deployments.services.clusters import cluster_register, cluster_update
+from deployments.services.people import (DETAILS, user_create, user_deactivate, user_delete, user_reactivate,
+                                          user_update)
+from deployments.services.scim import scim_token_create, scim_token_revoke
 from deployments.secret_refs import secret_ref_errors
-from deployments.services.teams import (is_platform_admin, membership_remove, membership_set, team_create,
-                                        team_update)
+from deployments.services.teams import (is_platform_admin, membership_remove, membership_set, platform_admin_set,
+                                        team_create, team_update)
 
 
 def _adopt(obj, saved) -> None:
@@ -205,3 +213,108 @@ class ExternalIdentityAdmin(ReadOnlyAdmin):
     list_display = ["user", "issuer", "subject", "created_at", "last_seen_at"]
     list_filter = ["issuer"]
     search_fields = ["user__username", "subject"]
+
+
+admin.site.unregister(get_user_model())
+
+
+@admin.register(get_user_model())
+class TandemUserAdmin(UserAdmin):
+    """Django's user admin, with who exists, their details, who may sign in, who is a platform admin and deletion
+    changed only through deployments.services.people and teams.platform_admin_set (audited; a deactivated user's
+    keys, tokens and sessions go). Tandem's platform admin is `is_staff` and `is_superuser` together; Django's groups and
+    permissions are not used."""
+
+    PEOPLE_FIELDS = ["is_active", "is_staff", "is_superuser", "groups", "user_permissions"]
+    actions = ["deactivate", "reactivate", "grant_platform_admin", "revoke_platform_admin"]
+    list_display = ["username", "email", "first_name", "last_name", "is_active", "is_staff"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return [*super().get_readonly_fields(request, obj), *self.PEOPLE_FIELDS] if obj else []
+
+    def _people_action(self, request, queryset, service, *, done: str):
+        why = "In Django admin."
+        _apply(self, request, queryset, lambda u: service(actor=request.user, user=u, message=why), done=done)
+
+    @admin.action(description="Deactivate selected users (memberships, keys, tokens and sessions go)",
+                  permissions=["change"])
+    def deactivate(self, request, queryset):
+        self._people_action(request, queryset, user_deactivate, done="Deactivated")
+
+    @admin.action(description="Reactivate selected users", permissions=["change"])
+    def reactivate(self, request, queryset):
+        self._people_action(request, queryset, user_reactivate, done="Reactivated")
+
+    @admin.action(description="Make selected users platform admins", permissions=["change"])
+    def grant_platform_admin(self, request, queryset):
+        self._people_action(request, queryset, lambda **kw: platform_admin_set(is_admin=True, **kw), done="Granted")
+
+    @admin.action(description="Make selected users no longer platform admins", permissions=["change"])
+    def revoke_platform_admin(self, request, queryset):
+        self._people_action(request, queryset, lambda **kw: platform_admin_set(is_admin=False, **kw),
+                            done="Revoked")
+
+    def save_model(self, request, obj, form, change):
+        """A new user and a change of username, e-mail or name through the people services (audited)."""
+        if change:
+            user_update(actor=request.user, user=obj, message="In Django admin.",
+                        **{f: form.cleaned_data[f] for f in form.changed_data if f in DETAILS})
+        else:
+            password = form.cleaned_data["password1"] if form.cleaned_data.get("set_usable_password") else None
+            _adopt(obj, user_create(actor=request.user, username=obj.username, password=password,
+                                    message="In Django admin."))
+
+    def has_delete_permission(self, request, obj=None):
+        # Nobody deletes themselves (user_delete refuses it too): the page would only end in an error.
+        return obj != request.user and super().has_delete_permission(request, obj)
+
+    def get_deleted_objects(self, objs, request):
+        """What the page lists, without asking for the right to delete the user's tokens and memberships row by
+        row (not offered in their own admin pages): user_delete revokes and removes those itself, audited."""
+        to_delete, model_count, _, protected = super().get_deleted_objects(objs, request)
+        return to_delete, model_count, set(), protected
+
+    def delete_model(self, request, obj):
+        user_delete(actor=request.user, user=obj, message="In Django admin.")
+
+    def delete_queryset(self, request, queryset):
+        _apply(self, request, queryset, done="Deleted",
+               service=lambda u: user_delete(actor=request.user, user=u, message="In Django admin."))
+
+
+class ScimTokenForm(forms.ModelForm):
+    class Meta:
+        model = ScimToken
+        fields = ["name"]
+
+
+@admin.register(ScimToken)
+class ScimTokenAdmin(ReadOnlyAdmin):
+    """Tokens the company directory calls /scim/v2/ with: created here (the secret shown once, in the page that
+    answers the save, never in a message, a log or the session) or by `manage.py tandem_scim_token`, revoked by the
+    action; both audited."""
+
+    form = ScimTokenForm
+    list_display = ["name", "key_id", "last4", "created_by", "created_at", "revoked_at", "last_used_at"]
+    actions = ["revoke"]
+
+    def has_add_permission(self, request):
+        return is_platform_admin(request.user)
+
+    def save_model(self, request, obj, form, change):
+        token, obj.secret = scim_token_create(actor=request.user, name=form.cleaned_data["name"])
+        _adopt(obj, token)
+
+    def response_add(self, request, obj, post_url_continue=None):
+        response = TemplateResponse(request, "admin/deployments/scimtoken/created.html", {
+            **self.admin_site.each_context(request), "opts": self.opts, "token": obj, "secret": obj.secret,
+            "scim_url": request.build_absolute_uri("/scim/v2/"), "title": f"SCIM token {obj.name}"})
+        add_never_cache_headers(response)
+        return response
+
+    @admin.action(description="Revoke selected SCIM tokens", permissions=["revoke"])
+    def revoke(self, request, queryset):
+        _apply(self, request, queryset, lambda t: scim_token_revoke(actor=request.user, token=t), done="Revoked")
+
+    def has_revoke_permission(self, request):
+        return is_platform_admin(request.user)

@@ -3,7 +3,8 @@ authenticates with it, and nothing else re-declares a prefix, a length, the chec
 channel.
 
 A secret is `<prefix>_<key_id>_<random>_<check>`: `tdm_` for a team's gateway API key, `tdp_` for a personal
-access token. `<random>` is 43 base62 characters (256 bits); `<check>` is 6 base62 characters holding the first
+access token, `tds_` for an identity provider's SCIM token. `<random>` is 43 base62 characters (256 bits);
+`<check>` is 6 base62 characters holding the first
 32 bits of HMAC-SHA256(check key, everything before the last `_`), the check key being derived from the server's
 secret. Like the CRC32 at the end of GitHub's tokens it catches typos and junk without a database lookup, and,
 being keyed, a key made up by someone without the server's secret too: only about one guess in 4 billion passes.
@@ -18,6 +19,7 @@ import secrets
 
 API_KEY_PREFIX = "tdm"
 ACCESS_TOKEN_PREFIX = "tdp"
+SCIM_TOKEN_PREFIX = "tds"
 SECRET_MIN_LENGTH = 32
 RANDOM_LENGTH = 43  # base62 characters: 256 bits
 CHECK_LENGTH = 6  # base62 characters: holds 32 bits (62**6 > 2**32)

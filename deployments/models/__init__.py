@@ -3,7 +3,8 @@ from deployments.models.credentials import AccessToken, ApiKey
 from deployments.models.deployments import Deployment
 from deployments.models.events import Event
 from deployments.models.identities import ExternalIdentity
+from deployments.models.scim import ScimGroup, ScimToken, ScimUser
 from deployments.models.teams import Membership, Team
 
 __all__ = ["AccessToken", "ApiKey", "Cluster", "ClusterCheck", "ClusterCheckLine", "Deployment", "Event",
-           "ExternalIdentity", "Membership", "Team"]
+           "ExternalIdentity", "Membership", "ScimGroup", "ScimToken", "ScimUser", "Team"]

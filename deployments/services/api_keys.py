@@ -84,6 +84,16 @@ def api_key_revoke(*, actor, key: ApiKey, message: str = "") -> ApiKey:
 
 
 @transaction.atomic
+def api_keys_revoke_for_person(*, actor, user, message: str = "", team: Team | None = None) -> list[str]:
+    """Revoke every live key `user` created (in `team` only, when named), each audited and announced; returns
+    their display names."""
+    keys = ApiKey.objects.select_related("team").filter(created_by=user, revoked_at__isnull=True)
+    if team is not None:
+        keys = keys.filter(team=team)
+    return [api_key_revoke(actor=actor, key=k, message=message).display for k in keys]
+
+
+@transaction.atomic
 def api_key_rotate(*, actor, key: ApiKey) -> tuple[ApiKey, str]:
     """Revoke a key and create its replacement with the same name, scope and limits; the replacement lives the
     team's default lifetime from now (the old expiry may be past, or beyond what the team allows today)."""

@@ -84,13 +84,17 @@ def sign_in_user_from_claims(*, claims: dict, issuer: str):
 
 
 @transaction.atomic
-def sign_in_sync_memberships(*, user, groups: list[str], mapping: GroupMapping | None = None):
-    """Make the user's memberships in the mapped teams, and their platform-admin flag, equal what `groups` give;
-    returns the user as stored now."""
+def sign_in_sync_memberships(*, user, groups: list[str], mapping: GroupMapping | None = None, source: str = SOURCE):
+    """Make the user's memberships in the mapped teams, and their platform-admin flag, equal what `groups` give
+    (`source` names where the groups came from in the events: the sign-in's claim, or the directory's pushes);
+    returns the user as stored now. A deactivated user's groups give nothing back: the OIDC backend builds the user
+    before the sign-in view refuses an inactive one, and a directory may still list a leaver in its groups."""
     mapping = mapping or GroupMapping.from_settings()
     user = get_user_model().objects.select_for_update().get(pk=user.pk)
+    if not user.is_active:
+        return user
     platform_admin_set(actor=None, user=user, is_admin=bool(mapping.platform_admin_groups & set(groups)),
-                       message=f"From {SOURCE}.")
+                       message=f"From {source}.")
     wanted = mapping.roles_for(groups)
     teams = {t.slug: t for t in Team.objects.filter(slug__in=mapping.managed_team_slugs())}
     current = {m.team.slug: m for m in Membership.objects.select_related("team")
@@ -102,9 +106,9 @@ def sign_in_sync_memberships(*, user, groups: list[str], mapping: GroupMapping |
                          message=f"A group maps {user.username} to team {slug!r}, which does not exist; create it.",
                          after={"user": user.username, "team": slug})
             continue
-        membership_set(actor=None, team=team, user=user, role=role, message=f"From {SOURCE}.")
+        membership_set(actor=None, team=team, user=user, role=role, message=f"From {source}.")
     for slug, membership in current.items():
         if slug not in wanted:
             membership_remove(actor=None, membership=membership,
-                              message=f"{user.username} left team {slug} ({SOURCE}).")
+                              message=f"{user.username} left team {slug} ({source}).")
     return user
