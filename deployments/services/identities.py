@@ -3,7 +3,9 @@
 A known (issuer, subject) signs in as its account, whatever e-mail it carries today. A new one is linked to an
 existing account by e-mail only when the provider says the address is verified, the account has no Tandem password
 (a local account is never taken over by a sign-in) and the account has no other identity from that issuer (a
-company alias handed to a new person does not bring the previous owner's account). Any other new identity gets an
+company alias handed to a new person does not bring the previous owner's account). The same holds for the account
+the company directory provisioned (SCIM) under the name the provider's username claim gives, when that claim is not
+an unverified e-mail: Entra ID sends no `email_verified`. Any other new identity gets an
 account of its own, under a username no existing account has. Platform admins link an account on purpose with
 `identity_link` (`manage.py identity_link`).
 """
@@ -46,25 +48,46 @@ def identity_user_for_sign_in(*, issuer: str, claims: dict):
         identity.last_seen_at = timezone.now()
         identity.save(update_fields=["last_seen_at"])
         return identity.user
-    email = claims.get("email")
-    account = None
-    if email and email_is_verified(claims):
-        account = get_user_model().objects.select_for_update().filter(username=email).first()
+    account, how = _account_to_link(claims)
     if account is not None:
-        provider = settings.TANDEM_OIDC_PROVIDER_NAME
+        provider, name = settings.TANDEM_OIDC_PROVIDER_NAME, account.username
         if account.has_usable_password():
-            raise SignInRefused(f"There is already a Tandem account {email} that signs in with a password. A "
+            raise SignInRefused(f"There is already a Tandem account {name} that signs in with a password. A "
                                 f"platform admin can link it to your {provider} sign-in.",
-                                reason="password_account", account=account.username)
+                                reason="password_account", account=name)
         if account.external_identities.filter(issuer=issuer).exists():
-            raise SignInRefused(f"The Tandem account {email} belongs to another {provider} identity. A platform "
+            raise SignInRefused(f"The Tandem account {name} belongs to another {provider} identity. A platform "
                                 "admin can link it to yours if it is yours.",
-                                reason="alias_reused", account=account.username)
+                                reason="alias_reused", account=name)
         _require_active(account)
         _identity_save(actor=None, user=account, issuer=issuer, subject=subject,
-                       message=f"Linked at first sign-in by the verified e-mail {email}.")
+                       message=f"Linked at first sign-in by {how}.")
         return account
     return _user_create(issuer=issuer, subject=subject, claims=claims)
+
+
+def _account_to_link(claims: dict):
+    """(account, why) a new identity may link to, or (None, ""): the account its verified e-mail names, or the one
+    the company directory provisioned (SCIM) under the name its trusted username claim gives (Entra ID sends no
+    `email_verified`; the directory and the provider are the same company's)."""
+    User = get_user_model()
+    email = claims.get("email")
+    if email and email_is_verified(claims):
+        account = User.objects.select_for_update().filter(username=email).first()
+        if account is not None:
+            return account, f"the verified e-mail {email}"
+    name = _trusted_username(claims)
+    if name:
+        account = User.objects.select_for_update().filter(username=name, scim__isnull=False).first()
+        if account is not None:
+            return account, f"the account the company directory provisioned as {name}"
+    return None, ""
+
+
+def _trusted_username(claims: dict) -> str:
+    """The username claim's value when the provider vouches for it: any claim but an unverified e-mail."""
+    value = str(claims.get(settings.TANDEM_OIDC_USERNAME_CLAIM) or "")
+    return value if settings.TANDEM_OIDC_USERNAME_CLAIM != "email" or email_is_verified(claims) else ""
 
 
 def _require_active(user) -> None:
@@ -78,7 +101,7 @@ def _new_username(*, issuer: str, subject: str, claims: dict) -> str:
     already has that name, or when the name is an e-mail the provider does not vouch for."""
     User = get_user_model()
     value = str(claims.get(settings.TANDEM_OIDC_USERNAME_CLAIM) or "")
-    trusted = settings.TANDEM_OIDC_USERNAME_CLAIM != "email" or email_is_verified(claims)
+    trusted = bool(_trusted_username(claims))
     if not value:
         value, trusted = subject, True
     if trusted and not User.objects.filter(username=value).exists():

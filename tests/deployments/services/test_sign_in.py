@@ -153,6 +153,33 @@ def test_entra_id_sends_no_email_verified_so_its_username_claim_names_new_accoun
     assert not ExternalIdentity.objects.filter(user=alice).exists()
 
 
+def test_entra_id_signs_in_as_the_account_the_directory_provisioned_and_never_as_one_made_by_hand(settings):
+    """Entra provisions people over SCIM and sends no `email_verified`: its trusted username claim (the UPN) links
+    the first sign-in to the account the directory pushed under that name, with its teams; an account of that
+    name made any other way is not taken (the identity gets its own)."""
+    from deployments.services.scim import UserFields, scim_user_create
+
+    settings.TANDEM_OIDC_USERNAME_CLAIM = "preferred_username"
+    TeamFactory(slug="research")
+    pushed = scim_user_create(fields=UserFields(username="dana@corp.example", external_id="e-dana"))
+    MembershipFactory(user=pushed, team__slug="payments")  # granted by hand in Tandem
+    entra = {"sub": "AAAAdana", "email": "dana@corp.example", "preferred_username": "dana@corp.example",
+             "groups": ["research"]}
+    assert sign_in(entra).pk == pushed.pk and roles(pushed) == {"research": "member", "payments": "member"}
+    link = Event.objects.get(kind="identity_linked")
+    assert link.after["subject"] == "AAAAdana" and "directory provisioned" in link.message
+    by_hand = UserFactory(username="erin@corp.example")
+    by_hand.set_unusable_password()
+    by_hand.save()
+    other = sign_in({"sub": "AAAAerin", "preferred_username": "erin@corp.example", "groups": []})
+    assert other.pk != by_hand.pk and other.username.startswith("erin@corp.example~")
+    # An unverified e-mail as the username claim vouches for nothing, provisioned or not.
+    settings.TANDEM_OIDC_USERNAME_CLAIM = "email"
+    scim_user_create(fields=UserFields(username="finn@corp.example"))
+    finn = sign_in(claims(email="finn@corp.example", sub="finn-x", verified=False))
+    assert finn.username.startswith("finn@corp.example~")
+
+
 def test_a_verified_email_never_takes_a_password_account():
     local = UserFactory(username="alice@corp.example")  # signs in with the password "pw"
     event = refused(claims(email="alice@corp.example", sub="alice-1"))
