@@ -134,6 +134,8 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
         self.resources["v1/services"] = {"kind": "Service", "namespaced": True}
         self.resources["v1/serviceaccounts"] = {"kind": "ServiceAccount", "namespaced": True}
         self.resources["v1/secrets"] = {"kind": "Secret", "namespaced": True}
+        self.resources["rbac.authorization.k8s.io/v1/rolebindings"] = {"kind": "RoleBinding", "namespaced": True}
+        self.resources["networking.k8s.io/v1/networkpolicies"] = {"kind": "NetworkPolicy", "namespaced": True}
         self.resources["ray.io/v1/rayservices"] = {"kind": "RayService", "namespaced": True,
                                                    "subresources": ["status"]}
 

@@ -30,8 +30,8 @@ def test_apply_creates_namespace_service_and_rayservice_then_repeats_as_a_no_op(
     assert second.message.startswith("nothing changed")
     assert len(writes(emulator)) == count
     assert len(emulator.rayservices()) == 1
-    assert {"v1/namespaces", "v1/serviceaccounts", "v1/services", "ray.io/v1/rayservices"} == \
-        {r for r, _, _ in emulator.live_objects()}
+    assert {"v1/namespaces", "rbac.authorization.k8s.io/v1/rolebindings", "networking.k8s.io/v1/networkpolicies",
+            "v1/serviceaccounts", "v1/services", "ray.io/v1/rayservices"} == {r for r, _, _ in emulator.live_objects()}
 
 
 def test_status_follows_ready_and_application_statuses(emulator, k8s_deployment):
@@ -56,7 +56,8 @@ def test_an_update_replaces_only_the_rayservice_and_status_waits_for_the_new_gen
     before = len(writes(emulator))
     k8s_deployment.spec["engine"]["max_model_len"] = 4096
     step = apply(target, k8s_deployment)
-    assert step.message == "updated RayService tandem-ml-research/llama (unchanged: Namespace, ServiceAccount, Service)"
+    assert step.message == ("updated RayService tandem-ml-research/llama (unchanged: Namespace, RoleBinding, "
+                            "NetworkPolicy, NetworkPolicy, ServiceAccount, Service)")
     assert [m for m, _ in writes(emulator)[before:]] == ["PUT"]
     rs = emulator.rayservices()[0]
     assert rs["metadata"]["generation"] == 2 and "max_model_len: 4096" in rs["spec"]["serveConfigV2"]
