@@ -1,4 +1,5 @@
 """The kubernetes driver over real HTTP: the official client against the emulated API server with KubeRay."""
+import re
 import time
 
 import pytest
@@ -257,7 +258,8 @@ def test_the_engines_logs_are_read_per_stage_from_the_deployments_worker_pods(em
         "decode": {"instantiated": ["UCX"], "missing": ["LIBFABRIC"]}}
 
 
-RB_PATH = r"/apis/rbac\.authorization\.k8s\.io/v1/namespaces/tandem-ml-research/rolebindings/tandem-worker$"
+RB_COLLECTION = "/apis/rbac.authorization.k8s.io/v1/namespaces/tandem-ml-research/rolebindings"
+RB_PATH = re.escape(RB_COLLECTION) + "/tandem-worker$"
 
 
 def _selects(selector: dict | None, labels: dict) -> bool:
@@ -362,9 +364,17 @@ def test_a_binding_there_that_tandem_may_not_read_is_a_permanent_error_saying_wh
                                                                                           k8s_deployment):
     target = KubernetesTarget(k8s_deployment.cluster)
     apply(target, k8s_deployment)
-    emulator.inject("GET", RB_PATH, 403)  # someone rewrote its subjects: the worker lost its rights there
+    emulator.inject("GET", RB_PATH, 403, count=2)  # someone rewrote its subjects: the worker lost its rights there
     with pytest.raises(PermanentError, match="kubectl -n tandem-ml-research delete rolebinding tandem-worker"):
         apply(target, k8s_deployment)
+
+
+def test_a_binding_another_worker_made_between_read_and_create_is_taken_as_made(emulator, k8s_deployment):
+    target = KubernetesTarget(k8s_deployment.cluster)
+    apply(target, k8s_deployment)
+    emulator.inject("GET", RB_PATH, 404)  # not there when this worker looked; there when it creates it
+    apply(target, k8s_deployment)
+    assert [h for h in emulator.hits if h == ("POST", RB_COLLECTION)] == [("POST", RB_COLLECTION)] * 2  # 2nd: 409
 
 
 def test_a_team_namespace_is_never_relabelled_or_rewritten(emulator, k8s_deployment):

@@ -383,7 +383,10 @@ class KubernetesTarget(Target):
             # A namespace made since we read it is fine if it is ours (another worker); anyone else's is refused.
             if e.status == 409 and kind == "Namespace" and (current := self._read(obj)) is not None:
                 return self._require_our_namespace(current, obj)
-            if e.status == 409 and kind == "RoleBinding":  # there, yet unreadable: not the binding Tandem made
+            if e.status == 409 and kind == "RoleBinding":
+                if self._read(obj) is not None:
+                    return None  # another worker made it since we looked
+                # there, yet unreadable: not the binding Tandem made
                 raise PermanentError(f"A RoleBinding {meta['name']} in namespace {meta['namespace']} on "
                                      f"{self.cluster.name} is not the one Tandem made (Tandem may not read it). "
                                      f"Delete it (kubectl -n {meta['namespace']} delete rolebinding {meta['name']}) "
