@@ -386,3 +386,14 @@ def test_a_team_namespace_is_never_relabelled_or_rewritten(emulator, k8s_deploym
     assert apply(target, k8s_deployment).message.startswith("nothing changed")
     assert [m for m, p in emulator.hits[mark:] if p.startswith("/api/v1/namespaces/tandem-ml-research") and
             p.count("/") == 4] == ["GET", "GET"]
+
+
+def test_a_team_namespace_still_being_deleted_is_waited_for_before_anything_is_written_in_it(emulator,
+                                                                                            k8s_deployment):
+    target = KubernetesTarget(k8s_deployment.cluster)
+    apply(target, k8s_deployment)
+    emulator.namespaces["tandem-ml-research"]["metadata"]["deletionTimestamp"] = "2026-12-05T07:00:00Z"
+    mark = len(writes(emulator))
+    with pytest.raises(TransientError, match="Namespace tandem-ml-research is still being deleted"):
+        apply(target, k8s_deployment)
+    assert writes(emulator)[mark:] == []

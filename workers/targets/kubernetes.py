@@ -271,11 +271,11 @@ class KubernetesTarget(Target):
             if current is None:
                 self._create(obj)
                 done.append(f"created {label}")
-            elif obj["kind"] == "Namespace":
-                unchanged.append(obj["kind"])  # ours (checked above), and created once: never rewritten
             elif current.get("metadata", {}).get("deletionTimestamp"):
                 raise TransientError(f"The previous {label} is still being deleted; creating the new one once it "
                                      "is gone.")
+            elif obj["kind"] == "Namespace":
+                unchanged.append(obj["kind"])  # ours (checked above), and created once: never rewritten
             elif current.get("metadata", {}).get("annotations", {}).get(HASH_ANNOTATION) != \
                     obj["metadata"]["annotations"][HASH_ANNOTATION]:
                 if obj["kind"] == "RayService" and _cluster_hash(current) != _cluster_hash(obj):
