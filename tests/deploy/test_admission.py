@@ -121,6 +121,19 @@ def test_a_rayservice_or_a_rolebinding_outside_tandems_namespaces_is_refused(pol
         "Tandem's worker may delete only namespaces labelled app.kubernetes.io/managed-by=tandem."]
 
 
+def test_in_a_team_namespace_the_worker_binds_its_role_to_itself_only(policy):
+    ns, _ = golden("manifests-p5.yaml")
+    binding = namespace_guards_build(namespace=ns["metadata"]["name"], team_slug="ml-research",
+                                     kuberay_namespace_labels={}, prometheus_namespace_labels={})[0]
+    to_the_ray_pods = copy.deepcopy(binding)
+    to_the_ray_pods["subjects"].append({"kind": "ServiceAccount", "name": "tandem-ray",
+                                        "namespace": ns["metadata"]["name"]})
+    another_role = {**copy.deepcopy(binding), "roleRef": {**binding["roleRef"], "name": "tandem-driver"}}
+    for changed in (to_the_ray_pods, another_role):
+        assert admission(policy, operation="CREATE", obj=changed, namespace=ns) == [
+            "Tandem's worker may bind only tandem-team-namespace, and only to itself."]
+
+
 def _head(rs: dict) -> dict:
     return rs["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]
 
