@@ -1,6 +1,7 @@
 """Kubernetes objects for a deployment, built as data: YAML bases from k8s_templates/ patched structurally.
 
-Pure functions: a typed spec in, plain dicts out (Namespace, ServiceAccount, Service, RayService). User text only
+Pure functions: a typed spec in, plain dicts out (Namespace, ServiceAccount, Service, RayService; and the team
+namespace's RoleBinding and NetworkPolicies). User text only
 ever lands in dict values, never in YAML source. Every object carries Tandem's labels and a spec-hash annotation, so
 a driver re-applies only the objects whose content changed. Nothing secret is ever in them: the team's Hugging Face
 token is copied into the namespace by the driver (workers.targets.kubernetes), and only referenced here.
@@ -163,6 +164,26 @@ def manifests_build(*, name: str, namespace: str, team_slug: str, spec: Deployme
                           target_kind=target_kind, node_selectors=node_selectors)
     sa = service_account_build(namespace=namespace, team_slug=team_slug, role_arn=role_arn)
     return [_stamp(ns), sa, _stamp(svc), rs]
+
+
+def namespace_guards_build(*, namespace: str, team_slug: str, kuberay_namespace_labels: dict[str, str],
+                           prometheus_namespace_labels: dict[str, str]) -> list[dict]:
+    """What a team namespace holds before anything runs in it: the RoleBinding that gives Tandem's worker its rights
+    there, and the NetworkPolicies that keep every other pod of the cluster away from the team's Ray pods (the
+    KubeRay operator and Prometheus let in from the namespaces with these labels; Prometheus not at all without)."""
+    labels = {**MANAGED_BY, TEAM_LABEL: team_slug}
+    binding = template("role_binding.yaml")
+    policies = template("network_policies.yaml")
+    rules = policies[-1]["spec"]["ingress"]
+    rules.append({"from": [{"namespaceSelector": {"matchLabels": dict(kuberay_namespace_labels)},
+                            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "kuberay-operator"}}}],
+                  "ports": [{"protocol": "TCP", "port": 8000}, {"protocol": "TCP", "port": 8265}]})
+    if prometheus_namespace_labels:
+        rules.append({"from": [{"namespaceSelector": {"matchLabels": dict(prometheus_namespace_labels)}}],
+                      "ports": [{"protocol": "TCP", "port": 8080}]})
+    for obj in (binding, *policies):
+        obj["metadata"].update(namespace=namespace, labels=dict(labels))
+    return [_stamp(o) for o in (binding, *policies)]
 
 
 def manifests_hash(objects: list[dict]) -> str:

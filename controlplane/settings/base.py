@@ -7,7 +7,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.csp import CSP
 
-from controlplane.settings.env import env, env_bool, env_float, env_int
+from controlplane.settings.env import env, env_bool, env_float, env_int, env_labels
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 
@@ -213,6 +213,13 @@ TANDEM_STUCK_AFTER_SECONDS = env_int("TANDEM_STUCK_AFTER_SECONDS", 1800)
 # in turn, each within ceil(running / batch) ticks.
 TANDEM_RESYNC_BATCH = env_int("TANDEM_RESYNC_BATCH", 300)
 TANDEM_ROLLUP_RETENTION_DAYS = env_int("TANDEM_ROLLUP_RETENTION_DAYS", 14)
+# Who, besides the team's own pods and Tandem's gateway and workers, the NetworkPolicy of every team namespace lets
+# in: the KubeRay operator (pods labelled app.kubernetes.io/name=kuberay-operator in namespaces with these labels)
+# on Serve's port and Ray's dashboard, and Prometheus (every pod in namespaces with these labels; none when unset)
+# on Ray's metrics port.
+TANDEM_KUBERAY_NAMESPACE_LABELS = env_labels("TANDEM_KUBERAY_NAMESPACE_LABELS",
+                                             "kubernetes.io/metadata.name=kuberay-system")
+TANDEM_PROMETHEUS_NAMESPACE_LABELS = env_labels("TANDEM_PROMETHEUS_NAMESPACE_LABELS")
 TANDEM_CONFORMANCE_RETENTION_DAYS = env_int("TANDEM_CONFORMANCE_RETENTION_DAYS", 30)
 # A running deployment still waiting for its first conformance result this long has its run started again.
 TANDEM_CONFORMANCE_OVERDUE_SECONDS = env_int("TANDEM_CONFORMANCE_OVERDUE_SECONDS", 600)

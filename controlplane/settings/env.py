@@ -29,3 +29,12 @@ def env_int(name: str, default: int) -> int:
 def env_float(name: str, default: float) -> float:
     value = os.environ.get(name)
     return float(value) if value else default
+
+
+def env_labels(name: str, default: str = "") -> dict[str, str]:
+    """Kubernetes labels written `key=value,key2=value2` (a label selector's equality terms); {} when unset."""
+    value = os.environ.get(name) or default
+    terms = [t.strip() for t in value.split(",") if t.strip()]
+    if any("=" not in t or not t.split("=", 1)[0] for t in terms):
+        raise ImproperlyConfigured(f"{name} must be labels written key=value,key2=value2; got {value!r}.")
+    return dict(t.split("=", 1) for t in terms)

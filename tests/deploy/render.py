@@ -9,6 +9,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 OVERLAYS = ["eks", "kubernetes"]
 WORKLOADS = {"Deployment", "Job"}
+# Cluster-scoped kinds newer than kustomize 5.5's built-in schema: it writes the kustomization's namespace on them,
+# which the API server drops from a cluster-scoped object (and kubectl leaves out of the URL).
+UNKNOWN_CLUSTER_SCOPED = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 
 
 @functools.cache
@@ -34,7 +37,8 @@ def api_path(obj: dict) -> str:
     group_version = obj["apiVersion"]
     base = f"/api/{group_version}" if "/" not in group_version else f"/apis/{group_version}"
     plural = obj["kind"].lower() + ("es" if obj["kind"].endswith("ss") else "s")
-    plural = {"networkpolicys": "networkpolicies"}.get(plural, plural)
-    ns = obj["metadata"].get("namespace")
+    plural = {"networkpolicys": "networkpolicies",
+              "validatingadmissionpolicys": "validatingadmissionpolicies"}.get(plural, plural)
+    ns = obj["metadata"].get("namespace") if obj["kind"] not in UNKNOWN_CLUSTER_SCOPED else None
     return f"{base}/namespaces/{ns}/{plural}/{obj['metadata']['name']}" if ns else \
         f"{base}/{plural}/{obj['metadata']['name']}"

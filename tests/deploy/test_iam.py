@@ -2,6 +2,7 @@
 allowed, nothing else is, and what it may change is limited to Tandem's own (tagged) node groups, launch
 templates, placement groups and security group."""
 import ast
+import fnmatch
 import json
 import re
 
@@ -95,3 +96,94 @@ def test_ec2_writes_carry_the_same_tag_conditions_as_the_node_groups():
                                                                  "CreateSecurityGroup"]
         else:
             assert statement["Condition"] == TAGGED
+
+
+# --- the policy evaluated as IAM evaluates a request: an explicit Deny wins, then any Allow, else it is denied ----
+SUBSTITUTIONS = {"${AWS_REGION}": "us-east-1", "${AWS_ACCOUNT_ID}": "111122223333", "${CLUSTER_NAME}": "prod",
+                 "${NODE_ROLE_NAME}": "tandem-node", "${VPC_ID}": "vpc-0abc"}
+CLUSTER_ARN = "arn:aws:eks:us-east-1:111122223333:cluster/prod"
+OURS = {"tandem.dev/managed-by": "tandem", "tandem.dev/deployment-id": "7", "tandem.dev/team": "ml-research",
+        "tandem.dev/deployment": "llama"}
+
+
+def _nodegroup(name: str) -> str:
+    return f"arn:aws:eks:us-east-1:111122223333:nodegroup/prod/{name}/4ec8a6e2-0a1b-4c2d-9e3f-1234567890ab"
+
+
+def _condition_holds(operator: str, wanted: dict, context: dict) -> bool:
+    """The condition operators the policy uses, with IAM's documented semantics for a missing key."""
+    for key, values in wanted.items():
+        values = values if isinstance(values, list) else [values]
+        given = context.get(key)
+        if operator == "Null":
+            holds = (given is None) == (values == ["true"])
+        elif operator == "StringEquals":
+            holds = given is not None and given in values
+        elif operator == "ForAnyValue:StringEquals":
+            holds = given is not None and any(g in values for g in given)
+        else:
+            raise AssertionError(f"the test does not evaluate {operator}: add it with IAM's semantics")
+        if not holds:
+            return False
+    return True
+
+
+def iam_decision(action: str, resource: str, context: dict) -> str:
+    """"Allow", "ExplicitDeny" or "ImplicitDeny" for one request under the driver policy alone."""
+    decision = "ImplicitDeny"
+    for s in json.loads(_substituted()):
+        if action not in s["Action"] or not any(fnmatch.fnmatchcase(resource, r) for r in _resources(s)):
+            continue
+        if all(_condition_holds(op, wanted, context) for op, wanted in s.get("Condition", {}).items()):
+            if s["Effect"] == "Deny":
+                return "ExplicitDeny"
+            decision = "Allow"
+    return decision
+
+
+def _substituted() -> str:
+    text = json.dumps(_policy())
+    for placeholder, value in SUBSTITUTIONS.items():
+        text = text.replace(placeholder, value)
+    return text
+
+
+def _request_tags(tags: dict) -> dict:
+    return {**{f"aws:RequestTag/{k}": v for k, v in tags.items()}, "aws:TagKeys": list(tags)}
+
+
+def _resource_tags(tags: dict) -> dict:
+    return {f"aws:ResourceTag/{k}": v for k, v in tags.items()}
+
+
+def test_the_driver_creates_its_node_groups_with_their_tags_then_resizes_and_deletes_them():
+    assert iam_decision("eks:CreateNodegroup", CLUSTER_ARN, _request_tags(OURS)) == "Allow"
+    # tag on create: the node group does not exist yet, so it has no tags of its own
+    assert iam_decision("eks:TagResource", _nodegroup("tandem-d7-prefill"), _request_tags(OURS)) == "Allow"
+    for action in ("eks:UpdateNodegroupConfig", "eks:DeleteNodegroup"):
+        assert iam_decision(action, _nodegroup("tandem-d7-prefill"), _resource_tags(OURS)) == "Allow"
+
+
+def test_a_tandem_node_groups_ownership_tags_cannot_be_rewritten_or_removed():
+    """With the worker's credentials, point deployment 8's node group at deployment 7 (whose deletion then takes
+    it), or strip Tandem's mark from it: refused, whatever else the role is given (an explicit Deny)."""
+    theirs = {**OURS, "tandem.dev/deployment-id": "8"}
+    rewrite = {**_resource_tags(theirs), **_request_tags({"tandem.dev/managed-by": "tandem",
+                                                          "tandem.dev/deployment-id": "7"})}
+    assert iam_decision("eks:TagResource", _nodegroup("tandem-d8-decode"), rewrite) == "ExplicitDeny"
+    for key in ("tandem.dev/deployment-id", "tandem.dev/managed-by"):
+        assert iam_decision("eks:UntagResource", _nodegroup("tandem-d8-decode"),
+                            {**_resource_tags(theirs), "aws:TagKeys": [key]}) == "ExplicitDeny"
+
+
+def test_a_node_group_outside_tandems_names_or_with_another_owner_cannot_be_claimed():
+    """Add managed-by=tandem to someone else's node group, to resize or delete it next: refused when it is not
+    named as Tandem names its node groups, and when it carries Tandem's mark for another cluster's Tandem or an
+    earlier owner. (One named tandem-* that carries no Tandem tag cannot be told from a node group being created:
+    deploy/iam/README.md says what guards it.)"""
+    claim = _request_tags({"tandem.dev/managed-by": "tandem", "tandem.dev/deployment-id": "7"})
+    assert iam_decision("eks:TagResource", _nodegroup("search-gpu"), claim) == "ImplicitDeny"
+    marked = {**_resource_tags({"tandem.dev/managed-by": "tandem"}), **claim}
+    assert iam_decision("eks:TagResource", _nodegroup("tandem-legacy"), marked) == "ExplicitDeny"
+    assert iam_decision("eks:UpdateNodegroupConfig", _nodegroup("search-gpu"), _resource_tags(OURS)) == \
+        "ImplicitDeny"

@@ -26,9 +26,9 @@ from kubernetes import client as k8s
 from deployments.catalog import INSTANCE_TYPES
 from tests.support.moto_server import eks_cluster_create
 from tests.support.processes import ROOT
+from tests.support.structural_pruning import KUBERAY_CRDS
 from workers.targets.eks import nodegroup_taints
 
-KUBERAY_CRDS = ROOT.parent / "shared" / "reference" / "kuberay"
 KINDS = {  # what the emulator serves beside KubeRay: (kind, namespaced, subresources)
     "apiextensions.k8s.io/v1/customresourcedefinitions": ("CustomResourceDefinition", False, []),
     "apps/v1/deployments": ("Deployment", True, ["status"]),

@@ -8,6 +8,7 @@ Extensions (kept here, never in the product code):
 - injected faults: the next N requests matching a method and path get a status (409/429/500/410...);
 - a stall: a RayService create is stored, then its answer held back (to kill a worker mid-provision);
 - a hold: the next N requests matching a method and path wait before they are handled (a slow call in flight);
+- a cluster-scoped object written with a namespace is stored without it, as a real server stores it;
 - a list filtered by an equality labelSelector (`k=v,k2=v2`), as the API server filters it (kmock ignores it);
 - a pod's log (`pods/<name>/log`) as text from `pod_logs`, as the API server streams the container's log;
 - objects found by their key, not by scanning every object (kmock does), and kmock's log of past requests kept to
@@ -80,6 +81,8 @@ CONTROL_PLANE_KINDS = [
     ("networking.k8s.io/v1/ingresses", "Ingress", True),
     ("rbac.authorization.k8s.io/v1/clusterroles", "ClusterRole", False),
     ("rbac.authorization.k8s.io/v1/clusterrolebindings", "ClusterRoleBinding", False),
+    ("admissionregistration.k8s.io/v1/validatingadmissionpolicies", "ValidatingAdmissionPolicy", False),
+    ("admissionregistration.k8s.io/v1/validatingadmissionpolicybindings", "ValidatingAdmissionPolicyBinding", False),
 ]
 
 
@@ -134,6 +137,8 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
         self.resources["v1/services"] = {"kind": "Service", "namespaced": True}
         self.resources["v1/serviceaccounts"] = {"kind": "ServiceAccount", "namespaced": True}
         self.resources["v1/secrets"] = {"kind": "Secret", "namespaced": True}
+        self.resources["rbac.authorization.k8s.io/v1/rolebindings"] = {"kind": "RoleBinding", "namespaced": True}
+        self.resources["networking.k8s.io/v1/networkpolicies"] = {"kind": "NetworkPolicy", "namespaced": True}
         self.resources["ray.io/v1/rayservices"] = {"kind": "RayService", "namespaced": True,
                                                    "subresources": ["status"]}
 
@@ -321,6 +326,8 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
         warnings = self._admit(request) if creating or request.action == kmock.action.UPDATE else []
         if creating:
             meta = request.data.setdefault("metadata", {})
+            if self._cluster_scoped(request.resource):
+                meta.pop("namespace", None)  # a real server drops it from a cluster-scoped object
             meta.update(uid=str(uuid.uuid4()), resourceVersion=str(next(self._versions)), generation=1,
                         creationTimestamp=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
         elif request.action == kmock.action.UPDATE and isinstance(request.data, dict):
@@ -339,6 +346,13 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
                 self.stalled.set()
                 await asyncio.sleep(self.stall_rayservice_create)
         return response
+
+    def _cluster_scoped(self, resource) -> bool:
+        """Whether the resource is declared cluster-scoped (kmock's discovery info)."""
+        if resource is None:
+            return False
+        declared = self.resources.get(f"{resource.group}/{resource.version}/{resource.plural}".lstrip("/"))
+        return getattr(declared, "namespaced", None) is False
 
     def _auth(self, headers):
         if self.token is None and self.token_prefix is None:

@@ -1,4 +1,5 @@
 """The kubernetes driver over real HTTP: the official client against the emulated API server with KubeRay."""
+import re
 import time
 
 import pytest
@@ -30,8 +31,8 @@ def test_apply_creates_namespace_service_and_rayservice_then_repeats_as_a_no_op(
     assert second.message.startswith("nothing changed")
     assert len(writes(emulator)) == count
     assert len(emulator.rayservices()) == 1
-    assert {"v1/namespaces", "v1/serviceaccounts", "v1/services", "ray.io/v1/rayservices"} == \
-        {r for r, _, _ in emulator.live_objects()}
+    assert {"v1/namespaces", "rbac.authorization.k8s.io/v1/rolebindings", "networking.k8s.io/v1/networkpolicies",
+            "v1/serviceaccounts", "v1/services", "ray.io/v1/rayservices"} == {r for r, _, _ in emulator.live_objects()}
 
 
 def test_status_follows_ready_and_application_statuses(emulator, k8s_deployment):
@@ -56,7 +57,8 @@ def test_an_update_replaces_only_the_rayservice_and_status_waits_for_the_new_gen
     before = len(writes(emulator))
     k8s_deployment.spec["engine"]["max_model_len"] = 4096
     step = apply(target, k8s_deployment)
-    assert step.message == "updated RayService tandem-ml-research/llama (unchanged: Namespace, ServiceAccount, Service)"
+    assert step.message == ("updated RayService tandem-ml-research/llama (unchanged: Namespace, RoleBinding, "
+                            "NetworkPolicy, NetworkPolicy, ServiceAccount, Service)")
     assert [m for m, _ in writes(emulator)[before:]] == ["PUT"]
     rs = emulator.rayservices()[0]
     assert rs["metadata"]["generation"] == 2 and "max_model_len: 4096" in rs["spec"]["serveConfigV2"]
@@ -254,3 +256,144 @@ def test_the_engines_logs_are_read_per_stage_from_the_deployments_worker_pods(em
     assert {stage: nixl_backends(text) for stage, text in logs.items()} == {
         "prefill": {"instantiated": ["LIBFABRIC"], "missing": []},
         "decode": {"instantiated": ["UCX"], "missing": ["LIBFABRIC"]}}
+
+
+RB_COLLECTION = "/apis/rbac.authorization.k8s.io/v1/namespaces/tandem-ml-research/rolebindings"
+RB_PATH = re.escape(RB_COLLECTION) + "/tandem-worker$"
+
+
+def _selects(selector: dict | None, labels: dict) -> bool:
+    """A label selector (matchLabels, matchExpressions) as Kubernetes matches it; an absent one matches nothing
+    here (a peer leaves it out only beside the other selector, handled by the caller)."""
+    ops = {"In": lambda v, vs: v in vs, "NotIn": lambda v, vs: v not in vs}
+    return all(labels.get(k) == v for k, v in (selector.get("matchLabels") or {}).items()) and all(
+        e["key"] in labels and ops[e["operator"]](labels[e["key"]], e["values"])
+        for e in selector.get("matchExpressions") or [])
+
+
+def reaches(policies: list[dict], *, namespace: str, namespace_labels: dict, pod_labels: dict, port: int,
+            to_namespace: str = "tandem-ml-research") -> bool:
+    """Whether a pod may open a TCP connection to `port` of a pod in `to_namespace` under these NetworkPolicies
+    (networking.k8s.io/v1 ingress semantics: without a policy selecting the pod everything is let in; with one,
+    what some rule of some policy lets in; a peer with only a podSelector means pods of the policy's namespace)."""
+    selecting = [p for p in policies if p["metadata"]["namespace"] == to_namespace and "Ingress" in
+                 p["spec"]["policyTypes"] and _selects(p["spec"]["podSelector"], {"any": "pod"})]
+    if not selecting:
+        return True
+
+    def peer_matches(peer: dict) -> bool:
+        if "namespaceSelector" not in peer:
+            return namespace == to_namespace and _selects(peer["podSelector"], pod_labels)
+        return _selects(peer["namespaceSelector"], namespace_labels) and _selects(peer.get("podSelector", {}),
+                                                                                  pod_labels)
+    return any((not rule.get("from") or any(peer_matches(peer) for peer in rule["from"])) and
+               (not rule.get("ports") or any(p["port"] == port and p["protocol"] == "TCP" for p in rule["ports"]))
+               for policy in selecting for rule in policy["spec"].get("ingress") or [])
+
+
+def _control_plane_pod(component: str) -> dict:
+    """The labels deploy/ gives Tandem's own pods (the eks overlay)."""
+    from tests.deploy.render import find, render
+    return find(render("eks"), "Deployment", f"tandem-{component}")["spec"]["template"]["metadata"]["labels"]
+
+
+def _ns(name: str, **labels) -> dict:
+    return {"kubernetes.io/metadata.name": name, **labels}  # the API server sets the name label on every namespace
+
+
+@pytest.mark.parametrize("prometheus", [{}, {"kubernetes.io/metadata.name": "monitoring"}])
+def test_only_the_gateway_workers_kuberay_prometheus_and_the_teams_own_pods_reach_its_ray_pods(
+        emulator, k8s_deployment, settings, prometheus):
+    settings.TANDEM_PROMETHEUS_NAMESPACE_LABELS = prometheus
+    apply(KubernetesTarget(k8s_deployment.cluster), k8s_deployment)
+    policies = [o.raw for (res, _, _), o in emulator.objects.items() if res.plural == "networkpolicies"]
+    gateway, worker = _control_plane_pod("gateway"), _control_plane_pod("worker")
+    tandem = {"namespace": "tandem", "namespace_labels": _ns("tandem")}
+    team = {"namespace": "tandem-ml-research", "namespace_labels": _ns("tandem-ml-research")}
+    other_team = {"namespace": "tandem-other", "namespace_labels": _ns("tandem-other", **{
+        "app.kubernetes.io/managed-by": "tandem", "tandem.dev/team": "other"})}
+    kuberay = {"namespace": "kuberay-system", "namespace_labels": _ns("kuberay-system"),
+               "pod_labels": {"app.kubernetes.io/name": "kuberay-operator"}}
+    monitoring = {"namespace": "monitoring", "namespace_labels": _ns("monitoring"), "pod_labels": {"app": "prom"}}
+    allowed = [({**tandem, "pod_labels": gateway}, 8000), ({**tandem, "pod_labels": worker}, 8000),
+               ({**tandem, "pod_labels": worker}, 8080), (kuberay, 8000), (kuberay, 8265),
+               ({**team, "pod_labels": {"ray.io/node-type": "worker"}}, 6379),  # Ray's own traffic: GCS,
+               ({**team, "pod_labels": {"ray.io/node-type": "worker"}}, 5600)]  # NIXL between prefill and decode
+    refused = [({**tandem, "pod_labels": gateway}, 8265),  # the dashboard runs jobs: not the gateway's
+               ({**tandem, "pod_labels": {"app.kubernetes.io/name": "tandem", "app.kubernetes.io/component": "web"}},
+                8000),
+               ({**other_team, "pod_labels": {"ray.io/node-type": "head"}}, 8000),  # another team's pods
+               ({"namespace": "default", "namespace_labels": _ns("default"), "pod_labels": gateway}, 8000),
+               ({**kuberay, "namespace": "default", "namespace_labels": _ns("default")}, 8265),
+               ({**monitoring}, 8000)]
+    (allowed if prometheus else refused).append((monitoring, 8080))
+    assert [(src["namespace"], port) for src, port in allowed if not reaches(policies, **src, port=port)] == []
+    assert [(src["namespace"], port) for src, port in refused if reaches(policies, **src, port=port)] == []
+
+
+def test_the_rolebinding_and_policies_come_with_the_namespace_and_come_back_once_removed(emulator, k8s_deployment):
+    target = KubernetesTarget(k8s_deployment.cluster)
+    # A real API server answers 403 to a read of the RoleBinding before it exists: the worker has no right there yet.
+    emulator.inject("GET", RB_PATH, 403)
+    step = apply(target, k8s_deployment)
+    assert emulator.faults[0].count == 0
+    assert "created RoleBinding tandem-ml-research/tandem-worker" in step.message
+    binding = next(o.raw for (res, _, _), o in emulator.objects.items() if res.plural == "rolebindings")
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                  "name": "tandem-team-namespace"}
+    assert target.observe(k8s_deployment).applied_hash == target.desired(k8s_deployment)[1]
+    # A namespace made before Tandem bound itself in team namespaces (or whose binding someone removed): the pass
+    # sees it missing without reading what it may not read, and puts the binding and the policies back.
+    for (res, _, _), obj in list(emulator.objects.items()):
+        if res.plural in ("rolebindings", "networkpolicies"):
+            obj.delete()
+    mark = len(emulator.hits)
+    observed = target.observe(k8s_deployment)
+    assert observed.applied_hash == "" and "RoleBinding in namespace tandem-ml-research is missing" in observed.message
+    assert [p for _, p in emulator.hits[mark:]] == ["/api/v1/namespaces/tandem-ml-research",
+                                                     "/apis/rbac.authorization.k8s.io/v1/namespaces/tandem-ml-research/"
+                                                     "rolebindings/tandem-worker"]
+    step = apply(target, k8s_deployment)
+    assert step.message.startswith("created RoleBinding tandem-ml-research/tandem-worker; created NetworkPolicy "
+                                   "tandem-ml-research/tandem-default-deny; created NetworkPolicy "
+                                   "tandem-ml-research/tandem-ingress (unchanged: Namespace,")
+    assert target.observe(k8s_deployment).applied_hash == target.desired(k8s_deployment)[1]
+
+
+def test_a_binding_there_that_tandem_may_not_read_is_a_permanent_error_saying_what_to_delete(emulator,
+                                                                                          k8s_deployment):
+    target = KubernetesTarget(k8s_deployment.cluster)
+    apply(target, k8s_deployment)
+    emulator.inject("GET", RB_PATH, 403, count=2)  # someone rewrote its subjects: the worker lost its rights there
+    with pytest.raises(PermanentError, match="kubectl -n tandem-ml-research delete rolebinding tandem-worker"):
+        apply(target, k8s_deployment)
+
+
+def test_a_binding_another_worker_made_between_read_and_create_is_taken_as_made(emulator, k8s_deployment):
+    target = KubernetesTarget(k8s_deployment.cluster)
+    apply(target, k8s_deployment)
+    emulator.inject("GET", RB_PATH, 404)  # not there when this worker looked; there when it creates it
+    apply(target, k8s_deployment)
+    assert [h for h in emulator.hits if h == ("POST", RB_COLLECTION)] == [("POST", RB_COLLECTION)] * 2  # 2nd: 409
+
+
+def test_a_team_namespace_is_never_relabelled_or_rewritten(emulator, k8s_deployment):
+    target = KubernetesTarget(k8s_deployment.cluster)
+    apply(target, k8s_deployment)
+    emulator.namespaces["tandem-ml-research"]["metadata"]["annotations"] = {"tandem.dev/spec-hash": "old"}
+    mark = len(emulator.hits)
+    assert target.observe(k8s_deployment).applied_hash == target.desired(k8s_deployment)[1]
+    assert apply(target, k8s_deployment).message.startswith("nothing changed")
+    assert [m for m, p in emulator.hits[mark:] if p.startswith("/api/v1/namespaces/tandem-ml-research") and
+            p.count("/") == 4] == ["GET", "GET"]
+
+
+def test_a_team_namespace_still_being_deleted_is_waited_for_before_anything_is_written_in_it(emulator,
+                                                                                            k8s_deployment):
+    target = KubernetesTarget(k8s_deployment.cluster)
+    apply(target, k8s_deployment)
+    emulator.namespaces["tandem-ml-research"]["metadata"]["deletionTimestamp"] = "2026-12-05T07:00:00Z"
+    mark = len(writes(emulator))
+    with pytest.raises(TransientError, match="Namespace tandem-ml-research is still being deleted"):
+        apply(target, k8s_deployment)
+    assert writes(emulator)[mark:] == []

@@ -11,13 +11,16 @@ A change to its Ray cluster part is a deletion and a creation, said in the step'
 KubeRay's NewCluster never completes on fixed-size node groups). The team's Hugging Face token, named by the
 cluster's `hf_token_refs`, is copied into the team namespace before the RayService, never into a manifest.
 A namespace that exists without Tandem's labels for this team is someone else's: Tandem refuses to adopt,
-relabel or delete it, and never deletes an object in it.
+relabel or delete it, and never deletes an object in it. A team namespace Tandem makes is created, never rewritten;
+right after it come the RoleBinding that gives the worker its rights there (cluster-wide it has none in namespaces)
+and the NetworkPolicies that keep the rest of the cluster away from the team's Ray pods.
 """
 import base64
 import json
 from collections.abc import Callable
 
 import urllib3
+from django.conf import settings
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
@@ -25,7 +28,7 @@ from deployments.applied_check import applied_differences, applied_mismatch_mess
 from deployments.catalog import RUNTIMES
 from deployments.manifests import (DEPLOYMENT_LABEL, HASH_ANNOTATION, MANAGED_BY, MODEL_SECRET, POOL_LABEL,
                                   RAY_CLUSTER_HASH_ANNOTATION, TEAM_LABEL, endpoint_url, manifests_build, manifests_hash,
-                                  namespace_name)
+                                  namespace_guards_build, namespace_name)
 from deployments.secret_refs import SecretRefError, secret_resolve
 from workers import clients
 from workers.targets.base import Observed, PermanentError, Step, Target, TransientError
@@ -67,6 +70,16 @@ def _labelled(labels: dict | None, wanted: dict) -> bool:
     return all((labels or {}).get(k) == v for k, v in wanted.items())
 
 
+def _applied_hash(desired: dict, current: dict | None) -> str:
+    """The spec hash of what is applied: a namespace carrying this team's labels is as desired (Tandem creates it and
+    never rewrites it: its labels are all there is to it); any other object says so in its annotation."""
+    if current is None:
+        return ""
+    if desired["kind"] == "Namespace" and _labelled(current["metadata"].get("labels"), desired["metadata"]["labels"]):
+        return desired["metadata"]["annotations"][HASH_ANNOTATION]
+    return (current["metadata"].get("annotations") or {}).get(HASH_ANNOTATION, "")
+
+
 def _cluster_hash(rs: dict) -> str:
     return (rs.get("metadata", {}).get("annotations") or {}).get(RAY_CLUSTER_HASH_ANNOTATION, "")
 
@@ -105,12 +118,12 @@ class KubernetesTarget(Target):
         except (ApiException, urllib3.exceptions.HTTPError, OSError) as e:
             raise api_error(e, doing=doing, cluster=self.cluster.name, access=self.ACCESS) from None
 
-    def _get(self, doing: str, fn: Callable, *args):
-        """Read one object as a dict, or None when it does not exist."""
+    def _get(self, doing: str, fn: Callable, *args, absent: tuple[int, ...] = (404,)):
+        """Read one object as a dict, or None when it does not exist (the API server answers one of `absent`)."""
         try:
             result = fn(*args, _request_timeout=TIMEOUT)
         except ApiException as e:
-            if e.status == 404:
+            if e.status in absent:
                 return None
             raise api_error(e, doing=doing, cluster=self.cluster.name, access=self.ACCESS) from None
         except (urllib3.exceptions.HTTPError, OSError) as e:
@@ -132,10 +145,14 @@ class KubernetesTarget(Target):
         return (self.cluster.config.get("team_roles") or {}).get(deployment.team.slug, "")
 
     def desired(self, deployment) -> tuple[list[dict], str]:
-        objects = manifests_build(name=deployment.name, namespace=self.namespace(deployment),
-                                  team_slug=deployment.team.slug, spec=deployment.spec_typed,
-                                  target_kind=self.cluster.kind, node_selectors=self.node_selectors(deployment),
-                                  role_arn=self.team_role(deployment))
+        namespace, team_slug = self.namespace(deployment), deployment.team.slug
+        ns, *rest = manifests_build(name=deployment.name, namespace=namespace, team_slug=team_slug,
+                                    spec=deployment.spec_typed, target_kind=self.cluster.kind,
+                                    node_selectors=self.node_selectors(deployment), role_arn=self.team_role(deployment))
+        guards = namespace_guards_build(namespace=namespace, team_slug=team_slug,
+                                        kuberay_namespace_labels=settings.TANDEM_KUBERAY_NAMESPACE_LABELS,
+                                        prometheus_namespace_labels=settings.TANDEM_PROMETHEUS_NAMESPACE_LABELS)
+        objects = [ns, *guards, *rest]  # the RoleBinding before anything that needs it, the RayService last
         return objects, manifests_hash(objects)
 
     def _read(self, obj: dict) -> dict | None:
@@ -149,16 +166,33 @@ class KubernetesTarget(Target):
         if kind == "ServiceAccount":
             return self._get("reading the Ray service account", core.read_namespaced_service_account, meta["name"],
                              meta["namespace"])
+        if kind == "RoleBinding":
+            # Until it exists the worker may not read it: the API server answers 403, not 404.
+            return self._get("reading Tandem's RoleBinding",
+                             k8s.RbacAuthorizationV1Api(self.api).read_namespaced_role_binding, meta["name"],
+                             meta["namespace"], absent=(403, 404))
+        if kind == "NetworkPolicy":
+            return self._get("reading a NetworkPolicy", k8s.NetworkingV1Api(self.api).read_namespaced_network_policy,
+                             meta["name"], meta["namespace"])
         return self._get("reading the RayService", k8s.CustomObjectsApi(self.api).get_namespaced_custom_object,
                          GROUP, VERSION, meta["namespace"], PLURAL, meta["name"])
 
     def observe(self, deployment, desired: list[dict] | None = None) -> Observed:
         objects = desired if desired is not None else self.desired(deployment)[0]
-        found = [self._read(o) for o in objects]
+        found = []
+        for obj in objects:
+            found.append(current := self._read(obj))
+            if current is None and obj["kind"] in ("Namespace", "RoleBinding"):
+                break  # nothing in the namespace exists, or may be read, without it
+        if found[0] is None:
+            return Observed(exists=False)
+        if len(found) < len(objects):
+            return Observed(exists=True, message=f"Tandem's RoleBinding in namespace {self.namespace(deployment)} "
+                                                 "is missing; re-applying.")
         rs = found[-1]
         if rs is None:
             return Observed(exists=False)
-        hashes = [(f or {}).get("metadata", {}).get("annotations", {}).get(HASH_ANNOTATION, "") for f in found]
+        hashes = [_applied_hash(o, f) for o, f in zip(objects, found)]
         applied = manifests_hash([{"metadata": {"annotations": {HASH_ANNOTATION: h}}} for h in hashes]) \
             if all(hashes) else ""
         serve_status, message, ready = self._serve_status(rs, deployment.name)
@@ -240,6 +274,8 @@ class KubernetesTarget(Target):
             elif current.get("metadata", {}).get("deletionTimestamp"):
                 raise TransientError(f"The previous {label} is still being deleted; creating the new one once it "
                                      "is gone.")
+            elif obj["kind"] == "Namespace":
+                unchanged.append(obj["kind"])  # ours (checked above), and created once: never rewritten
             elif current.get("metadata", {}).get("annotations", {}).get(HASH_ANNOTATION) != \
                     obj["metadata"]["annotations"][HASH_ANNOTATION]:
                 if obj["kind"] == "RayService" and _cluster_hash(current) != _cluster_hash(obj):
@@ -251,8 +287,8 @@ class KubernetesTarget(Target):
                     done.append(f"updated {label}")
             else:
                 unchanged.append(obj["kind"])
-            if obj["kind"] == "Namespace":  # before any pod can start without it
-                done += self._copy_model_secret(deployment, obj["metadata"]["name"])
+            if obj["kind"] == "RoleBinding":  # once the worker may write in the namespace, before any pod starts
+                done += self._copy_model_secret(deployment, obj["metadata"]["namespace"])
             elif obj["kind"] == "RayService" and unchanged[-1:] != ["RayService"]:
                 self._require_kept(deployment, obj)
         message = "; ".join(done) or "nothing changed"
@@ -334,6 +370,12 @@ class KubernetesTarget(Target):
                 core.create_namespaced_service(meta["namespace"], obj, _request_timeout=TIMEOUT)
             elif kind == "ServiceAccount":
                 core.create_namespaced_service_account(meta["namespace"], obj, _request_timeout=TIMEOUT)
+            elif kind == "RoleBinding":
+                k8s.RbacAuthorizationV1Api(self.api).create_namespaced_role_binding(meta["namespace"], obj,
+                                                                                   _request_timeout=TIMEOUT)
+            elif kind == "NetworkPolicy":
+                k8s.NetworkingV1Api(self.api).create_namespaced_network_policy(meta["namespace"], obj,
+                                                                              _request_timeout=TIMEOUT)
             else:
                 k8s.CustomObjectsApi(self.api).create_namespaced_custom_object(
                     GROUP, VERSION, meta["namespace"], PLURAL, obj, _request_timeout=TIMEOUT)
@@ -341,6 +383,14 @@ class KubernetesTarget(Target):
             # A namespace made since we read it is fine if it is ours (another worker); anyone else's is refused.
             if e.status == 409 and kind == "Namespace" and (current := self._read(obj)) is not None:
                 return self._require_our_namespace(current, obj)
+            if e.status == 409 and kind == "RoleBinding":
+                if self._read(obj) is not None:
+                    return None  # another worker made it since we looked
+                # there, yet unreadable: not the binding Tandem made
+                raise PermanentError(f"A RoleBinding {meta['name']} in namespace {meta['namespace']} on "
+                                     f"{self.cluster.name} is not the one Tandem made (Tandem may not read it). "
+                                     f"Delete it (kubectl -n {meta['namespace']} delete rolebinding {meta['name']}) "
+                                     "and retry: Tandem creates it again.") from None
             raise api_error(e, doing=f"creating the {kind}", cluster=self.cluster.name, access=self.ACCESS) from None
         except (urllib3.exceptions.HTTPError, OSError) as e:
             raise api_error(e, doing=f"creating the {kind}", cluster=self.cluster.name, access=self.ACCESS) from None
@@ -348,27 +398,32 @@ class KubernetesTarget(Target):
     def _replace(self, obj: dict, current: dict) -> None:
         kind, meta = obj["kind"], obj["metadata"]
         core = k8s.CoreV1Api(self.api)
-        if kind == "Namespace":
-            self._call("labelling the namespace", core.patch_namespace, meta["name"], {"metadata": meta})
-        elif kind == "ServiceAccount":
-            # A replace: a role taken away must take its annotation with it.
-            body = {**obj, "metadata": {**meta, "resourceVersion": current["metadata"].get("resourceVersion")}}
+        # A replace (with the resourceVersion read) unless said otherwise: what was dropped from the object must go.
+        body = {**obj, "metadata": {**meta, "resourceVersion": current["metadata"].get("resourceVersion")}}
+        if kind == "ServiceAccount":  # a role taken away takes its annotation with it
             self._call("updating the Ray service account", core.replace_namespaced_service_account, meta["name"],
                        meta["namespace"], body)
+        elif kind == "RoleBinding":
+            self._call("updating Tandem's RoleBinding",
+                       k8s.RbacAuthorizationV1Api(self.api).replace_namespaced_role_binding, meta["name"],
+                       meta["namespace"], body)
+        elif kind == "NetworkPolicy":
+            self._call("updating a NetworkPolicy", k8s.NetworkingV1Api(self.api).replace_namespaced_network_policy,
+                       meta["name"], meta["namespace"], body)
         elif kind == "Service":
             # A merge patch keeps the clusterIP the API server assigned (a replace would have to copy it).
             self._call("updating the endpoint Service", core.patch_namespaced_service, meta["name"],
                        meta["namespace"], {"metadata": meta, "spec": obj["spec"]})
-        else:
-            # A replace, not a merge patch: keys dropped from the spec (e.g. EFA devices) must go away too.
-            body = {**obj, "metadata": {**meta, "resourceVersion": current["metadata"].get("resourceVersion")}}
+        else:  # keys dropped from the spec (e.g. EFA devices) go away too
             self._call("updating the RayService", k8s.CustomObjectsApi(self.api).replace_namespaced_custom_object,
                        GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], body)
 
     def teardown(self, deployment) -> Step:
         """Delete the RayService and Service (and the team namespace once nothing of Tandem's is left)."""
         objects, _ = self.desired(deployment)
-        ns_obj, _, svc, rs = objects  # the team's service account goes with its namespace
+        # The team's service account, RoleBinding and NetworkPolicies go with its namespace.
+        ns_obj, svc, rs = (next(o for o in objects if o["kind"] == kind)
+                           for kind in ("Namespace", "Service", "RayService"))
         namespace = ns_obj["metadata"]["name"]
         custom, core = k8s.CustomObjectsApi(self.api), k8s.CoreV1Api(self.api)
         remaining = []
