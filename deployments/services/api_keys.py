@@ -115,7 +115,7 @@ def api_key_transfer_to_team(*, actor, key: ApiKey, message: str = "") -> ApiKey
     """A team admin makes a person's key a team key, so it stays when that person leaves (a service that runs on
     it keeps working). Audited; a team key stays as it is."""
     team_require_admin(user=actor, team=key.team)
-    key = ApiKey.objects.select_for_update(no_key=True).select_related("team", "owner").get(pk=key.pk)
+    key = ApiKey.objects.select_for_update(no_key=True, of=("self",)).select_related("team", "owner").get(pk=key.pk)
     if key.revoked_at:
         raise ActionError(f"{key.name} is revoked; create a team key instead.")
     if key.owner_id is None:
