@@ -1,5 +1,7 @@
 """Keys have an owner: a person, whose keys go when they go, or the team (a team key, its service account), which
 only the team's admins create, and to which only they move a person's key."""
+import importlib
+
 import pytest
 
 from deployments.credential_format import KEY_EVENTS_CHANNEL
@@ -7,6 +9,7 @@ from deployments.errors import ActionError, NotAllowed
 from deployments.models import ApiKey, Membership
 from deployments.services.api_keys import (api_key_create, api_key_rotate, api_key_transfer_to_team,
                                            api_keys_revoke_for_person)
+from deployments.services.credentials import credential_mint
 from deployments.services.teams import membership_remove
 from tests.factories import MembershipFactory, TeamFactory
 
@@ -96,3 +99,15 @@ def test_a_rotated_key_keeps_its_owner(team, team_admin, member):
     assert api_key_rotate(actor=team_admin, key=teams)[0].owner is None
     with pytest.raises(NotAllowed, match="Only the owner of service or an admin"):
         api_key_rotate(actor=member, key=ApiKey.objects.get(name="service", revoked_at=None))
+
+
+def test_the_migration_gives_each_existing_key_to_its_creator(team, member):
+    """Keys made before owners existed: a person's belongs to them (and goes when they go); one whose creator is
+    gone, or Tandem's own, stays what it already was in effect, a key of the team."""
+    from django.apps import apps
+
+    owners_from_creators = importlib.import_module("deployments.migrations.0014_api_key_owner").owners_from_creators
+    persons, _ = credential_mint(model=ApiKey, team=team, name="old", created_by=member)
+    creator_gone, _ = credential_mint(model=ApiKey, team=team, name="orphan", created_by=None)
+    owners_from_creators(apps, None)
+    assert [ApiKey.objects.get(pk=k.pk).owner for k in (persons, creator_gone)] == [member, None]
