@@ -29,8 +29,8 @@ def test_leaving_one_of_two_teams_keeps_the_token_but_it_reaches_only_the_team_l
     seat = Membership.objects.get(team=other, user=member)
     assert api.delete(f"/api/v1/members/{seat.pk}/").status_code == 204
 
-    bearer(api, token)
-    assert [t["slug"] for t in api.get("/api/v1/teams/").json()["results"]] == ["ml-research"]
+    teams = bearer(api, token).get("/api/v1/teams/")
+    assert teams.status_code == 200 and [t["slug"] for t in teams.json()["results"]] == ["ml-research"]
     assert api.get("/api/v1/teams/other/").status_code == 404
     assert api.get(f"/api/v1/deployments/{secret_there.pk}/").status_code == 404
     assert api.get("/api/v1/events/?team=other").json()["results"] == []
