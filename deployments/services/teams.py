@@ -110,8 +110,9 @@ def membership_set(*, actor, team: Team, user, role: str, message: str = "") -> 
 def membership_remove(*, actor, membership: Membership, message: str = "") -> None:
     """Take a user out of a team (platform admins and team admins; `actor=None` is Tandem, as above), and offboard
     them from it: the team's API keys they own are revoked (announced to every gateway replica; team keys stay),
-    and their personal access tokens too when this was their last team. A token left alive reaches only the teams
-    its owner is still in: the API reads memberships on every request."""
+    and their personal access tokens too when this was their last team (a platform admin's reach every team
+    anyway). A token left alive reaches only the teams its owner is still in: the API reads memberships on every
+    request."""
     # Imported here: the credential services import this module for roles.
     from deployments.services.access_tokens import access_token_revoke
     from deployments.services.api_keys import api_keys_revoke_for_person
@@ -125,7 +126,7 @@ def membership_remove(*, actor, membership: Membership, message: str = "") -> No
     revoked_tokens = []
     # Locked: two removals of the same person at once must not each see the other team and both keep the tokens.
     seats = list(Membership.objects.select_for_update().filter(user=user).values_list("pk", flat=True))
-    if seats == [membership.pk]:
+    if seats == [membership.pk] and not is_platform_admin(user):  # a platform admin's token reaches no less now
         for token in AccessToken.objects.select_related("user").filter(user=user, revoked_at__isnull=True):
             access_token_revoke(user=actor, token=token, message=why)
             revoked_tokens.append(token.display)

@@ -70,6 +70,8 @@ def test_a_team_admin_cannot_change_or_remove_a_platform_admins_seat(api, team, 
 
     api.force_authenticate(platform_admin)
     assert api.delete(f"/api/v1/members/{seat.pk}/").status_code == 204
+    # Left in no team, a platform admin keeps their tokens: they reach every team, in one or not.
+    assert bearer(api, token).get("/api/v1/teams/ml-research/").status_code == 200
 
 
 def test_keys_show_their_owner_and_team_admins_make_team_keys_and_move_keys_to_the_team(
