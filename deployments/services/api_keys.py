@@ -35,12 +35,9 @@ def _announce(key_id: str) -> None:
 
 
 def _public(key: ApiKey) -> dict:
-    return {"name": key.name, "key_id": key.key_id, "last4": key.last4, "owner": _owner(key)}
-
-
-def _owner(key: ApiKey) -> str | None:
-    """The owner's username; None for a team key."""
-    return key.owner.get_username() if key.owner_id else None
+    """What the audit trail keeps of a key: never its secret or digest; `owner` None for a team key."""
+    return {"name": key.name, "key_id": key.key_id, "last4": key.last4,
+            "owner": key.owner.get_username() if key.owner_id else None}
 
 
 @transaction.atomic
@@ -50,9 +47,10 @@ def api_key_create(*, actor, team: Team, name: str, team_key: bool = False, all_
     """A team member creates a key of their own, or a team admin a team key (`team_key`: no owner, so it stays when
     people leave); returns (key, plaintext) and the plaintext is never stored. It lives the team's default lifetime
     unless an earlier expiry is named, and never beyond the team's longest."""
-    if team_role(user=actor, team=team) is None:
+    role = team_role(user=actor, team=team)
+    if role is None:
         raise NotAllowed(f"You are not a member of team {team.slug}.")
-    if team_key and team_role(user=actor, team=team) != Membership.Role.ADMIN:
+    if team_key and role != Membership.Role.ADMIN:
         raise NotAllowed(f"Only admins of team {team.slug} can create team keys; create a key of your own.")
     return _issue(actor=actor, team=team, owner=None if team_key else actor, name=name,
                   all_deployments=all_deployments, deployments=deployments, expires_at=expires_at,
