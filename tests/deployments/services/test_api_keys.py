@@ -111,3 +111,14 @@ def test_the_migration_gives_each_existing_key_to_its_creator(team, member):
     creator_gone, _ = credential_mint(model=ApiKey, team=team, name="orphan", created_by=None)
     owners_from_creators(apps, None)
     assert [ApiKey.objects.get(pk=k.pk).owner for k in (persons, creator_gone)] == [member, None]
+
+
+def test_a_deleted_persons_key_does_not_become_a_team_key(team, team_admin, member):
+    """Even a deletion that skips the services (a raw `user.delete()`) leaves no live key of theirs behind as if the
+    team owned it: the key goes with the person."""
+    theirs, _ = api_key_create(actor=member, team=team, name="theirs")
+    service, _ = api_key_create(actor=member, team=team, name="service")
+    api_key_transfer_to_team(actor=team_admin, key=service)
+    member.delete()
+    assert not ApiKey.objects.filter(pk=theirs.pk).exists()
+    assert ApiKey.objects.get(pk=service.pk).revoked_at is None
