@@ -102,7 +102,10 @@ def api_key_revoke(*, actor, key: ApiKey, message: str = "") -> ApiKey:
 def api_keys_revoke_for_person(*, actor, user, message: str, team: Team | None = None) -> list[str]:
     """Revoke the live keys `user` owns (in `team` only, when given), each announced to every gateway replica;
     returns their display strings. Team keys, those moved to the team included, stay."""
-    keys = ApiKey.objects.select_related("team", "owner").filter(owner=user, revoked_at__isnull=True)
+    # Locked: a key a team admin moves to the team at this moment is either moved first (and no longer matches
+    # here) or revoked first (and the move is refused), never revoked after it was moved.
+    keys = ApiKey.objects.select_for_update(no_key=True, of=("self",)).select_related("team", "owner").filter(
+        owner=user, revoked_at__isnull=True)
     if team is not None:
         keys = keys.filter(team=team)
     return [api_key_revoke(actor=actor, key=key, message=message).display for key in keys.order_by("pk")]

@@ -1,8 +1,10 @@
 """Keys have an owner: a person, whose keys go when they go, or the team (a team key, its service account), which
 only the team's admins create, and to which only they move a person's key."""
 import importlib
+import threading
 
 import pytest
+from django.db import connection, transaction
 
 from deployments.credential_format import KEY_EVENTS_CHANNEL
 from deployments.errors import ActionError, NotAllowed
@@ -122,3 +124,41 @@ def test_a_deleted_persons_key_does_not_become_a_team_key(team, team_admin, memb
     member.delete()
     assert not ApiKey.objects.filter(pk=theirs.pk).exists()
     assert ApiKey.objects.get(pk=service.pk).revoked_at is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_key_moved_to_the_team_while_its_owner_leaves_is_not_revoked(team, team_admin, member):
+    """The move commits while the leaver's revocation waits for the key's row: the revocation then sees a team key
+    and leaves it (without the row lock it revoked the key the admin had just kept)."""
+    key, _ = api_key_create(actor=member, team=team, name="chat-backend")
+    moved, commit = threading.Event(), threading.Event()
+    revoked = []
+
+    def move():
+        try:
+            with transaction.atomic():
+                api_key_transfer_to_team(actor=team_admin, key=key)
+                moved.set()
+                commit.wait(timeout=10)
+        finally:
+            connection.close()
+
+    def leave():
+        try:
+            revoked.extend(api_keys_revoke_for_person(actor=None, user=member, message="Left."))
+        finally:
+            connection.close()
+
+    mover = threading.Thread(target=move)
+    mover.start()
+    assert moved.wait(timeout=10)
+    leaver = threading.Thread(target=leave)
+    leaver.start()
+    leaver.join(timeout=1)
+    assert leaver.is_alive()  # waiting for the row the move holds
+    commit.set()
+    mover.join(timeout=10)
+    leaver.join(timeout=10)
+    assert revoked == []
+    key.refresh_from_db()
+    assert key.owner is None and key.revoked_at is None
