@@ -18,7 +18,7 @@ from deployments.models import (AccessToken, ApiKey, Cluster, Deployment, Event,
                                 ScimToken, Team)
 from deployments.services.access_tokens import access_token_revoke
 from deployments.services.actions import deployment_delete
-from deployments.services.api_keys import api_key_revoke
+from deployments.services.api_keys import api_key_revoke, api_key_transfer_to_team
 from deployments.services.clusters import cluster_register, cluster_update
 from deployments.services.people import (DETAILS, user_create, user_deactivate, user_delete, user_reactivate,
                                           user_update)
@@ -178,18 +178,27 @@ class EventAdmin(ReadOnlyAdmin):
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(ReadOnlyAdmin):
-    list_display = ["name", "team", "key_id", "last4", "is_service", "revoked_at", "last_used_at"]
+    list_display = ["name", "team", "owner", "key_id", "last4", "is_service", "revoked_at", "last_used_at"]
     list_filter = ["is_service"]
     exclude = ["digest"]
-    actions = ["revoke"]
+    actions = ["revoke", "transfer_to_team"]
 
     @admin.action(description="Revoke selected keys", permissions=["revoke"])
     def revoke(self, request, queryset):
         _apply(self, request, queryset, done="Revoked",
                service=lambda k: api_key_revoke(actor=request.user, key=k, message="Revoked in Django admin."))
 
+    @admin.action(description="Move selected keys to their team (they stay when their owner leaves)",
+                  permissions=["transfer"])
+    def transfer_to_team(self, request, queryset):
+        _apply(self, request, queryset, done="Moved to the team",
+               service=lambda k: api_key_transfer_to_team(actor=request.user, key=k,
+                                                          message="Moved to the team in Django admin."))
+
     def has_revoke_permission(self, request):
         return request.user.has_perm("deployments.change_apikey")
+
+    has_transfer_permission = has_revoke_permission
 
 
 @admin.register(AccessToken)

@@ -87,6 +87,7 @@ class EventKind(models.TextChoices):
     CLUSTER_UPDATED = "cluster_updated", "Cluster edited"
     API_KEY_CREATED = "api_key_created", "API key created"
     API_KEY_REVOKED = "api_key_revoked", "API key revoked"
+    API_KEY_TRANSFERRED = "api_key_transferred", "API key moved to the team"
     ACCESS_TOKEN_CREATED = "access_token_created", "Access token created"
     ACCESS_TOKEN_REVOKED = "access_token_revoked", "Access token revoked"
 

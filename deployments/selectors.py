@@ -48,7 +48,8 @@ def memberships_visible_to(user) -> QuerySet[Membership]:
 
 
 def api_keys_visible_to(user) -> QuerySet[ApiKey]:
-    return ApiKey.objects.select_related("team").prefetch_related("deployments").filter(team__in=teams_visible_to(user))
+    return ApiKey.objects.select_related("team", "owner", "created_by").prefetch_related("deployments").filter(
+        team__in=teams_visible_to(user))
 
 
 def users_visible_to(user) -> QuerySet:

@@ -30,6 +30,7 @@ urlpatterns = [
     path("clusters/<slug:name>/check/", clusters.cluster_check, name="cluster-check"),
     path("keys/", keys.api_key_list, name="api-keys"),
     path("keys/<int:pk>/revoke/", keys.api_key_revoke, name="api-key-revoke"),
+    path("keys/<int:pk>/transfer/", keys.api_key_transfer, name="api-key-transfer"),
     path("tokens/", tokens.token_list, name="tokens"),
     path("tokens/<int:pk>/revoke/", tokens.token_revoke, name="token-revoke"),
     path("team/", teams.team_detail, name="team"),

@@ -267,16 +267,17 @@ def cmd_plan(api: Client, args) -> int:
     return errors.OK
 
 
-KEY_HEADER = ["ID", "TEAM", "NAME", "KEY_ID", "LAST4", "DEPLOYMENTS", "EXPIRES"]
+KEY_HEADER = ["ID", "TEAM", "NAME", "OWNER", "KEY_ID", "LAST4", "DEPLOYMENTS", "EXPIRES"]
 
 
 def _key_row(k: dict) -> list:
-    return [k["id"], k["team"], k["name"], k["key_id"], k["last4"],
+    return [k["id"], k["team"], k["name"], k["owner"] or "team", k["key_id"], k["last4"],
             "all" if k["all_deployments"] else ",".join(map(str, k["deployments"])), k["expires_at"]]
 
 
 def cmd_keys_create(api: Client, args) -> int:
-    body = {"team": args.team, "name": args.name, "all_deployments": not args.deployment}
+    body = {"team": args.team, "name": args.name, "all_deployments": not args.deployment,
+            "team_key": args.team_key}
     if args.deployment:
         body["deployments"] = [_get(api, ref, args.team)["id"] for ref in args.deployment]
     if args.expires_at:
@@ -300,6 +301,13 @@ def cmd_keys_list(api: Client, args) -> int:
 def cmd_keys_revoke(api: Client, args) -> int:
     api.call("keys.revoke", id=args.id)
     note(f"API key {args.id} revoked")
+    return errors.OK
+
+
+def cmd_keys_transfer(api: Client, args) -> int:
+    key = api.call("keys.transfer", id=args.id, body={"message": args.message})
+    note(f"API key {key['name']} ({key['key_id']}) is now a key of team {key['team']}: it stays when its owner "
+         "leaves")
     return errors.OK
 
 
@@ -435,12 +443,19 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--name", required=True)
     c.add_argument("--deployment", action="append", help="limit the key to this deployment (repeatable)")
     c.add_argument("--expires-at", help="ISO 8601; default: the team's default lifetime")
+    c.add_argument("--team-key", action="store_true",
+                   help="owned by the team, not by you: it stays when people leave (team admins)")
     c = keys.add_parser("list", help="the team's live keys", parents=[common])
     c.set_defaults(func=cmd_keys_list)
     c.add_argument("--team")
     c = keys.add_parser("revoke", help="revoke a key by id", parents=[common])
     c.set_defaults(func=cmd_keys_revoke)
     c.add_argument("id", type=int)
+    c = keys.add_parser("transfer", help="make a person's key a team key, so it stays when they leave (team admins)",
+                        parents=[common])
+    c.set_defaults(func=cmd_keys_transfer)
+    c.add_argument("id", type=int)
+    c.add_argument("--message", default="", help="why, for the audit trail")
     return p
 
 

@@ -21,6 +21,7 @@ OPERATIONS = {
     "keys.list": ("get", "/api/v1/api-keys/"),
     "keys.create": ("post", "/api/v1/api-keys/"),
     "keys.revoke": ("delete", "/api/v1/api-keys/{id}/"),
+    "keys.transfer": ("post", "/api/v1/api-keys/{id}/transfer/"),
     "plans.create": ("post", "/api/v1/plans/"),
     "clusters.read": ("get", "/api/v1/clusters/{name}/"),
     "clusters.update": ("patch", "/api/v1/clusters/{name}/"),

@@ -345,13 +345,26 @@ class ApiKeySerializer(StrictModelSerializer):
     team = VisibleSlugField(slug_field="slug", selector=selectors.teams_visible_to)
     deployments = VisiblePrimaryKeyField(many=True, selector=selectors.deployments_visible_to, required=False)
     created_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+    owner = serializers.SlugRelatedField(
+        slug_field="username", read_only=True, allow_null=True,
+        help_text="The person the key belongs to (revoked when they leave the team); null for a team key.")
+    team_key = StrictBooleanField(
+        write_only=True, required=False, default=False,
+        help_text="Create a team key: owned by the team, not by you, so it stays when people leave (team admins).")
 
     class Meta:
         model = ApiKey
-        fields = ["id", "team", "name", "key_id", "last4", "created_by", "all_deployments", "deployments",
-                  "requests_per_minute", "tokens_per_minute", "created_at", "expires_at", "revoked_at",
-                  "last_used_at"]
-        read_only_fields = ["id", "key_id", "last4", "created_by", "created_at", "revoked_at", "last_used_at"]
+        fields = ["id", "team", "name", "key_id", "last4", "created_by", "owner", "team_key", "all_deployments",
+                  "deployments", "requests_per_minute", "tokens_per_minute", "created_at", "expires_at",
+                  "revoked_at", "last_used_at"]
+        read_only_fields = ["id", "key_id", "last4", "created_by", "owner", "created_at", "revoked_at",
+                            "last_used_at"]
+
+
+class ApiKeyTransferSerializer(serializers.Serializer):
+    """Why the key moves to the team (kept in the audit trail)."""
+
+    message = StrictCharField(required=False, allow_blank=True, max_length=2000, default="")
 
 
 class UserSerializer(serializers.ModelSerializer):

@@ -359,6 +359,16 @@ class ApiKeyViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Des
         key, raw = api_keys.api_key_rotate(actor=request.user, key=self.get_object())
         return _secret_once(dict(s.ApiKeySerializer(key).data, secret=raw))
 
+    @extend_schema(request=s.ApiKeyTransferSerializer, responses=s.ApiKeySerializer)
+    @action(detail=True, methods=["post"])
+    def transfer(self, request, pk=None):
+        """Make a person's key a team key, so it stays when they leave (team admins; audited)."""
+        key = self.get_object()
+        body = s.ApiKeyTransferSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        key = api_keys.api_key_transfer_to_team(actor=request.user, key=key, **body.validated_data)
+        return Response(s.ApiKeySerializer(key).data)
+
 
 class UserViewSet(viewsets.ReadOnlyModelViewSet):
     """Who you are (`/users/me/`); platform admins can list users to add them to teams."""

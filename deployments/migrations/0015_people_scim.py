@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('deployments', '0013_deployment_delete_requested_at'),
+        ('deployments', '0014_api_key_owner'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

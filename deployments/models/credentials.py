@@ -33,11 +33,16 @@ class AccessToken(_Credential):
 
 
 class ApiKey(_Credential):
-    """A team's key for the OpenAI-compatible gateway (`tdm_<id>_<secret>`), scoped to deployments."""
+    """A team's key for the OpenAI-compatible gateway (`tdm_<id>_<secret>`), scoped to deployments. Its owner is a
+    person, whose keys go when they leave the team, or nobody: a team key, the team's service account, which only
+    the team's admins create and manage."""
 
     PREFIX = API_KEY_PREFIX
     team = models.ForeignKey("deployments.Team", on_delete=models.CASCADE, related_name="api_keys")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
+    # CASCADE, not SET_NULL: a deleted person's key must not turn into a live team key.
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, null=True, blank=True,
+                              related_name="api_keys")
     all_deployments = models.BooleanField(default=True)
     deployments = models.ManyToManyField("deployments.Deployment", blank=True, related_name="api_keys")
     requests_per_minute = models.PositiveIntegerField(null=True, blank=True)

@@ -23,7 +23,7 @@ def access_token_create(*, user, name: str, expires_at: dt.datetime | None = Non
 @transaction.atomic
 def access_token_revoke(*, user, token: AccessToken, message: str = "") -> None:
     """Revoke once; `user` is who revokes it: the owner, a platform admin in Django admin, or the team admin who
-    removes the owner from a team."""
+    removes the owner from their last team."""
     if credential_revoke(row=token):
         event_record(kind=EventKind.ACCESS_TOKEN_REVOKED, actor=user, message=message,
                      before={"key_id": token.key_id, "user": token.user.get_username()})

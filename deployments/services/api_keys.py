@@ -16,7 +16,7 @@ from deployments.event_kinds import EventKind
 from deployments.models import ApiKey, Deployment, Membership, Team
 from deployments.services.credentials import credential_expiry, credential_mint, credential_revoke, team_lifetimes
 from deployments.services.events import event_record
-from deployments.services.teams import team_role
+from deployments.services.teams import team_require_admin, team_role
 
 log = logging.getLogger(__name__)
 
@@ -35,26 +35,40 @@ def _announce(key_id: str) -> None:
 
 
 def _public(key: ApiKey) -> dict:
-    return {"name": key.name, "key_id": key.key_id, "last4": key.last4}
+    """What the audit trail keeps of a key: never its secret or digest; `owner` None for a team key."""
+    return {"name": key.name, "key_id": key.key_id, "last4": key.last4,
+            "owner": key.owner.get_username() if key.owner_id else None}
 
 
 @transaction.atomic
-def api_key_create(*, actor, team: Team, name: str, all_deployments: bool = True, deployments=(),
-                   expires_at: dt.datetime | None = None, requests_per_minute: int | None = None,
+def api_key_create(*, actor, team: Team, name: str, team_key: bool = False, all_deployments: bool = True,
+                   deployments=(), expires_at: dt.datetime | None = None, requests_per_minute: int | None = None,
                    tokens_per_minute: int | None = None) -> tuple[ApiKey, str]:
-    """A team member creates a key of their own; returns (key, plaintext) and the plaintext is never stored. It
-    lives the team's default lifetime unless an earlier expiry is named, and never beyond the team's longest."""
-    if team_role(user=actor, team=team) is None:
+    """A team member creates a key of their own, or a team admin a team key (`team_key`: no owner, so it stays when
+    people leave); returns (key, plaintext) and the plaintext is never stored. It lives the team's default lifetime
+    unless an earlier expiry is named, and never beyond the team's longest."""
+    role = team_role(user=actor, team=team)
+    if role is None:
         raise NotAllowed(f"You are not a member of team {team.slug}.")
+    if team_key and role != Membership.Role.ADMIN:
+        raise NotAllowed(f"Only admins of team {team.slug} can create team keys; create a key of your own.")
+    return _issue(actor=actor, team=team, owner=None if team_key else actor, name=name,
+                  all_deployments=all_deployments, deployments=deployments, expires_at=expires_at,
+                  requests_per_minute=requests_per_minute, tokens_per_minute=tokens_per_minute)
+
+
+def _issue(*, actor, team: Team, owner, name: str, all_deployments: bool, deployments, expires_at,
+           requests_per_minute, tokens_per_minute) -> tuple[ApiKey, str]:
+    """Mint a key for `owner` (None: the team) once the caller has checked that `actor` may."""
     expires_at = credential_expiry(expires_at, team_lifetimes(team))
     deployments = list(deployments)
     if any(d.team_id != team.pk for d in deployments):
         raise ActionError("A key can only be scoped to its own team's deployments.", field="deployments")
     if not all_deployments and not deployments:
         raise ActionError("Pick the deployments this key may call, or allow all of the team's.", field="deployments")
-    key, raw = credential_mint(model=ApiKey, team=team, name=name, created_by=actor, all_deployments=all_deployments,
-                               expires_at=expires_at, requests_per_minute=requests_per_minute,
-                               tokens_per_minute=tokens_per_minute)
+    key, raw = credential_mint(model=ApiKey, team=team, name=name, created_by=actor, owner=owner,
+                               all_deployments=all_deployments, expires_at=expires_at,
+                               requests_per_minute=requests_per_minute, tokens_per_minute=tokens_per_minute)
     if deployments:
         key.deployments.set(deployments)
     event_record(kind=EventKind.API_KEY_CREATED, team=team, actor=actor,
@@ -63,18 +77,19 @@ def api_key_create(*, actor, team: Team, name: str, all_deployments: bool = True
 
 
 def _require_key_manager(*, actor, key: ApiKey, doing: str) -> None:
-    """A member manages the keys they created; the team's admins (and platform admins) manage every key."""
+    """A member manages the keys they own; the team's admins (and platform admins) manage every key, team keys
+    included."""
     role = team_role(user=actor, team=key.team)
     if role is None:
         raise NotAllowed(f"You are not a member of team {key.team.slug}.")
-    if role != Membership.Role.ADMIN and key.created_by_id != actor.pk:
-        raise NotAllowed(f"Only whoever created {key.name} or an admin of team {key.team.slug} can {doing} it.")
+    if role != Membership.Role.ADMIN and key.owner_id != actor.pk:
+        raise NotAllowed(f"Only the owner of {key.name} or an admin of team {key.team.slug} can {doing} it.")
 
 
 @transaction.atomic
 def api_key_revoke(*, actor, key: ApiKey, message: str = "") -> ApiKey:
     """Revoke once and tell every gateway replica. `actor=None` is Tandem itself revoking a key it owns
-    (the conformance runner's service keys); a person must be its creator or an admin of its team."""
+    (the conformance runner's service keys) or a leaver's; a person must be its owner or an admin of its team."""
     if actor is not None:
         _require_key_manager(actor=actor, key=key, doing="revoke")
     if credential_revoke(row=key):
@@ -84,23 +99,44 @@ def api_key_revoke(*, actor, key: ApiKey, message: str = "") -> ApiKey:
 
 
 @transaction.atomic
-def api_keys_revoke_for_person(*, actor, user, message: str = "", team: Team | None = None) -> list[str]:
-    """Revoke every live key `user` created (in `team` only, when named), each audited and announced; returns
-    their display names."""
-    keys = ApiKey.objects.select_related("team").filter(created_by=user, revoked_at__isnull=True)
+def api_keys_revoke_for_person(*, actor, user, message: str, team: Team | None = None) -> list[str]:
+    """Revoke the live keys `user` owns (in `team` only, when given), each announced to every gateway replica;
+    returns their display strings. Team keys, those moved to the team included, stay."""
+    # Locked: a key a team admin moves to the team at this moment is either moved first (and no longer matches
+    # here) or revoked first (and the move is refused), never revoked after it was moved.
+    keys = ApiKey.objects.select_for_update(no_key=True, of=("self",)).select_related("team", "owner").filter(
+        owner=user, revoked_at__isnull=True)
     if team is not None:
         keys = keys.filter(team=team)
-    return [api_key_revoke(actor=actor, key=k, message=message).display for k in keys]
+    return [api_key_revoke(actor=actor, key=key, message=message).display for key in keys.order_by("pk")]
+
+
+@transaction.atomic
+def api_key_transfer_to_team(*, actor, key: ApiKey, message: str = "") -> ApiKey:
+    """A team admin makes a person's key a team key, so it stays when that person leaves (a service that runs on
+    it keeps working). Audited; a team key stays as it is."""
+    team_require_admin(user=actor, team=key.team)
+    key = ApiKey.objects.select_for_update(no_key=True, of=("self",)).select_related("team", "owner").get(pk=key.pk)
+    if key.revoked_at:
+        raise ActionError(f"{key.name} is revoked; create a team key instead.")
+    if key.owner_id is None:
+        return key
+    before = _public(key)
+    key.owner = None
+    key.save(update_fields=["owner"])
+    event_record(kind=EventKind.API_KEY_TRANSFERRED, team=key.team, actor=actor, message=message, before=before,
+                 after=_public(key))
+    return key
 
 
 @transaction.atomic
 def api_key_rotate(*, actor, key: ApiKey) -> tuple[ApiKey, str]:
-    """Revoke a key and create its replacement with the same name, scope and limits; the replacement lives the
-    team's default lifetime from now (the old expiry may be past, or beyond what the team allows today)."""
+    """Revoke a key and create its replacement with the same name, owner, scope and limits; the replacement lives
+    the team's default lifetime from now (the old expiry may be past, or beyond what the team allows today)."""
     _require_key_manager(actor=actor, key=key, doing="rotate")
-    new, raw = api_key_create(
-        actor=actor, team=key.team, name=key.name, all_deployments=key.all_deployments,
-        deployments=list(key.deployments.all()), requests_per_minute=key.requests_per_minute,
+    new, raw = _issue(
+        actor=actor, team=key.team, owner=key.owner, name=key.name, all_deployments=key.all_deployments,
+        deployments=list(key.deployments.all()), expires_at=None, requests_per_minute=key.requests_per_minute,
         tokens_per_minute=key.tokens_per_minute,
     )
     api_key_revoke(actor=actor, key=key)

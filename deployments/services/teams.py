@@ -3,7 +3,7 @@ from django.db import transaction
 
 from deployments.errors import ActionError, Conflict, NotAllowed
 from deployments.event_kinds import EventKind
-from deployments.models import AccessToken, ApiKey, Membership, Team
+from deployments.models import AccessToken, Membership, Team
 from deployments.services.events import event_record
 
 # What a team admin may change on their own team; everything else (quota, self-approval, name) is a platform
@@ -84,12 +84,21 @@ def team_update(*, actor, team: Team, **changes) -> Team:
     return team
 
 
+def _require_within_team(*, actor, user) -> None:
+    """A team admin's rights end at the team: a platform admin's seat (which reaches every team) is theirs to
+    change only for other platform admins. `actor=None` is Tandem acting on what the identity provider says."""
+    if actor is not None and not is_platform_admin(actor) and is_platform_admin(user):
+        raise NotAllowed(f"{user.get_username()} is a platform admin; only platform admins can add them to a team, "
+                         "change their role or remove them.")
+
+
 @transaction.atomic
 def membership_set(*, actor, team: Team, user, role: str, message: str = "") -> Membership:
     """Add a user to a team or change their role (platform admins and team admins). `actor=None` is Tandem
     itself acting on what the identity provider says (deployments/services/sign_in.py)."""
     if actor is not None:
         team_require_admin(user=actor, team=team)
+    _require_within_team(actor=actor, user=user)
     m, created = Membership.objects.get_or_create(team=team, user=user, defaults={"role": role})
     if not created and m.role == role:
         return m
@@ -104,23 +113,27 @@ def membership_set(*, actor, team: Team, user, role: str, message: str = "") -> 
 @transaction.atomic
 def membership_remove(*, actor, membership: Membership, message: str = "") -> None:
     """Take a user out of a team (platform admins and team admins; `actor=None` is Tandem, as above), and offboard
-    them: the team's API keys they created and all their personal access tokens are revoked (the keys announced
-    to every gateway replica)."""
+    them from it: the team's API keys they own are revoked (announced to every gateway replica; team keys stay),
+    and their personal access tokens too when this was their last team (a platform admin's reach every team
+    anyway). A token left alive reaches only the teams its owner is still in: the API reads memberships on every
+    request."""
     # Imported here: the credential services import this module for roles.
     from deployments.services.access_tokens import access_token_revoke
-    from deployments.services.api_keys import api_key_revoke
+    from deployments.services.api_keys import api_keys_revoke_for_person
 
     team, user = membership.team, membership.user
     if actor is not None:
         team_require_admin(user=actor, team=team)
+    _require_within_team(actor=actor, user=user)
     why = message or f"{user.get_username()} left team {team.slug}."
-    keys = ApiKey.objects.select_related("team").filter(team=team, created_by=user, revoked_at__isnull=True)
-    revoked_keys = [api_key_revoke(actor=actor, key=k, message=why).display for k in keys]
-    tokens = AccessToken.objects.select_related("user").filter(user=user, revoked_at__isnull=True)
+    revoked_keys = api_keys_revoke_for_person(actor=actor, user=user, message=why, team=team)
     revoked_tokens = []
-    for token in tokens:
-        access_token_revoke(user=actor, token=token, message=why)
-        revoked_tokens.append(token.display)
+    # Locked: two removals of the same person at once must not each see the other team and both keep the tokens.
+    seats = list(Membership.objects.select_for_update().filter(user=user).values_list("pk", flat=True))
+    if seats == [membership.pk] and not is_platform_admin(user):  # a platform admin's token reaches no less now
+        for token in AccessToken.objects.select_related("user").filter(user=user, revoked_at__isnull=True):
+            access_token_revoke(user=actor, token=token, message=why)
+            revoked_tokens.append(token.display)
     event_record(kind=EventKind.MEMBER_REMOVED, team=team, actor=actor, message=message,
                  before={"user": user.get_username(), "role": membership.role},
                  after={"api_keys_revoked": revoked_keys, "access_tokens_revoked": revoked_tokens})

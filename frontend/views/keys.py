@@ -6,7 +6,7 @@ from django.contrib.auth.decorators import login_required
 from django.shortcuts import get_object_or_404, redirect
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_http_methods
+from django.views.decorators.http import require_http_methods, require_POST
 
 from deployments import selectors
 from deployments.errors import ActionError
@@ -49,9 +49,9 @@ def _page(request, team, *, created=None, secret=None, errors=None, values=None,
     return render_page(request, "keys/list.html", {
         "team": team, "keys": keys, "created": created, "secret": secret, "errors": errors or {},
         "values": values or {"scope": "all"}, "deployments": deployments, "expiry_choices": expiry_choices(rule),
-        "lifetimes": rule, "now": timezone.now(),
-        # A member manages the keys they created; team admins manage all of the team's.
-        "manageable": {k.pk for k in keys if is_admin or k.created_by_id == request.user.pk},
+        "lifetimes": rule, "now": timezone.now(), "is_admin": is_admin,
+        # A member manages the keys they own; team admins manage all of the team's.
+        "manageable": {k.pk for k in keys if is_admin or k.owner_id == request.user.pk},
     }, status=status)
 
 
@@ -77,7 +77,8 @@ def api_key_list(request):
     if not errors:
         try:
             key, secret = api_keys.api_key_create(
-                actor=request.user, team=team, name=name, all_deployments=not scoped, deployments=chosen,
+                actor=request.user, team=team, name=name, team_key=values.get("owner") == "team",
+                all_deployments=not scoped, deployments=chosen,
                 expires_at=expiry_from_form(values.get("expires_in_days", "")), requests_per_minute=rpm,
                 tokens_per_minute=tpm)
         except ActionError as e:
@@ -88,9 +89,24 @@ def api_key_list(request):
 
 
 @login_required
+@require_POST
+def api_key_transfer(request, pk: int):
+    """Make a person's key a team key (team admins), so it stays when they leave."""
+    key = get_object_or_404(selectors.api_keys_visible_to(request.user), pk=pk)
+    try:
+        api_keys.api_key_transfer_to_team(actor=request.user, key=key, message="Moved to the team in the portal.")
+    except ActionError as e:
+        messages.error(request, e.message)
+    else:
+        messages.success(request, f"{key.name} ({key.display}) is now a key of {key.team.name}: it stays when people "
+                                  "leave.")
+    return redirect("frontend:api-keys")
+
+
+@login_required
 @require_http_methods(["GET", "POST"])
 def api_key_revoke(request, pk: int):
-    """Confirm, then revoke a key (its creator or a team admin): every gateway replica refuses it within a
+    """Confirm, then revoke a key (its owner or a team admin): every gateway replica refuses it within a
     second."""
     key = get_object_or_404(selectors.api_keys_visible_to(request.user), pk=pk)
     if request.method == "POST":

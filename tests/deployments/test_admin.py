@@ -120,6 +120,16 @@ def test_revoking_a_key_in_admin_is_audited(admin_client, platform_admin, team, 
     assert (event.actor, event.before["key_id"]) == (platform_admin, key.key_id)
 
 
+def test_moving_a_key_to_its_team_in_admin_is_audited(admin_client, platform_admin, team, member):
+    key, _ = api_key_create(actor=member, team=team, name="chat-backend")
+    run_action(admin_client, "apikey", "transfer_to_team", key)
+
+    key.refresh_from_db()
+    assert key.owner is None and key.revoked_at is None
+    event = Event.objects.get(kind="api_key_transferred", team=team)
+    assert (event.actor, event.before["owner"], event.after["owner"]) == (platform_admin, member.username, None)
+
+
 def test_revoking_an_access_token_in_admin_is_audited(admin_client, platform_admin, member):
     token, _ = access_token_create(user=member, name="laptop")
     run_action(admin_client, "accesstoken", "revoke", token)

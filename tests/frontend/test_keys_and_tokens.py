@@ -95,7 +95,7 @@ def test_pages_that_show_a_new_secret_are_never_cached(signed_in, member, team):
     assert _no_store(token_page)
 
 
-def test_a_member_manages_only_the_keys_they_created(signed_in, member, team):
+def test_a_member_manages_only_the_keys_they_own(signed_in, member, team):
     colleague = MembershipFactory(team=team).user
     theirs, _ = api_key_create(actor=colleague, team=team, name="theirs")
     mine, _ = api_key_create(actor=member, team=team, name="mine")
@@ -104,7 +104,7 @@ def test_a_member_manages_only_the_keys_they_created(signed_in, member, team):
     assert reverse("frontend:api-key-revoke", args=[mine.pk]) in listing
     assert reverse("frontend:api-key-revoke", args=[theirs.pk]) not in listing
     page = client.post(reverse("frontend:api-key-revoke", args=[theirs.pk]), follow=True).content.decode()
-    assert "Only whoever created theirs or an admin of team ml-research" in page
+    assert "Only the owner of theirs or an admin of team ml-research" in page
     theirs.refresh_from_db()
     assert theirs.revoked_at is None
 
@@ -143,3 +143,24 @@ def test_team_admins_set_key_and_token_lifetimes_on_the_team_page(signed_in, mem
     assert (team.credential_default_days, team.credential_max_days) == (7, 30)
     response = signed_in(team_admin).post(TEAM, {"credential_default_days": "60", "credential_max_days": "30"})
     assert response.status_code == 400 and "between 1 day and the longest (30 days)" in response.content.decode()
+
+
+def test_a_team_admin_makes_team_keys_and_moves_a_members_key_to_the_team(signed_in, team_admin, member, team):
+    theirs, _ = api_key_create(actor=member, team=team, name="chat-backend")
+    transfer = reverse("frontend:api-key-transfer", args=[theirs.pk])
+    as_member = signed_in(member)
+    page = as_member.get(KEYS).content.decode()
+    assert f"<td>{member.username}</td>" in page and transfer not in page and 'name="owner"' not in page
+    as_member.post(transfer)
+    assert ApiKey.objects.get(pk=theirs.pk).owner == member
+    page = as_member.post(KEYS, {"name": "sneaky", "scope": "all", "owner": "team"}).content.decode()
+    assert "can create team keys" in page and not ApiKey.objects.filter(name="sneaky").exists()
+
+    as_admin = signed_in(team_admin)
+    assert transfer in as_admin.get(KEYS).content.decode()
+    page = as_admin.post(transfer, follow=True).content.decode()
+    assert "chat-backend" in page and "is now a key of" in page and f"<td>{member.username}</td>" not in page
+    assert ApiKey.objects.get(pk=theirs.pk).owner is None
+    assert team.events.get(kind="api_key_transferred").actor == team_admin
+    assert as_admin.post(KEYS, {"name": "svc", "scope": "all", "owner": "team"}).status_code == 201
+    assert ApiKey.objects.get(name="svc").owner is None

@@ -105,9 +105,11 @@ def test_company_sign_in_lands_in_the_mapped_team_and_follows_the_groups(browser
     key = ApiKey.objects.get(name="notebook")
     assert key.revoked_at is not None
     assert Event.objects.filter(kind="api_key_revoked", team=team).exists()
-    # Offboarding from a team revokes her personal tokens too (she makes new ones for what she can still reach).
-    assert AccessToken.objects.get(name="ci").revoked_at is not None
-    assert api.get("/api/v1/deployments/").status_code == 401
+    # Her personal token lives on while she is in a team, and reaches only the teams she is in now.
+    assert AccessToken.objects.get(name="ci").revoked_at is None
+    teams = api.get("/api/v1/teams/")
+    assert teams.status_code == 200 and [t["slug"] for t in teams.json()["results"]] == ["vision"]
+    assert api.get("/api/v1/teams/ml-research/").status_code == 404
     ctx.close()
 
     # 4. Taken out of every mapped group: no team left.
@@ -116,6 +118,9 @@ def test_company_sign_in_lands_in_the_mapped_team_and_follows_the_groups(browser
     page.get_by_role("heading", name="You are not in a team yet").wait_for()
     shot(page, "oidc-03-no-team")
     assert not Membership.objects.filter(user__username="ada@example.com").exists()
+    # Leaving her last team revokes her personal tokens too.
+    assert AccessToken.objects.get(name="ci").revoked_at is not None
+    assert api.get("/api/v1/deployments/").status_code == 401
     ctx.close()
     api.close()
 

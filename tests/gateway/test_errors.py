@@ -232,8 +232,9 @@ def test_users_wait_for_the_first_conformance_run_while_tandem_checks_the_endpoi
 
 
 def test_a_key_named_like_tandems_service_key_gets_nothing_special(world, gateway):
-    """Only Tandem marks a key as its own (`is_service`): a user's key named `tandem-conformance` whose creator
-    has since been deleted (so it has no creator, as Tandem's keys have none) still waits like everyone's."""
+    """Only Tandem marks a key as its own (`is_service`): a team key named `tandem-conformance` whose creator has
+    since been deleted (so it has no creator and no owner, as Tandem's keys have none) still waits like
+    everyone's."""
     from django.contrib.auth import get_user_model
 
     from deployments.conditions import condition_set
@@ -243,11 +244,11 @@ def test_a_key_named_like_tandems_service_key_gets_nothing_special(world, gatewa
                                  generation=d.generation, now=timezone.now())
     d.save()
     leaver = get_user_model().objects.create_user("leaver")
-    world.team.memberships.create(user=leaver, role="member")
-    key, raw = api_key_create(actor=leaver, team=world.team, name="tandem-conformance")
+    world.team.memberships.create(user=leaver, role="admin")
+    key, raw = api_key_create(actor=leaver, team=world.team, name="tandem-conformance", team_key=True)
     leaver.delete()
     key.refresh_from_db()
-    assert key.created_by is None and not key.is_service
+    assert key.created_by is None and key.owner is None and not key.is_service
     assert_openai_error(post(gateway, raw, {"model": "m", **CHAT}), 503, "endpoint_checking")
 
 

@@ -267,6 +267,35 @@ def test_exit_codes_a_pipeline_branches_on_and_the_other_commands(stack, tmp_pat
     assert key["key_id"] not in tandemctl("keys", "list", "--team", "ml-research", **member, check_rc=errors.OK).stdout
 
 
+@pytest.mark.e2e
+def test_keys_show_their_owner_and_a_team_admin_makes_team_keys_and_moves_keys_to_the_team(
+        transactional_db, redis_client, tmp_path, stop_at_end):
+    team = TeamFactory(slug="ml-research")
+    people = {role: MembershipFactory(team=team, role=role).user for role in Membership.Role}
+    web = stop_at_end(start_web(tmp_path))
+    member, admin = (dict(token=credential_mint(model=AccessToken, user=people[role], name="ci")[1],
+                          server=web.base_url, home=tmp_path) for role in (Membership.Role.MEMBER,
+                                                                           Membership.Role.ADMIN))
+    refused = tandemctl("keys", "create", "--team", "ml-research", "--name", "svc", "--team-key", **member,
+                        check_rc=errors.AUTH)
+    assert "Only admins of team ml-research can create team keys" in refused.stderr
+    key = json.loads(tandemctl("keys", "create", "--team", "ml-research", "--name", "backend", "-o", "json",
+                               **member, check_rc=errors.OK).stdout)
+    assert key["owner"] == people[Membership.Role.MEMBER].username
+    tandemctl("keys", "transfer", str(key["id"]), **member, check_rc=errors.AUTH)
+
+    moved = tandemctl("keys", "transfer", str(key["id"]), "--message", "chat runs on it", **admin, check_rc=errors.OK)
+    assert "backend" in moved.stderr and "is now a key of team ml-research" in moved.stderr
+    tandemctl("keys", "create", "--team", "ml-research", "--name", "svc", "--team-key", **admin, check_rc=errors.OK)
+    tandemctl("keys", "create", "--team", "ml-research", "--name", "laptop", **admin, check_rc=errors.OK)
+    rows = [line.split() for line in tandemctl("keys", "list", "--team", "ml-research", **admin,
+                                               check_rc=errors.OK).stdout.splitlines()]
+    assert rows[0][:4] == ["ID", "TEAM", "NAME", "OWNER"]
+    assert {row[2]: row[3] for row in rows[1:]} == {"backend": "team", "svc": "team",
+                                                    "laptop": people[Membership.Role.ADMIN].username}
+    assert team.events.get(kind="api_key_transferred").message == "chat runs on it"
+
+
 def test_the_cli_is_a_client_and_imports_nothing_of_the_server():
     """tandemctl installs on a laptop or a CI runner: it talks HTTP and reads YAML, never Django or the domain."""
     server_side = {"django", "rest_framework", "deployments", "workers", "gateway", "observability", "frontend",

@@ -1,5 +1,5 @@
 """Offboarding and key rights over the REST API: removing a member revokes what they could still call with, keys
-and tokens live no longer than the team allows, and a member manages only the keys they created."""
+and tokens live no longer than the team allows, and a member manages only the keys they own."""
 import datetime as dt
 
 import pytest
@@ -93,7 +93,7 @@ def test_a_member_cannot_revoke_or_rotate_a_colleagues_key_but_manages_their_own
     mine, _ = api_key_create(actor=member, team=team, name="mine")
     api.force_authenticate(member)
     r = api.delete(f"/api/v1/api-keys/{theirs.pk}/")
-    assert r.status_code == 403 and "Only whoever created theirs or an admin" in r.json()["detail"]
+    assert r.status_code == 403 and "Only the owner of theirs or an admin" in r.json()["detail"]
     assert api.post(f"/api/v1/api-keys/{theirs.pk}/rotate/").status_code == 403
     theirs.refresh_from_db()
     assert theirs.revoked_at is None and ApiKey.objects.filter(name="theirs").count() == 1
