@@ -7,6 +7,7 @@ import re
 import httpx
 import pytest
 
+from tests.controlplane.test_production_settings import run
 from tests.deploy.render import find, render
 from tests.factories import UserFactory
 from tests.gateway.test_behind_balancer import BALANCER, FLOODER, NEIGHBOUR, VPC, VPC_CIDR_PLACEHOLDER
@@ -59,6 +60,17 @@ def sign_in(client: httpx.Client, web_host: str, username: str, password: str, f
 def test_the_eks_overlay_has_the_portal_trust_the_vpc_as_the_gateway_does():
     data = find(render("eks"), "ConfigMap", "tandem-settings")["data"]
     assert data["TANDEM_WEB_FORWARDED_ALLOW_IPS"] == data["TANDEM_GATEWAY_FORWARDED_ALLOW_IPS"] == VPC_CIDR_PLACEHOLDER
+
+
+@pytest.mark.parametrize("value, bad", [(VPC_CIDR_PLACEHOLDER, VPC_CIDR_PLACEHOLDER),
+                                        ("10.0.0.0/16, 10.1.0.1/16", "10.1.0.1/16")])
+def test_the_portal_refuses_to_start_with_a_range_it_cannot_use(value, bad):
+    """The overlay's placeholder left in, or a CIDR with host bits set, would trust nothing without a word: every
+    client would be the balancer and every page a redirect. The portal says so and does not start."""
+    out = run(["manage.py", "check"], TANDEM_WEB_FORWARDED_ALLOW_IPS=value)
+    assert out.returncode != 0
+    assert (f"Refusing to start Tandem: TANDEM_WEB_FORWARDED_ALLOW_IPS has '{bad}', which is not an IP address or "
+            "network") in out.stderr
 
 
 def test_the_sign_in_page_loads_through_the_balancer_and_only_through_it(portal):
