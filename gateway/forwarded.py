@@ -5,11 +5,11 @@ ProxyHeadersMiddleware), so a client cannot pick the address its failed authenti
 A balancer's header arriving from any other peer means a proxy the gateway does not trust is in front of it (every
 client behind it would share that proxy's address and its failure limit): it is counted in
 `tandem_gateway_untrusted_forwarded_total` and logged once per process."""
-import ipaddress
 import logging
 
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
+from controlplane.forwarded import forwarded_allow_ips_problem
 from gateway import metrics
 
 log = logging.getLogger(__name__)
@@ -19,21 +19,14 @@ BALANCER_HEADERS = frozenset({b"x-forwarded-for", b"x-amzn-trace-id"})
 
 
 def forwarded_settings_problem(forwarded_allow_ips: str, *, behind_load_balancer: bool) -> str | None:
-    """Why the gateway must not start with these settings, or None. An entry that is not an address or network
-    would trust nothing without a word from uvicorn, and a gateway behind a balancer that trusts nothing gives
-    every client the balancer's address."""
-    entries = [e.strip() for e in forwarded_allow_ips.split(",") if e.strip()]
-    for entry in entries:
-        try:
-            ipaddress.ip_network(entry)
-        except ValueError:
-            return (f"TANDEM_GATEWAY_FORWARDED_ALLOW_IPS has {entry!r}, which is not an IP address or network "
-                    "(CIDR, host bits zero): list the load balancer's addresses, e.g. the VPC's CIDR 10.0.0.0/16.")
-    if behind_load_balancer and not entries:
+    """Why the gateway must not start with these settings, or None: an entry that is not an address or network
+    (controlplane/forwarded.py), or none at all behind a balancer, which would give every client its address."""
+    problem = forwarded_allow_ips_problem("TANDEM_GATEWAY_FORWARDED_ALLOW_IPS", forwarded_allow_ips)
+    if problem is None and behind_load_balancer and not forwarded_allow_ips.strip(" ,"):
         return ("TANDEM_GATEWAY_BEHIND_LOAD_BALANCER is on but TANDEM_GATEWAY_FORWARDED_ALLOW_IPS is empty: every "
                 "client would have the balancer's address and share one limit on failed authentications. Set it "
                 "to the balancer's addresses (on EKS, the VPC's CIDR).")
-    return None
+    return problem
 
 
 class TrustedProxyHeaders(ProxyHeadersMiddleware):

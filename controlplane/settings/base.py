@@ -7,6 +7,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.csp import CSP
 
+from controlplane.forwarded import forwarded_allow_ips_problem
 from controlplane.settings.env import env, env_bool, env_float, env_int, env_labels
 
 BASE_DIR = Path(__file__).resolve().parents[2]
@@ -23,6 +24,11 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # Set only where every request reaches the app through your TLS proxy (nothing can connect to it directly):
 # then, and only then, the proxy's X-Forwarded-Proto and X-Forwarded-For are believed.
 TANDEM_ONLY_BEHIND_PROXY = env_bool("TANDEM_ONLY_BEHIND_PROXY", False)
+# Where other peers can reach the app too (a cluster's pods): the proxies (addresses, CIDRs; on EKS the VPC's)
+# whose X-Forwarded-Proto and X-Forwarded-For are believed, from them alone (controlplane/forwarded.py).
+TANDEM_WEB_FORWARDED_ALLOW_IPS = env("TANDEM_WEB_FORWARDED_ALLOW_IPS", "")
+if _problem := forwarded_allow_ips_problem("TANDEM_WEB_FORWARDED_ALLOW_IPS", TANDEM_WEB_FORWARDED_ALLOW_IPS):
+    raise ImproperlyConfigured(f"Refusing to start Tandem: {_problem}")
 USE_TZ = True
 TIME_ZONE = "UTC"
 LANGUAGE_CODE = "en-us"

@@ -46,7 +46,8 @@ def build_app(upstream: str, source: str) -> web.Application:
     async def forward(request: web.Request) -> web.StreamResponse:
         body = await request.read()
         async with request.app["session"].request(request.method, upstream + request.raw_path, data=body,
-                                                  headers=forwarded_headers(request)) as resp:
+                                                  headers=forwarded_headers(request),
+                                                  allow_redirects=False) as resp:  # the client's to follow
             answer = web.StreamResponse(status=resp.status, headers=CIMultiDict(
                 (k, v) for k, v in resp.headers.items() if k.lower() not in NOT_FORWARDED))
             await answer.prepare(request)
