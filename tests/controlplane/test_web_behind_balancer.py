@@ -10,7 +10,7 @@ import pytest
 from tests.controlplane.test_production_settings import run
 from tests.deploy.render import find, render
 from tests.factories import UserFactory
-from tests.gateway.test_behind_balancer import BALANCER, FLOODER, NEIGHBOUR, VPC, VPC_CIDR_PLACEHOLDER
+from tests.gateway.test_behind_balancer import BALANCER, FLOODER, NEIGHBOUR, VPC, ALB_RANGE_PLACEHOLDER
 from tests.support.balancer import start_balancer
 from tests.support.processes import start_web
 
@@ -25,7 +25,7 @@ def overlay_web_settings(vpc_cidr: str) -> dict:
     """The EKS overlay's proxy setting for the portal, with the VPC's CIDR filled in as the install guide does."""
     data = find(render("eks"), "ConfigMap", "tandem-settings")["data"]
     name = "TANDEM_WEB_FORWARDED_ALLOW_IPS"
-    return {name: data[name].replace(VPC_CIDR_PLACEHOLDER, vpc_cidr)} if name in data else {}
+    return {name: data[name].replace(ALB_RANGE_PLACEHOLDER, vpc_cidr)} if name in data else {}
 
 
 @pytest.fixture
@@ -59,10 +59,10 @@ def sign_in(client: httpx.Client, web_host: str, username: str, password: str, f
 
 def test_the_eks_overlay_has_the_portal_trust_the_vpc_as_the_gateway_does():
     data = find(render("eks"), "ConfigMap", "tandem-settings")["data"]
-    assert data["TANDEM_WEB_FORWARDED_ALLOW_IPS"] == data["TANDEM_GATEWAY_FORWARDED_ALLOW_IPS"] == VPC_CIDR_PLACEHOLDER
+    assert data["TANDEM_WEB_FORWARDED_ALLOW_IPS"] == data["TANDEM_GATEWAY_FORWARDED_ALLOW_IPS"] == ALB_RANGE_PLACEHOLDER
 
 
-@pytest.mark.parametrize("value, bad", [(VPC_CIDR_PLACEHOLDER, VPC_CIDR_PLACEHOLDER),
+@pytest.mark.parametrize("value, bad", [(ALB_RANGE_PLACEHOLDER, ALB_RANGE_PLACEHOLDER),
                                         ("10.0.0.0/16, 10.1.0.1/16", "10.1.0.1/16")])
 def test_the_portal_refuses_to_start_with_a_range_it_cannot_use(value, bad):
     """The overlay's placeholder left in, or a CIDR with host bits set, would trust nothing without a word: every

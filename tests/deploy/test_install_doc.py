@@ -19,6 +19,7 @@ from workers.targets.eks import nodegroup_taints
 
 VALUES = {"PORTAL_HOST": "tandem.corp.example", "GATEWAY_HOST": "llm.corp.example", "AWS_ACCOUNT_ID": "123456789012",
           "CERT_ARN": "arn:aws:acm:us-east-1:123456789012:certificate/abc", "VPC_CIDR": "10.42.0.0/16",
+          "ALB_SUBNET_CIDRS": "10.42.0.0/20,10.42.16.0/20",
           "IMAGE": "123456789012.dkr.ecr.us-east-1.amazonaws.com/tandem", "TAG": "abc1234", "COMPANY": "Corp SSO",
           "OIDC_AUTHORIZE": "https://sso.corp.example/authorize", "OIDC_TOKEN": "https://sso.corp.example/token",
           "OIDC_USERINFO": "https://sso.corp.example/userinfo", "OIDC_JWKS": "https://sso.corp.example/jwks",

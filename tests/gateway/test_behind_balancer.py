@@ -16,8 +16,8 @@ from tests.gateway.test_hostile import _made_up_keys, _metric
 from tests.support.balancer import start_balancer
 from tests.support.processes import free_port, wait_for, worker_environment
 
-# The overlay's stand-in for the VPC's CIDR, which docs/install.md's step 6 replaces with `sed`.
-VPC_CIDR_PLACEHOLDER = "REPLACE-VPC-CIDR"
+# The overlay's stand-in for the ALB's subnets (their CIDRs), which docs/install.md's step 6 replaces with `sed`.
+ALB_RANGE_PLACEHOLDER = "REPLACE-ALB-SUBNET-CIDRS"
 PROXY_SETTINGS = ("TANDEM_GATEWAY_BEHIND_LOAD_BALANCER", "TANDEM_GATEWAY_FORWARDED_ALLOW_IPS")
 # Here the "VPC" is 127.0.1.0/24: the balancer connects from 127.0.1.1, its clients from elsewhere in 127/8.
 VPC, BALANCER, FLOODER, NEIGHBOUR = "127.0.1.0/24", "127.0.1.1", "127.0.0.2", "127.0.0.3"
@@ -26,15 +26,15 @@ VPC, BALANCER, FLOODER, NEIGHBOUR = "127.0.1.0/24", "127.0.1.1", "127.0.0.2", "1
 def overlay_gateway_settings(vpc_cidr: str) -> dict:
     """The EKS overlay's proxy settings for the gateway, with the VPC's CIDR filled in as the install guide does."""
     data = find(render("eks"), "ConfigMap", "tandem-settings")["data"]
-    return {name: data[name].replace(VPC_CIDR_PLACEHOLDER, vpc_cidr) for name in PROXY_SETTINGS if name in data}
+    return {name: data[name].replace(ALB_RANGE_PLACEHOLDER, vpc_cidr) for name in PROXY_SETTINGS if name in data}
 
 
 def test_the_eks_overlay_puts_the_gateway_behind_its_alb_trusting_the_vpc():
     data = find(render("eks"), "ConfigMap", "tandem-settings")["data"]
     assert data["TANDEM_GATEWAY_BEHIND_LOAD_BALANCER"] == "true"
-    assert data["TANDEM_GATEWAY_FORWARDED_ALLOW_IPS"] == VPC_CIDR_PLACEHOLDER
+    assert data["TANDEM_GATEWAY_FORWARDED_ALLOW_IPS"] == ALB_RANGE_PLACEHOLDER
     step = (ROOT / "docs" / "install.md").read_text().split("## 6.", 1)[1].split("## 7.", 1)[0]
-    assert f's|{VPC_CIDR_PLACEHOLDER}|$VPC_CIDR|" deploy/overlays/eks/settings.yaml' in step
+    assert f's|{ALB_RANGE_PLACEHOLDER}|$ALB_SUBNET_CIDRS|" deploy/overlays/eks/settings.yaml' in step
 
 
 def test_a_junk_key_flood_through_the_balancer_locks_out_only_the_flooder(world, tmp_path):
@@ -94,8 +94,8 @@ def test_a_balancer_header_from_an_untrusted_peer_is_counted_logged_once_and_not
 
 @pytest.mark.parametrize("env, reason", [
     ({"TANDEM_GATEWAY_BEHIND_LOAD_BALANCER": "true"}, "TANDEM_GATEWAY_FORWARDED_ALLOW_IPS is empty"),
-    ({"TANDEM_GATEWAY_BEHIND_LOAD_BALANCER": "true", "TANDEM_GATEWAY_FORWARDED_ALLOW_IPS": VPC_CIDR_PLACEHOLDER},
-     f"has '{VPC_CIDR_PLACEHOLDER}', which is not an IP address or network"),
+    ({"TANDEM_GATEWAY_BEHIND_LOAD_BALANCER": "true", "TANDEM_GATEWAY_FORWARDED_ALLOW_IPS": ALB_RANGE_PLACEHOLDER},
+     f"has '{ALB_RANGE_PLACEHOLDER}', which is not an IP address or network"),
     ({"TANDEM_GATEWAY_FORWARDED_ALLOW_IPS": "10.0.0.0/16, 10.1.0.1/16"}, "has '10.1.0.1/16', which is not"),
 ])
 def test_the_gateway_refuses_to_start_when_it_could_not_tell_clients_apart(tmp_path, env, reason):
