@@ -29,7 +29,8 @@ from drf_spectacular.generators import SchemaGenerator
 from rest_framework.test import APIClient
 
 from deployments.hashing import content_hash
-from deployments.models import AccessToken, ApiKey, Cluster, Deployment, Event, Membership, Team
+from deployments.models import (AccessToken, ApiKey, Cluster, Deployment, Event, ExternalIdentity, Membership,
+                                ScimGroup, Team)
 from deployments.services import actions
 from deployments.services.api_keys import api_key_create
 from deployments.services.credentials import credential_mint
@@ -64,6 +65,9 @@ def _victim_world():
     key, _ = api_key_create(actor=bob, team=victim, name=f"victim-key-{MARK}", all_deployments=False,
                             deployments=[running])
     token, _ = credential_mint(model=AccessToken, user=bob, name=f"victim-token-{MARK}")
+    identity = ExternalIdentity.objects.create(user=bob, issuer="https://idp.example", subject=f"victim-sub-{MARK}")
+    group = ScimGroup.objects.create(display_name=f"victim-group-{MARK}")
+    group.members.add(bob)
 
     outsiders = TeamFactory(slug="outsider-team", gpu_quota=64)
     alice = MembershipFactory(team=outsiders, role=Membership.Role.ADMIN, user__username="alice").user
@@ -72,7 +76,7 @@ def _victim_world():
     return {"cluster": cluster, "victim": victim, "bob": bob, "carol": carol, "carol_m": carol_m,
             "pending": pending, "running": Deployment.objects.get(pk=running.pk), "key": key, "token": token,
             "event": Event.objects.filter(team=victim).first(), "alice": alice, "outsiders": outsiders,
-            "mine": mine, "markers": [MARK, key.key_id, token.key_id]}
+            "mine": mine, "identity": identity, "group": group, "markers": [MARK, key.key_id, token.key_id]}
 
 
 def _victim_state(w) -> dict:
@@ -92,6 +96,8 @@ def _victim_state(w) -> dict:
         "users": list(get_user_model().objects.filter(pk__in=users).values("username", "is_staff", "is_active",
                                                                             "password").order_by("pk")),
         "events": Event.objects.filter(team=victim).count(),
+        "identities": rows(ExternalIdentity.objects.filter(user__in=users)),
+        "scim_groups": sorted(ScimGroup.objects.filter(members__in=users).values_list("display_name", "members")),
         "clusters": rows(Cluster.objects.all()),
     }
 
@@ -117,10 +123,12 @@ def _refs(w, *, missing: bool) -> dict:
     if missing:
         return {"deployment": MISSING_ID, "team": "no-such-team-zz", "user": "no-such-user-zz", "key": MISSING_ID,
                 "token": MISSING_ID, "member": MISSING_ID, "event": MISSING_ID, "name": "pwned-m",
-                "recommendation": "0000deadbeef", "cluster_name": "no-such-cluster-zz"}
+                "recommendation": "0000deadbeef", "cluster_name": "no-such-cluster-zz", "user_id": MISSING_ID,
+                "identity": MISSING_ID, "group": "00000000-0000-4000-8000-00000000dead"}
     return {"deployment": w["running"].pk, "team": w["victim"].slug, "user": w["bob"].username,
             "key": w["key"].pk, "token": w["token"].pk, "member": w["carol_m"].pk, "event": w["event"].pk,
-            "name": "pwned-v", "recommendation": "a1b2c3d4e5f6", "cluster_name": w["cluster"].name}
+            "name": "pwned-v", "recommendation": "a1b2c3d4e5f6", "cluster_name": w["cluster"].name,
+            "user_id": w["bob"].pk, "identity": w["identity"].pk, "group": str(w["group"].pk)}
 
 
 def _body(w, refs: dict, *, own_team: bool) -> dict:
@@ -257,7 +265,9 @@ PAGES = [(route, name) for route, name, _ in _url_patterns() if not route.starts
 # What an object parameter of a page means, by the route's first segment (admin: by its URL name).
 PAGE_OBJECTS = {"deployments": "deployment", "keys": "key", "tokens": "token", "clusters": "cluster_name"}
 PAGE_OBJECTS_ADMIN = {"team": "team", "deployment": "deployment", "membership": "member", "apikey": "key",
-                      "accesstoken": "token", "event": "event", "user": "user"}
+                      "accesstoken": "token", "event": "event", "user": "user", "externalidentity": "identity"}
+# SCIM (the directory's bearer token, never a session): the victim's user and group by their SCIM ids.
+SCIM_OBJECTS = {"Users": "user_id", "Groups": "group"}
 
 
 def _page_url(route: str, w, refs: dict) -> tuple[str, bool]:
@@ -274,6 +284,9 @@ def _page_url(route: str, w, refs: dict) -> tuple[str, bool]:
             value = {"object_id": victim, "id": victim, "app_label": "deployments", "content_type_id": 1,
                      "url": f"deployments/deployment/{refs['deployment']}/change/"}.get(param)
             names_object = names_object or param in ("object_id", "id", "url")
+        elif route.startswith("scim/"):  # scim/v2/<Resource>/<pk>, and SCIM's catch-all
+            value = refs.get(SCIM_OBJECTS.get(route.split("/")[2], ""), "victim") if param == "pk" else "Users"
+            names_object = True
         elif param in ("uidb64", "token"):  # the password reset link: the victim's uid, a guessed token
             uid = w["bob"].pk if refs["user"] == w["bob"].username else MISSING_ID
             value = urlsafe_base64_encode(force_bytes(uid)) if param == "uidb64" else "guessed-token"
@@ -315,7 +328,7 @@ def test_page(world, redis_client, route, name, method):
         if not missing:
             assert not _leaks(w, text, refs | query), (url, _leaks(w, text, refs | query))
             if names_victim:
-                refused = r.status_code in (403, 404, 405) or (
+                refused = r.status_code in (401, 403, 404, 405) or (
                     r.status_code == 302 and "login" in r["Location"] and route.startswith(("admin/", "accounts/")))
                 assert refused, (url, r.status_code, r.get("Location"))
     assert answers[0][0] == answers[1][0], f"a guessed id answers {answers[0][0]}, a missing one {answers[1][0]}"
@@ -328,5 +341,6 @@ def test_the_admin_site_is_attacked_with_the_victims_objects_too():
     missing id only), but for shared or Tandem-internal ones with nothing of a team's in them."""
     admin_models = {m[1] for r, _ in PAGES if (m := re.match(r"admin/\w+/(\w+)/<path:object_id>/", r))}
     # django-axes' sign-in records hold usernames and addresses, nothing of a team's.
-    shared = {"group", "cluster", "conformancerun", "accessattempt", "accesslog", "accessfailurelog"}
+    # SCIM tokens are the directory's, platform-wide.
+    shared = {"group", "cluster", "conformancerun", "accessattempt", "accesslog", "accessfailurelog", "scimtoken"}
     assert admin_models - set(PAGE_OBJECTS_ADMIN) <= shared, admin_models
