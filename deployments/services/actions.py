@@ -249,21 +249,22 @@ def deployment_update(*, actor, deployment: Deployment, spec: dict | None = None
     if new_spec == d.spec:
         return d
     needs = changes_needing_approval(d.spec_typed, typed)
-    if not needs:  # applied at once, it drops what waits for approval: only its own proposer may do that
-        _require_no_other_proposal(actor=actor, d=d)
+    # Applied at once or proposed, it takes the place of what waits for approval: only its own proposer may do that.
+    _require_no_other_proposal(actor=actor, d=d)
+    if not needs:
         return _update_apply(actor=actor, d=d, new_spec=new_spec)
     return _update_propose(actor=actor, d=d, typed=typed, fields=needs)
 
 
 def _require_no_other_proposal(*, actor, d: Deployment) -> None:
-    """Someone else's proposed update waits for approval: a change applied at once would discard it unseen. Its
-    proposer may replace their own; anyone else (Tandem too: `actor=None`) waits until it is decided or
-    withdrawn."""
+    """Someone else's proposed update waits for approval: a change applied at once, or proposed in its place, would
+    discard it unseen. Its proposer may replace their own; anyone else (Tandem too: `actor=None`) waits until it is
+    decided or withdrawn."""
     proposer = d.proposed_by or d.requested_by  # as `_authors` reads it
     if not _proposal_waits(d) or (actor is not None and proposer.pk == actor.pk):
         return
     who = proposer.get_username()
-    raise Conflict(f"{who}'s proposed update of this deployment waits for approval, and applying this change would "
+    raise Conflict(f"{who}'s proposed update of this deployment waits for approval, and your change would "
                    f"discard it. Ask an admin of team {d.team.slug} to approve or reject it (or {who} to withdraw "
                    "it), then apply your change.")
 

@@ -86,8 +86,8 @@ def test_a_free_update_while_someone_else_s_proposal_waits_is_a_409_and_the_prop
     r = api.patch(url(running), {"spec": spec_input(engine={"max_model_len": 4096})}, format="json")
     assert r.status_code == 409, r.json()
     assert r.json()["detail"] == (
-        f"{member.username}'s proposed update of this deployment waits for approval, and applying this change "
-        f"would discard it. Ask an admin of team {running.team.slug} to approve or reject it (or {member.username} "
+        f"{member.username}'s proposed update of this deployment waits for approval, and your change would "
+        f"discard it. Ask an admin of team {running.team.slug} to approve or reject it (or {member.username} "
         "to withdraw it), then apply your change.")
     after = api.get(url(running)).json()
     assert (after["proposed_spec_hash"], after["proposed_by"], after["generation"], after["status"]) == (

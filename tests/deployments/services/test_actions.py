@@ -278,6 +278,23 @@ def test_a_free_update_does_not_discard_someone_else_s_proposal_but_its_proposer
     assert "Replaces the update that was waiting for approval." in d.events.get(kind="updated").message
 
 
+def test_a_proposal_does_not_replace_someone_else_s_waiting_proposal_unseen(member, team_admin, team, cluster):
+    """A second person's update that needs approval too would take the first one's place in the queue: refused
+    while it waits, as a change applied at once is; the first proposer may replace their own."""
+    pool = small()["prefill"]
+    more_prefill = spec_input(prefill={**pool, "nodes": 2}, decode=pool)  # each needs an approver (more nodes)
+    more_decode = spec_input(prefill=pool, decode={**pool, "nodes": 2})
+    d = actions.deployment_update(actor=member, deployment=running(member, team, cluster), spec=more_prefill)
+    proposed = d.proposed_spec
+    with pytest.raises(Conflict, match=f"{member.username}'s proposed update of this deployment waits for approval"):
+        actions.deployment_update(actor=team_admin, deployment=d, spec=more_decode)
+    d.refresh_from_db()
+    assert (d.proposed_spec, d.proposed_by) == (proposed, member)
+    assert d.events.filter(kind="update_requested").count() == 1
+    d = actions.deployment_update(actor=member, deployment=d, spec=more_decode)
+    assert (d.proposed_spec["decode"]["nodes"], d.proposed_by) == (2, member)
+
+
 def test_audit_events_are_immutable(member, team, cluster):
     e = request(member, team, cluster).events.get()
     e.message = "rewritten"
