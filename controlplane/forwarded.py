@@ -1,6 +1,6 @@
 """Who the client is behind a load balancer, one rule for the portal and the gateway: a proxy's X-Forwarded-Proto
 and X-Forwarded-For are believed only from the trusted proxies' addresses (a comma-separated list of addresses and
-CIDRs, on EKS the VPC's), and the client is the right-most X-Forwarded-For address outside them. The rule is
+CIDRs, on EKS the ALB's public subnets), and the client is the right-most X-Forwarded-For address outside them. The rule is
 uvicorn's (its ProxyHeadersMiddleware, which the gateway runs); `TrustedProxyHeaders` applies it to the portal's
 WSGI requests. A client or pod that connects directly is taken for its own address whatever it writes."""
 import ipaddress
@@ -18,7 +18,7 @@ def forwarded_allow_ips_problem(setting: str, forwarded_allow_ips: str) -> str |
             ipaddress.ip_network(entry)
         except ValueError:
             return (f"{setting} has {entry!r}, which is not an IP address or network (CIDR, host bits zero): "
-                    "list the load balancer's addresses, e.g. the VPC's CIDR 10.0.0.0/16.")
+                    "list the load balancer's addresses, e.g. its subnets' CIDRs 10.0.0.0/20,10.0.16.0/20.")
     return None
 
 

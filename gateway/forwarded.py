@@ -25,7 +25,7 @@ def forwarded_settings_problem(forwarded_allow_ips: str, *, behind_load_balancer
     if problem is None and behind_load_balancer and not forwarded_allow_ips.strip(" ,"):
         return ("TANDEM_GATEWAY_BEHIND_LOAD_BALANCER is on but TANDEM_GATEWAY_FORWARDED_ALLOW_IPS is empty: every "
                 "client would have the balancer's address and share one limit on failed authentications. Set it "
-                "to the balancer's addresses (on EKS, the VPC's CIDR).")
+                "to the balancer's addresses (on EKS, the CIDRs of the ALB's public subnets).")
     return problem
 
 

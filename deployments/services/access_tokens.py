@@ -21,6 +21,18 @@ def access_token_create(*, user, name: str, expires_at: dt.datetime | None = Non
 
 
 @transaction.atomic
+def access_tokens_revoke_for_person(*, actor, user, message: str) -> list[str]:
+    """Revoke every live personal access token of `user` (`actor` revokes them: see below); returns their display
+    strings."""
+    tokens = AccessToken.objects.select_related("user").filter(user=user, revoked_at__isnull=True).order_by("pk")
+    revoked = []
+    for token in tokens:
+        access_token_revoke(user=actor, token=token, message=message)
+        revoked.append(token.display)
+    return revoked
+
+
+@transaction.atomic
 def access_token_revoke(*, user, token: AccessToken, message: str = "") -> None:
     """Revoke once; `user` is who revokes it: the owner, a platform admin in Django admin, or the team admin who
     removes the owner from their last team."""

@@ -20,6 +20,7 @@ from deployments.errors import ActionError, NotAllowed
 from deployments.event_kinds import EventKind
 from deployments.models import ExternalIdentity
 from deployments.services.events import event_record
+from deployments.services.people import user_create
 from deployments.services.teams import is_platform_admin
 
 
@@ -104,19 +105,17 @@ def _new_username(*, issuer: str, subject: str, claims: dict) -> str:
     trusted = bool(_trusted_username(claims))
     if not value:
         value, trusted = subject, True
-    if trusted and not User.objects.filter(username=value).exists():
+    if trusted and not User.objects.filter(username__iexact=value).exists():  # as people.user_create compares
         return value
     suffix = hashlib.sha256(f"{issuer} {subject}".encode()).hexdigest()[:10]
     return f"{value[:User._meta.get_field('username').max_length - 11]}~{suffix}"
 
 
 def _user_create(*, issuer: str, subject: str, claims: dict):
-    user = get_user_model()(username=_new_username(issuer=issuer, subject=subject, claims=claims))
-    user.set_unusable_password()
-    user.save()
+    user = user_create(actor=None, username=_new_username(issuer=issuer, subject=subject, claims=claims),
+                       message="First sign-in through the identity provider.",
+                       about={"issuer": issuer, "subject": subject})
     ExternalIdentity.objects.create(user=user, issuer=issuer, subject=subject, last_seen_at=timezone.now())
-    event_record(kind=EventKind.USER_CREATED, actor=None, message="First sign-in through the identity provider.",
-                 after={"user": user.username, "issuer": issuer, "subject": subject})
     return user
 
 

@@ -17,8 +17,8 @@ from django.utils import timezone
 
 from deployments.errors import Conflict, NotAllowed
 from deployments.event_kinds import EventKind
-from deployments.models import AccessToken, Deployment, Membership
-from deployments.services.access_tokens import access_token_revoke
+from deployments.models import Deployment, Membership
+from deployments.services.access_tokens import access_tokens_revoke_for_person
 from deployments.services.api_keys import api_keys_revoke_for_person
 from deployments.services.events import event_record
 from deployments.services.teams import is_platform_admin, membership_remove, platform_admin_set
@@ -39,15 +39,17 @@ DETAILS = ("username", "email", "first_name", "last_name")
 
 
 @transaction.atomic
-def user_create(*, actor, username: str, password: str | None = None, message: str = "", **details):
-    """A new user (platform admins; Tandem for the directory): with a password, or none usable (they sign in
-    through the identity provider). A username taken in any case is a Conflict."""
+def user_create(*, actor, username: str, password: str | None = None, message: str = "", about: dict | None = None,
+                **details):
+    """A new user (platform admins; Tandem for the directory or a first sign-in): with a password, or none usable
+    (they sign in through the identity provider). A username taken in any case is a Conflict. `about` adds to what
+    the audit event records (e.g. the identity a sign-in came with)."""
     _require_may_manage(actor=actor, user=None, doing="create")
     User = get_user_model()
     if User.objects.filter(username__iexact=username).exists():
         raise Conflict(f"A user named {username!r} exists already.", field="userName")
     user = User.objects.create_user(username=username, password=password, **details)
-    event_record(kind=EventKind.USER_CREATED, actor=actor, message=message, after={"user": username})
+    event_record(kind=EventKind.USER_CREATED, actor=actor, message=message, after={"user": username, **(about or {})})
     return user
 
 
@@ -97,10 +99,7 @@ def user_deactivate(*, actor, user, message: str = ""):
         membership_remove(actor=actor, membership=m, message=why)
     # What membership_remove left: keys in teams they had already left, tokens of a person in no team.
     keys = api_keys_revoke_for_person(actor=actor, user=user, message=why)
-    tokens = []
-    for token in AccessToken.objects.select_related("user").filter(user=user, revoked_at__isnull=True):
-        access_token_revoke(user=actor, token=token, message=why)
-        tokens.append(token.display)
+    tokens = access_tokens_revoke_for_person(actor=actor, user=user, message=why)
     platform_admin_set(actor=actor, user=user, is_admin=False, message=why)
     sessions = _sessions_end(user)
     user.is_active = False

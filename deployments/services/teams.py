@@ -3,7 +3,7 @@ from django.db import transaction
 
 from deployments.errors import ActionError, Conflict, NotAllowed
 from deployments.event_kinds import EventKind
-from deployments.models import AccessToken, Membership, Team
+from deployments.models import Membership, Team
 from deployments.services.events import event_record
 
 # What a team admin may change on their own team; everything else (quota, self-approval, name) is a platform
@@ -118,7 +118,7 @@ def membership_remove(*, actor, membership: Membership, message: str = "") -> No
     anyway). A token left alive reaches only the teams its owner is still in: the API reads memberships on every
     request."""
     # Imported here: the credential services import this module for roles.
-    from deployments.services.access_tokens import access_token_revoke
+    from deployments.services.access_tokens import access_tokens_revoke_for_person
     from deployments.services.api_keys import api_keys_revoke_for_person
 
     team, user = membership.team, membership.user
@@ -131,9 +131,7 @@ def membership_remove(*, actor, membership: Membership, message: str = "") -> No
     # Locked: two removals of the same person at once must not each see the other team and both keep the tokens.
     seats = list(Membership.objects.select_for_update().filter(user=user).values_list("pk", flat=True))
     if seats == [membership.pk] and not is_platform_admin(user):  # a platform admin's token reaches no less now
-        for token in AccessToken.objects.select_related("user").filter(user=user, revoked_at__isnull=True):
-            access_token_revoke(user=actor, token=token, message=why)
-            revoked_tokens.append(token.display)
+        revoked_tokens = access_tokens_revoke_for_person(actor=actor, user=user, message=why)
     event_record(kind=EventKind.MEMBER_REMOVED, team=team, actor=actor, message=message,
                  before={"user": user.get_username(), "role": membership.role},
                  after={"api_keys_revoked": revoked_keys, "access_tokens_revoked": revoked_tokens})

@@ -22,7 +22,7 @@ FORGED = ("203.0.113.250", NEIGHBOUR, BALANCER, "127.0.1.9, 203.0.113.251")
 
 
 def overlay_web_settings(vpc_cidr: str) -> dict:
-    """The EKS overlay's proxy setting for the portal, with the VPC's CIDR filled in as the install guide does."""
+    """The EKS overlay's proxy setting for the portal, with the ALB's subnets filled in as the install guide does."""
     data = find(render("eks"), "ConfigMap", "tandem-settings")["data"]
     name = "TANDEM_WEB_FORWARDED_ALLOW_IPS"
     return {name: data[name].replace(ALB_RANGE_PLACEHOLDER, vpc_cidr)} if name in data else {}

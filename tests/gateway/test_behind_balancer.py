@@ -24,7 +24,7 @@ VPC, BALANCER, FLOODER, NEIGHBOUR = "127.0.1.0/24", "127.0.1.1", "127.0.0.2", "1
 
 
 def overlay_gateway_settings(vpc_cidr: str) -> dict:
-    """The EKS overlay's proxy settings for the gateway, with the VPC's CIDR filled in as the install guide does."""
+    """The EKS overlay's proxy settings for the gateway, with the ALB's subnets filled in as the install guide does."""
     data = find(render("eks"), "ConfigMap", "tandem-settings")["data"]
     return {name: data[name].replace(ALB_RANGE_PLACEHOLDER, vpc_cidr) for name in PROXY_SETTINGS if name in data}
 
