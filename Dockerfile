@@ -18,6 +18,7 @@ COPY deployments ./deployments
 COPY frontend ./frontend
 COPY gateway ./gateway
 COPY observability ./observability
+COPY usage ./usage
 COPY workers ./workers
 COPY k8s_templates ./k8s_templates
 # The project itself, without dependencies (the lock above holds them and the build backend): /venv/bin/tandemctl.

@@ -4,7 +4,7 @@
 
 Everything runs privately: a redis-server and a PostgreSQL cluster (initdb + pg_ctl) on free ports under a temp
 directory (the shared servers are never touched), the mock upstream, the gateway (`python -m gateway`) and the
-record drain (`python -m gateway drain`). Traffic: streamed and non-streamed requests to two deployments, keys
+record drain (`python -m usage drain`). Traffic: streamed and non-streamed requests to two deployments, keys
 created and revoked, a deployment's endpoint updated. Redis is killed (SIGKILL) and started again at 30% of the
 run, PostgreSQL restarted (`pg_ctl restart -m fast`) at 45%. From 55% on, the RSS and open file descriptors of
 every process it started are sampled; the run passes when they are flat (last third vs first third of the
@@ -210,7 +210,7 @@ def accounting(answered: dict[str, int], timeout: float = 60) -> tuple[int, int,
     from django.db import close_old_connections
     from django.db.models import Count
 
-    from gateway.models import RequestRecord
+    from usage.models import RequestRecord
 
     deadline = time.monotonic() + timeout
     while True:
@@ -269,7 +269,7 @@ def main():
                   "TANDEM_GATEWAY_METRICS_PORT": str(free_port()), "TANDEM_GATEWAY_ACCESS_LOG": "0",
                   "TANDEM_GATEWAY_KEY_MAX_STALE_S": str(MAX_STALE_S)}
         procs["gateway"] = spawn(["-m", "gateway", "--port", str(port)], logs / "gateway.log", gw_env)
-        procs["drain"] = spawn(["-m", "gateway", "drain", "--interval", "0.5"], logs / "drain.log", gw_env)
+        procs["drain"] = spawn(["-m", "usage", "drain", "--interval", "0.5"], logs / "drain.log", gw_env)
         import httpx
 
         gw_url = f"http://127.0.0.1:{port}"

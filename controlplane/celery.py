@@ -7,4 +7,4 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings.productio
 
 app = Celery("controlplane")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["workers", "gateway", "observability"])
+app.autodiscover_tasks(["workers", "usage", "observability"])

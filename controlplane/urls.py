@@ -10,7 +10,7 @@ handler404 = "deployments.api.errors.not_found"
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", include("deployments.api.urls")),
-    path("api/v1/", include("gateway.urls")),
+    path("api/v1/", include("usage.urls")),
     path("api/v1/", include("observability.urls")),
     path("scim/v2/", include("deployments.scim.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

@@ -1,4 +1,4 @@
-"""`python -m gateway` serves the OpenAI-compatible endpoint; `python -m gateway drain` ships request records."""
+"""`python -m gateway` serves the OpenAI-compatible endpoint (the usage drain is `python -m usage drain`)."""
 import argparse
 import gc
 import os
@@ -15,20 +15,16 @@ def _raise_fd_limit() -> None:
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings.production")
     parser = argparse.ArgumentParser(prog="python -m gateway")
-    parser.add_argument("command", nargs="?", default="serve", choices=["serve", "drain"])
     parser.add_argument("--host")
     parser.add_argument("--port", type=int)
-    parser.add_argument("--interval", type=float, default=1.0, help="drain: seconds between passes")
     args = parser.parse_args()
 
-    import django
+    # Django's settings and its JSON logging, not django.setup(): the request path reads PostgreSQL through its own
+    # pool (gateway.store) and never loads the apps or their models (tests/test_layers.py checks that).
+    from django.conf import settings
+    from django.utils.log import configure_logging
 
-    django.setup()  # settings and JSON logging only; the request path never touches the ORM
-    if args.command == "drain":
-        from gateway.tasks import drain_forever
-
-        drain_forever(interval=args.interval)
-        return
+    configure_logging(settings.LOGGING_CONFIG, settings.LOGGING)
 
     import uvicorn
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from django.db.models import Aggregate, Count, FloatField, Q
 
 from deployments.spec import TargetsSpec
-from gateway.models import RequestRecord
 from observability.rollups import WINDOWS
+from usage.models import RequestRecord
 
 
 class _P95(Aggregate):

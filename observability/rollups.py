@@ -6,10 +6,10 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 
-from gateway.models import RequestRecord
 from observability.histograms import Hist
 from observability.models import StageRollup, ThroughputRollup, ValueRollup
 from observability.snapshot import Increase
+from usage.models import RequestRecord
 
 # What the charts show: (stage, source) ← the stored (stage, pool) that answers it best.
 STAGE_VIEW = [

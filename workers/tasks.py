@@ -5,7 +5,7 @@ from django.utils import timezone
 from deployments.services.budgets import budgets_check
 from deployments.services.pause import deployment_wake, deployments_pause_idle
 from deployments.services.status import reconcile_enqueue, reconcile_started
-from gateway.selectors import last_request_by_deployment
+from usage.selectors import last_request_by_deployment
 from workers import reconcile, resync
 from workers.preflight import cluster_check_run
 

@@ -46,7 +46,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "axes",
     "deployments",
-    "gateway",
+    "usage",
     "observability",
     "frontend",
 ]
@@ -153,7 +153,7 @@ CELERY_TASK_SOFT_TIME_LIMIT = CELERY_TASK_TIME_LIMIT - 30
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("TANDEM_VISIBILITY_TIMEOUT", 600)}
 CELERY_BEAT_SCHEDULE = {
     "resync-unsettled-deployments": {"task": "workers.tasks.resync_deployments", "schedule": 30.0},
-    "drain-gateway-request-records": {"task": "gateway.tasks.drain_request_records", "schedule": 5.0},
+    "drain-gateway-request-records": {"task": "usage.tasks.drain_request_records", "schedule": 5.0},
     "scrape-deployment-metrics": {"task": "observability.tasks.scrape_running_deployments", "schedule": 30.0},
     "rollup-gateway-timings": {"task": "observability.tasks.rollup_gateway_timings", "schedule": 60.0},
     "prune-observability-rollups": {"task": "observability.tasks.prune_rollups", "schedule": 3600.0},

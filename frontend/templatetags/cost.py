@@ -4,7 +4,7 @@ import datetime as dt
 from django import template
 
 from deployments.services.budgets import budget_state
-from gateway.selectors import deployment_cost
+from usage.selectors import deployment_cost
 
 register = template.Library()
 

@@ -21,7 +21,7 @@ from workers.pipeline import reconcile_pass
 from workers.resync import resync_slice
 
 ROOT = Path(__file__).resolve().parents[2]
-APPS = ("controlplane", "deployments", "workers", "observability", "gateway", "frontend", "bench", "local")
+APPS = ("controlplane", "deployments", "workers", "observability", "gateway", "usage", "frontend", "bench", "local")
 
 
 @pytest.fixture

@@ -20,8 +20,6 @@ from deployments.lifecycle import HOLDS_QUOTA
 from deployments.model_sources import source_roots_of
 from deployments.models import AccessToken, Cluster, Deployment, Membership
 from deployments.services.credentials import credential_mint
-from gateway.models import RequestRecord
-from gateway.tasks import drain_request_records
 from observability.models import ConformanceRun, ScrapeState
 from observability.planner import plan_for_spec
 from observability.scraper import scrape_deployment, scrape_snapshot
@@ -32,6 +30,8 @@ from tests.factories import MembershipFactory, TeamFactory, local_spec_input
 from tests.support.paired import paired_ratio_below
 from tests.support.processes import Worker, start_gateway, start_web, stop_at_end, wait_for, worker_environment
 from tests.support.tandemctl import tandemctl
+from usage.models import RequestRecord
+from usage.tasks import drain_request_records
 
 pytestmark = [pytest.mark.pd, pytest.mark.e2e, pytest.mark.timeout(1800)]
 PROMPT = "The disaggregated serving of language models moves the KV cache from prefill to decode. " * 3

@@ -18,12 +18,12 @@ from playwright.sync_api import expect
 from deployments.lifecycle import Status
 from deployments.models import ApiKey, Cluster, Deployment, Membership
 from deployments.services.credentials import credential_check
-from gateway.models import RequestRecord
 from observability.models import ConformanceRun
 from observability.rollups import gateway_rollup
 from tests.factories import MODEL_SOURCES, ClusterFactory, MembershipFactory, TeamFactory, UserFactory
 from tests.support.processes import Worker, wait_for, worker_environment
 from tests.frontend.browser import browser, shot, sign_in  # noqa: F401  (fixture)
+from usage.models import RequestRecord
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -8,11 +8,11 @@ import pytest
 from deployments.lifecycle import Status
 from deployments.models import Cluster, Membership
 from deployments.services.api_keys import api_key_create
-from gateway.models import RequestRecord
-from gateway.tasks import drain_request_records
 from tests.factories import ClusterFactory, DeploymentFactory, MembershipFactory, TeamFactory
 from tests.support.processes import MinuteClock, Proc, start_mock_upstream, wait_for
 from tests.support.processes import start_gateway as support_start_gateway
+from usage.models import RequestRecord
+from usage.tasks import drain_request_records
 
 RAY_TOKEN = "ray-token-for-tests"
 

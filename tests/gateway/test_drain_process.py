@@ -1,4 +1,4 @@
-"""`python -m gateway drain` (the drain for installs without Celery beat) as a real process, through a
+"""`python -m usage drain` (the drain for installs without Celery beat) as a real process, through a
 PostgreSQL restart: every record reaches the database once PostgreSQL is back."""
 import subprocess
 import sys
@@ -6,11 +6,11 @@ import time
 
 import httpx
 
-from gateway.models import RequestRecord
 from tests.gateway.test_errors import CHAT
 from tests.gateway.test_hostile import _proxied, _through
 from tests.support import processes
 from tests.support.processes import wait_for
+from usage.models import RequestRecord
 
 
 def test_the_drain_process_recovers_when_postgresql_drops_its_connections(world, gateway, tmp_path):
@@ -19,7 +19,7 @@ def test_the_drain_process_recovers_when_postgresql_drops_its_connections(world,
     pg = _proxied(processes.test_database_url())
     env = processes.worker_environment(tmp_path, DATABASE_URL=_through(processes.test_database_url(), pg))
     log = tmp_path / "drain.log"
-    drain = subprocess.Popen([sys.executable, "-m", "gateway", "drain", "--interval", "0.2"], cwd=processes.ROOT,
+    drain = subprocess.Popen([sys.executable, "-m", "usage", "drain", "--interval", "0.2"], cwd=processes.ROOT,
                              env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
 
     def ask(rid: str) -> int:

@@ -13,8 +13,6 @@ from django.conf import settings
 from prometheus_client.parser import text_string_to_metric_families
 
 from deployments.services.api_keys import api_key_create, api_key_revoke
-from gateway.models import RequestRecord
-from gateway.tasks import drain_request_records
 from tests.deployments.services.test_credentials import legacy_secret, make_legacy
 from tests.factories import MembershipFactory, TeamFactory
 from tests.gateway.conftest import start_gateway
@@ -22,6 +20,8 @@ from tests.gateway.tcp_proxy import TcpProxy
 from tests.gateway.test_errors import CHAT, assert_openai_error, post
 from tests.support import processes
 from tests.support.processes import wait_for
+from usage.models import RequestRecord
+from usage.tasks import drain_request_records
 
 
 def _through(url: str, proxy: TcpProxy) -> str:

@@ -11,10 +11,10 @@ import orjson
 import pytest
 from django.db import connection
 
-from gateway.models import RequestRecord
-from gateway.tasks import drain_request_records
 from tests.gateway.conftest import start_gateway
 from tests.support.processes import RedisServer, wait_for
+from usage.models import RequestRecord
+from usage.tasks import drain_request_records
 
 MAX_STALE_S = 2.0  # the gateway's staleness limit in this test (TANDEM_GATEWAY_KEY_MAX_STALE_S)
 CHUNKS = 8  # the session's mock upstream sends this many content chunks

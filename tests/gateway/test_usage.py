@@ -8,11 +8,11 @@ from openai import AsyncOpenAI
 
 from deployments.models import ApiKey
 from gateway.config import RECORD_STREAM
-from gateway.models import RequestRecord
-from gateway.tasks import drain_request_records
 from tests.factories import MembershipFactory, UserFactory
 from tests.gateway.conftest import drained
 from tests.support.processes import wait_for
+from usage.models import RequestRecord
+from usage.tasks import drain_request_records
 
 TOTAL = 10_000
 CONCURRENCY = 48

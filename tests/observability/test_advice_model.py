@@ -15,7 +15,6 @@ import pytest
 from django.utils import timezone
 
 from deployments.spec import spec_parse
-from gateway.models import RequestRecord
 from observability.histograms import Hist
 from observability.model_facts import model_facts_parse
 from observability.performance_model import decode_step_seconds, expected_range, profile_for
@@ -23,6 +22,7 @@ from observability.rollups import gateway_rollup, rollup_increase
 from observability.snapshot import Increase
 from tests.factories import ClusterFactory, DeploymentFactory, spec_input
 from tests.observability.test_planner import LLAMA_8B
+from usage.models import RequestRecord
 
 pytestmark = pytest.mark.django_db
 FACTS = model_facts_parse(LLAMA_8B)

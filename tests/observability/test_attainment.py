@@ -7,12 +7,12 @@ from django.utils import timezone
 
 from deployments.models import Deployment, Event
 from deployments.spec import spec_parse
-from gateway.models import RequestRecord
 from observability.attainment import attainment
 from observability.histograms import Hist
 from observability.models import StageRollup
 from observability.services.advice import recommendations_auto_apply
 from tests.factories import DeploymentFactory, spec_input
+from usage.models import RequestRecord
 
 POOL = {"instance_type": "g6e.12xlarge", "nodes": 2, "gpus_per_node": 4, "tensor_parallel_size": 4}
 

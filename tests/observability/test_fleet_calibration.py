@@ -11,7 +11,6 @@ import pytest
 from django.utils import timezone
 
 from deployments.spec import spec_parse
-from gateway.models import RequestRecord
 from observability.fleet_calibration import MIN_REQUESTS
 from observability.histograms import Hist
 from observability.model_facts import model_facts_parse
@@ -21,6 +20,7 @@ from observability.snapshot import Increase
 from tests.factories import DeploymentFactory, TeamFactory, spec_input
 from tests.observability.test_planner import LLAMA_8B
 from tests.observability.test_planner_targets import LOAD_2K, P5E
+from usage.models import RequestRecord
 
 pytestmark = pytest.mark.django_db
 FACTS = model_facts_parse(LLAMA_8B)

@@ -5,7 +5,6 @@ import httpx
 import pytest
 from django.utils import timezone
 
-from gateway.models import RequestRecord
 from observability.models import ScrapeState, StageRollup, ThroughputRollup, ValueRollup
 from observability.rollups import gateway_rollup, rollups_prune
 from observability.scraper import scrape_deployment
@@ -14,6 +13,7 @@ from tests.observability.helpers import as_application_of, fixture
 from tests.observability.mock_openai import MockUpstream
 from tests.observability.test_planner import LLAMA_8B
 from tests.factories import spec_input
+from usage.models import RequestRecord
 
 
 def _deployment(team, upstream: MockUpstream | str):

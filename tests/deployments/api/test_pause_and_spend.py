@@ -9,8 +9,8 @@ from django.utils import timezone
 from deployments.lifecycle import Status
 from deployments.models import Event, Membership
 from deployments.services.api_keys import api_key_create
-from gateway.models import RequestRecord
 from tests.factories import DeploymentFactory, MembershipFactory, TeamFactory
+from usage.models import RequestRecord
 
 pytestmark = pytest.mark.django_db
 

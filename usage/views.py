@@ -1,4 +1,4 @@
-"""REST views of the gateway app: usage per key for a deployment the caller can see."""
+"""REST views of the usage app: usage per key for a deployment the caller can see."""
 import datetime as dt
 import re
 
@@ -11,7 +11,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from deployments.selectors import deployments_visible_to
-from gateway.selectors import deployment_cost, usage_by_key
+from usage.selectors import deployment_cost, usage_by_key
 
 # 1m to 90d, as the schema states it (its pattern is this one): minutes up to 9999, hours up to 2160, days up to 90.
 WINDOW = re.compile(r"^(?:([1-9][0-9]{0,3})(m)|([1-9][0-9]{0,2}|1[0-9]{3}|20[0-9]{2}|21[0-5][0-9]|2160)(h)"

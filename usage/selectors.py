@@ -6,7 +6,7 @@ from django.utils import timezone
 
 from deployments.cost import cost_per_million
 from deployments.spend import deployment_hourly_usd, deployment_spend_usd
-from gateway.models import RequestRecord
+from usage.models import RequestRecord
 
 
 def usage_by_key(*, deployment, window: dt.timedelta) -> list[dict]:

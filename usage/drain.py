@@ -7,14 +7,13 @@ import time
 
 import orjson
 import redis
-from celery import shared_task
 from django.db import close_old_connections, transaction
 from django.db.models import Q
 
+from controlplane.record_stream import RECORD_STREAM
 from controlplane.redis_client import redis_client
 from deployments.models import ApiKey, Deployment
-from gateway.config import RECORD_STREAM
-from gateway.models import RequestRecord
+from usage.models import RequestRecord
 
 log = logging.getLogger(__name__)
 
@@ -89,9 +88,9 @@ def drain_batch(r, consumer: str, *, count: int = 50) -> int:
     return len(entries)
 
 
-@shared_task(acks_late=True, ignore_result=True)
-def drain_request_records(max_batches: int = 100) -> int:
-    """Drain what the gateways have written so far (bounded per run; beat runs it every few seconds)."""
+def request_records_drain(*, max_batches: int = 100) -> int:
+    """Drain what the gateways have written so far, at most `max_batches` batches (the Celery task
+    usage.tasks.drain_request_records runs it every few seconds; drain_forever in a loop)."""
     r = redis_client()
     _ensure_group(r)
     consumer = f"{socket.gethostname()}-{os.getpid()}"
@@ -105,14 +104,14 @@ def drain_request_records(max_batches: int = 100) -> int:
 
 
 def drain_forever(*, interval: float = 1.0) -> None:
-    """The same drain as a loop, for deployments without Celery beat (`python -m gateway drain`)."""
+    """The same drain as a loop, for deployments without Celery beat (`python -m usage drain`)."""
     log.info("draining %s every %.1fs", RECORD_STREAM, interval)
     while True:
         # A connection PostgreSQL dropped (a restart, a failover) is closed here and the next pass opens a new
         # one; without this, every pass after a restart failed on the dead connection for ever.
         close_old_connections()
         try:
-            if drain_request_records() == 0:
+            if request_records_drain() == 0:
                 time.sleep(interval)
         except (redis.RedisError, Exception):  # noqa: BLE001 - keep the loop alive; the stream keeps the records
             log.exception("drain pass failed")

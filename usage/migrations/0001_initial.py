@@ -7,6 +7,10 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     initial = True
+    # Written as the gateway app's first migration, before the model moved here: a database that applied that one
+    # has the table already, so Django counts this one as applied too and creates nothing (the table keeps its name
+    # and rows). A new database runs it and gets the same table.
+    replaces = [('gateway', '0001_initial')]
 
     dependencies = [
         ('deployments', '0001_initial'),
@@ -35,6 +39,7 @@ class Migration(migrations.Migration):
                 ('deployment', models.ForeignKey(null=True, on_delete=django.db.models.deletion.CASCADE, related_name='requests', to='deployments.deployment')),
             ],
             options={
+                'db_table': 'gateway_requestrecord',
                 'ordering': ['-created_at'],
                 'indexes': [models.Index(fields=['deployment', 'created_at'], name='gateway_req_deploym_4f9568_idx'), models.Index(fields=['api_key', 'created_at'], name='gateway_req_api_key_b4d12d_idx')],
             },

@@ -29,5 +29,7 @@ class RequestRecord(models.Model):
     bytes_out = models.PositiveBigIntegerField(default=0)
 
     class Meta:
+        # The table the gateway app created, kept when the model moved here (usage/migrations/0001_initial.py).
+        db_table = "gateway_requestrecord"
         ordering = ["-created_at"]
         indexes = [models.Index(fields=["deployment", "created_at"]), models.Index(fields=["api_key", "created_at"])]

@@ -5,8 +5,11 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
 
+    # The gateway app's second migration, before the model moved here (see 0001_initial).
+    replaces = [('gateway', '0002_client_request_id_beside_the_gateways_own')]
+
     dependencies = [
-        ('gateway', '0001_initial'),
+        ('usage', '0001_initial'),
     ]
 
     operations = [

@@ -1,7 +1,7 @@
-"""URL routes of the gateway app (included under /api/v1/)."""
+"""URL routes of the usage app (included under /api/v1/)."""
 from django.urls import path
 
-from gateway.views import DeploymentCostView, UsageView
+from usage.views import DeploymentCostView, UsageView
 
 urlpatterns = [path("usage/", UsageView.as_view(), name="gateway-usage"),
                path("deployments/<int:pk>/cost/", DeploymentCostView.as_view(), name="deployment-cost")]
