@@ -63,7 +63,8 @@ def deployment_update_preview(*, actor, deployment: Deployment, spec: dict | Non
     update, or nothing); nothing is kept."""
     with transaction.atomic():
         done = deployment_update(actor=actor, deployment=deployment, spec=spec, purpose=purpose)
-        d, prices, kind = done.deployment, cluster_prices(done.deployment.cluster), done.deployment.cluster.kind
+        d = done.deployment
+        prices, kind = cluster_prices(d.cluster), d.cluster.kind
         preview = Preview(outcome=done.outcome, waits_for_approval=done.waits_for_approval, status=d.status,
                           generation=d.generation, changes=[asdict(c) for c in done.changes],
                           hourly_usd_before=_hourly(done.before, prices), hourly_usd_after=_hourly(done.after, prices),
