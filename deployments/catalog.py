@@ -1,7 +1,7 @@
 """What Tandem knows about hardware and runtimes, as data.
 
 Instance figures are AWS's published specifications; prices are approximate on-demand USD per hour
-in us-east-1 and only feed the planner's cost estimate.
+in us-east-1, what a cluster is charged where its own `prices` do not say otherwise (deployments.cost.Prices).
 """
 from dataclasses import dataclass
 
@@ -60,17 +60,6 @@ _INSTANCES = [
     InstanceType("cpu", "", 0, 0, 2, 24, 0, 0, 0.0),
 ]
 INSTANCE_TYPES: dict[str, InstanceType] = {i.name: i for i in _INSTANCES}
-
-
-def pools_hourly_usd(pools) -> float | None:
-    """On-demand USD per hour of (instance type, nodes) pairs; None while one is not readable."""
-    total = 0.0
-    for instance_type, nodes in pools:
-        instance = INSTANCE_TYPES.get(instance_type)
-        if instance is None or isinstance(nodes, bool) or not isinstance(nodes, int):
-            return None
-        total += instance.hourly_usd * nodes
-    return total
 
 
 @dataclass(frozen=True)

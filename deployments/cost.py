@@ -3,16 +3,20 @@
 A deployment's timeline is its status changes (`deployment_transition`'s events, `after.status`) and the specs it
 was given (`after.spec`: the request, its edits, approved and applied updates). While its status is one of
 lifecycle.BILLED its pools' nodes are provisioned: each pool's nodes × hours × the instance's price per hour (the
-catalog's on-demand price, or the cluster's own price for the type: `prices` in its config, for reserved or spot
-capacity). A paused deployment costs nothing: on EKS its node groups are at zero, elsewhere nothing of it runs.
+cluster's `Prices`). A paused deployment costs nothing: on EKS its node groups are at zero, elsewhere nothing of it
+runs. What a spec costs per hour is `spec_hourly_usd` at the cluster's prices, the one figure that cost, budgets,
+previews, approvals, the planner, the advisor and the request form show, so what an approver sees is what the team
+is charged.
 """
 import datetime as dt
 import statistics
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 from deployments.catalog import INSTANCE_TYPES
 from deployments.lifecycle import BILLED, STARTING, Status
 from deployments.serve_config import STAGES
+from deployments.spec import DeploymentSpec
 
 # Events a timeline is read from: only these carry a status or a spec (a filter for the query).
 TIMELINE_KEYS = ("status", "spec")
@@ -74,18 +78,49 @@ def provisioned_segments(marks: list[Mark], *, until: dt.datetime) -> list[Segme
     return segments
 
 
-def instance_price(instance_type: str, prices: dict | None = None) -> float:
-    """USD per node-hour: the cluster's own price for the type when it sets one, else the catalog's on-demand."""
-    if prices and isinstance(prices.get(instance_type), (int, float)) and not isinstance(prices[instance_type], bool):
-        return float(prices[instance_type])
-    instance = INSTANCE_TYPES.get(instance_type)
-    return instance.hourly_usd if instance else 0.0
+@dataclass(frozen=True)
+class Prices:
+    """USD per node-hour by instance type: a cluster's own price where its config sets one (`prices`, for reserved
+    or spot capacity), else the catalog's on-demand price. Built from a cluster only by `cluster_prices`."""
+
+    own: dict[str, float] = field(default_factory=dict)
+
+    def node_hour_usd(self, instance_type: str) -> float | None:
+        """None for a type that neither the cluster nor the catalog prices."""
+        if instance_type in self.own:
+            return self.own[instance_type]
+        instance = INSTANCE_TYPES.get(instance_type)
+        return instance.hourly_usd if instance else None
+
+    def pools_hourly_usd(self, pools: Iterable[tuple[object, object]]) -> float | None:
+        """USD per hour of (instance type, nodes) pairs; None while one is not priced or its nodes are not a whole
+        number (a half-typed request form)."""
+        total = 0.0
+        for instance_type, nodes in pools:
+            price = self.node_hour_usd(instance_type) if isinstance(instance_type, str) else None
+            if price is None or isinstance(nodes, bool) or not isinstance(nodes, int):
+                return None
+            total += price * nodes
+        return total
 
 
-def spec_hourly_usd(spec: dict, prices: dict | None = None) -> float:
-    """USD per hour of a stored spec's nodes while they are provisioned."""
-    return sum((spec.get(s) or {}).get("nodes", 0) * instance_price((spec.get(s) or {}).get("instance_type", ""), prices)
-               for s in STAGES)
+# The catalog's on-demand prices alone: for a plan that names no cluster.
+ON_DEMAND = Prices()
+
+
+def cluster_prices(cluster) -> Prices:
+    """The prices a cluster's deployments are charged at (its config's `prices` are checked on save:
+    deployments.cluster_config.prices_errors)."""
+    own = (cluster.config or {}).get("prices")
+    if not isinstance(own, dict):
+        return ON_DEMAND
+    return Prices(own={t: float(usd) for t, usd in own.items()
+                       if isinstance(usd, (int, float)) and not isinstance(usd, bool)})
+
+
+def spec_hourly_usd(spec: DeploymentSpec, *, prices: Prices) -> float | None:
+    """USD per hour of the spec's nodes while they are provisioned (None for an instance type nobody prices)."""
+    return prices.pools_hourly_usd((spec.pool(stage).instance_type, spec.pool(stage).nodes) for stage in STAGES)
 
 
 def _day_start(t: dt.datetime) -> dt.datetime:
@@ -93,7 +128,7 @@ def _day_start(t: dt.datetime) -> dt.datetime:
 
 
 def daily_rows(segments: list[Segment], *, since: dt.datetime, until: dt.datetime,
-               prices: dict | None = None) -> list[dict]:
+               prices: Prices) -> list[dict]:
     """Node-hours and USD per UTC day, pool and instance type, within [since, until), in date order."""
     out: dict[tuple, dict] = {}
     for seg in segments:
@@ -106,7 +141,7 @@ def daily_rows(segments: list[Segment], *, since: dt.datetime, until: dt.datetim
                                        "node_hours": 0.0, "usd": 0.0})
             hours = seg.nodes * (cut - start).total_seconds() / 3600
             row["node_hours"] += hours
-            row["usd"] += hours * instance_price(seg.instance_type, prices)
+            row["usd"] += hours * (prices.node_hour_usd(seg.instance_type) or 0.0)  # no price, no charge
             start = cut
     return [out[k] for k in sorted(out, key=lambda k: (k[0], STAGES.index(k[1]) if k[1] in STAGES else 9, k[2]))]
 

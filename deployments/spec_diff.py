@@ -9,7 +9,7 @@ waits. Pure functions over typed specs.
 """
 from dataclasses import asdict, dataclass
 
-from deployments.catalog import pools_hourly_usd
+from deployments.cost import Prices, spec_hourly_usd
 from deployments.serve_config import STAGES
 from deployments.spec import DeploymentSpec
 
@@ -78,14 +78,10 @@ def changes_needing_approval(old: DeploymentSpec, new: DeploymentSpec) -> list[s
     return [c.field for c in spec_changes(old, new) if c.needs_approval]
 
 
-def spec_hourly_cost(spec: DeploymentSpec) -> float | None:
-    """On-demand USD per hour of the spec's nodes (None for an instance type no longer in the catalog)."""
-    return pools_hourly_usd((spec.pool(stage).instance_type, spec.pool(stage).nodes) for stage in STAGES)
-
-
-def proposal_summary(old: DeploymentSpec, new: DeploymentSpec) -> dict:
-    """What an approver reviews: each changed field old → new, and the cost per hour before and after."""
-    before, after = spec_hourly_cost(old), spec_hourly_cost(new)
+def proposal_summary(old: DeploymentSpec, new: DeploymentSpec, *, prices: Prices) -> dict:
+    """What an approver reviews: each changed field old → new, and the cost per hour before and after at the
+    cluster's prices."""
+    before, after = spec_hourly_usd(old, prices=prices), spec_hourly_usd(new, prices=prices)
     return {
         "changes": [asdict(c) for c in spec_changes(old, new)],
         "hourly_usd_before": None if before is None else round(before, 3),

@@ -8,18 +8,12 @@ from dataclasses import dataclass
 
 from django.db.models import Q
 
-from deployments.cost import (TIMELINE_KEYS, daily_rows, provisioned_segments, ready_estimate_seconds, spec_hourly_usd,
-                              timeline_marks)
+from deployments.cost import (TIMELINE_KEYS, cluster_prices, daily_rows, provisioned_segments, ready_estimate_seconds,
+                              spec_hourly_usd, timeline_marks)
 from deployments.lifecycle import BILLED
 from deployments.models import Deployment, Event, Team
 
 _TIMELINE = Q(after__has_key=TIMELINE_KEYS[0]) | Q(after__has_key=TIMELINE_KEYS[1])
-
-
-def cluster_prices(cluster) -> dict:
-    """The cluster's own USD per node-hour by instance type (reserved or spot), from its config."""
-    prices = (cluster.config or {}).get("prices")
-    return prices if isinstance(prices, dict) else {}
 
 
 def month_bounds(month: str | None, *, now: dt.datetime) -> tuple[dt.datetime, dt.datetime]:
@@ -90,8 +84,11 @@ def team_month_to_date_usd(*, team: Team, now: dt.datetime) -> float:
 
 
 def deployment_hourly_usd(d: Deployment) -> float:
-    """What the deployment costs per hour now: its pools' price while they are provisioned, else nothing."""
-    return spec_hourly_usd(d.spec, cluster_prices(d.cluster)) if d.status in BILLED else 0.0
+    """What the deployment costs per hour now: its pools' price while they are provisioned, else nothing (nor for
+    an instance type nobody prices, as its timeline is charged)."""
+    if d.status not in BILLED:
+        return 0.0
+    return spec_hourly_usd(d.spec_typed, prices=cluster_prices(d.cluster)) or 0.0
 
 
 def deployment_spend_usd(*, deployment: Deployment, since: dt.datetime, until: dt.datetime) -> float:

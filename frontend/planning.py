@@ -6,7 +6,8 @@ GPUs against the team's quota.
 import logging
 from collections.abc import Callable
 
-from deployments.catalog import INSTANCE_TYPES, pools_hourly_usd
+from deployments.catalog import INSTANCE_TYPES
+from deployments.cost import Prices
 from deployments.model_sources import SourceRoots
 from deployments.quota_rules import node_quota_gpus, quota_basis
 from deployments.serve_config import STAGES
@@ -33,19 +34,21 @@ def _answer(planner: Callable[[], dict]) -> tuple[dict | None, str]:
 
 
 def plan(spec_input: dict, model_facts: dict | None = None, *, source_roots: SourceRoots | None = None,
-         fleet: FleetReader) -> tuple[dict | None, str]:
+         fleet: FleetReader, prices: Prices) -> tuple[dict | None, str]:
     """The plan beside the request form, for a request-shaped (maybe half-typed) spec; facts come from the weights
     only inside the model sources the chosen cluster allows the team; `fleet` (observability.selectors.fleet_reader)
-    reads what running deployments of the same model measured, which corrects the expected latency."""
-    return _answer(lambda: plan_for_spec(spec_input, model_facts, source_roots=source_roots, fleet=fleet))
+    reads what running deployments of the same model measured, which corrects the expected latency; `prices`: the
+    chosen cluster's."""
+    return _answer(lambda: plan_for_spec(spec_input, model_facts, source_roots=source_roots, fleet=fleet,
+                                         prices=prices))
 
 
-def plan_for_stored(spec: DeploymentSpec, *, source_roots: SourceRoots,
-                    fleet: FleetReader) -> tuple[dict | None, str]:
+def plan_for_stored(spec: DeploymentSpec, *, source_roots: SourceRoots, fleet: FleetReader,
+                    prices: Prices) -> tuple[dict | None, str]:
     """The plan for a stored spec (approvals, the deployment page): checked against today's catalog and the model
     sources its cluster allows its team first (an approver sees a runtime found broken since), facts come from the
-    weights when readable there."""
-    plan_, note = _answer(lambda: plan_with_facts(spec_check(spec, source_roots=source_roots), None,
+    weights when readable there; costed at its cluster's prices."""
+    plan_, note = _answer(lambda: plan_with_facts(spec_check(spec, source_roots=source_roots), None, prices=prices,
                                                   source_roots=source_roots, fleet=fleet))
     if plan_ is None and note.startswith("Enter the model facts"):
         note = ("No capacity plan: the request does not carry the model's config.json facts and its weights "
@@ -86,9 +89,9 @@ def gpus_of(spec_input: dict, *, target_kind: str) -> int:
     return total
 
 
-def hourly_cost(spec_input: dict) -> float | None:
-    """What a request-shaped (maybe half-typed) spec would cost per hour."""
-    return pools_hourly_usd((itype, nodes) for itype, nodes, _ in _input_pools(spec_input).values())
+def hourly_cost(spec_input: dict, *, prices: Prices) -> float | None:
+    """What a request-shaped (maybe half-typed) spec would cost per hour at these prices (the chosen cluster's)."""
+    return prices.pools_hourly_usd((itype, nodes) for itype, nodes, _ in _input_pools(spec_input).values())
 
 
 def quota_basis_of(spec_input: dict, *, target_kind: str) -> str:

@@ -118,7 +118,8 @@ def choices_for(field: Field) -> list[tuple[str, str]]:
 def _instance_label(i) -> str:
     if not i.gpus:
         return f"{i.name} — CPU only (local target)"
-    return f"{i.name} — {i.gpus}× {i.gpu} {i.gpu_memory_gib} GiB, ${i.hourly_usd:.2f}/h"
+    # The catalog's price, the same on every cluster: the plan panel shows the cost at the chosen cluster's prices.
+    return f"{i.name} — {i.gpus}× {i.gpu} {i.gpu_memory_gib} GiB, ${i.hourly_usd:.2f}/h on-demand"
 
 
 def _convert(raw: str, kind: str):

@@ -22,6 +22,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from deployments.catalog import INSTANCE_TYPES
+from deployments.cost import Prices, spec_hourly_usd
 from deployments.serve_config import CPU_MAX_NUM_SEQS
 from deployments.spec import DeploymentSpec, PoolSpec
 from deployments.spec_diff import changes_needing_approval, spec_changes
@@ -99,7 +100,7 @@ class Evidence:
 
 @dataclass(frozen=True)
 class Recommendation:
-    """A concrete spec change: what it changes, what it adds (GPUs, on-demand USD per hour from the catalog),
+    """A concrete spec change: what it changes, what it adds (GPUs, USD per hour at the cluster's prices),
     what it is expected to do, and which fields of it need an approver (empty: within the approved bounds)."""
 
     pool: str
@@ -174,16 +175,16 @@ def _shrunk(spec: DeploymentSpec, stage: str) -> DeploymentSpec:
 
 
 def _recommendation(spec: DeploymentSpec, stage: str, new_spec: DeploymentSpec,
-                    expected: tuple[str, dict | None]) -> Recommendation:
+                    expected: tuple[str, dict | None], prices: Prices) -> Recommendation:
     old_p, new_p = spec.pool(stage), new_spec.pool(stage)
-    instance = INSTANCE_TYPES[old_p.instance_type]
     nodes = new_p.nodes - old_p.nodes
+    before, after = spec_hourly_usd(spec, prices=prices), spec_hourly_usd(new_spec, prices=prices)
     changes = tuple((c.field, c.old, c.new) for c in spec_changes(spec, new_spec))
     return Recommendation(
         pool=stage, summary=f"{stage} replicas {_replicas_text(old_p)} → {_replicas_text(new_p)}"
         + (f", nodes {old_p.nodes} → {new_p.nodes}" if nodes else ""),
         spec=new_spec, changes=changes, gpus_delta=nodes * old_p.gpus_per_node,
-        hourly_usd_delta=nodes * instance.hourly_usd, expected=expected[0],
+        hourly_usd_delta=(after or 0.0) - (before or 0.0), expected=expected[0],
         needs_approval=tuple(changes_needing_approval(spec, new_spec)), prediction=expected[1])
 
 
@@ -191,11 +192,11 @@ def _replicas_text(p: PoolSpec) -> str:
     return str(p.replicas_min) if p.replicas_min == p.replicas_max else f"{p.replicas_min}–{p.replicas_max}"
 
 
-def _one_more(spec: DeploymentSpec, stage: str, expected) -> Recommendation:
+def _one_more(spec: DeploymentSpec, stage: str, expected, prices: Prices) -> Recommendation:
     """One more replica (`_grown`); `expected(r, r2)` says what going from r to r2 replicas should do: (line,
     figures)."""
     r = spec.pool(stage).replicas_min
-    return _recommendation(spec, stage, _grown(spec, stage), expected(r, r + 1))
+    return _recommendation(spec, stage, _grown(spec, stage), expected(r, r + 1), prices)
 
 
 def _link_text(spec: DeploymentSpec) -> str:
@@ -215,7 +216,8 @@ def _sentence(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-def _ttft(spec: DeploymentSpec, att, m: StageMetrics, model: ModelBasis, traffic: Traffic) -> list[Diagnosis]:
+def _ttft(spec: DeploymentSpec, att, m: StageMetrics, model: ModelBasis, traffic: Traffic,
+          prices: Prices) -> list[Diagnosis]:
     ttft = att.observed_p95_ms if att.observed_p95_ms is not None else m.engine_ttft_p95_ms
     shares = (Evidence("TTFT p95 at the gateway", att.observed_p95_ms, "ms"),
               Evidence("TTFT target", att.target_ms, "ms"),
@@ -240,7 +242,7 @@ def _ttft(spec: DeploymentSpec, att, m: StageMetrics, model: ModelBasis, traffic
             m.window, shares + (Evidence("prefill queue p95, first half", early, "ms"),
                                 Evidence("prefill queue p95, second half", late, "ms"),
                                 Evidence("requests waiting in prefill (peak)", waiting, "requests")),
-            _one_more(spec, "prefill", expected)))
+            _one_more(spec, "prefill", expected, prices)))
     kv = m.kv_transfer_p95_ms
     if kv is not None and ttft and kv >= KV_SHARE * ttft:
         out.append(Diagnosis(
@@ -259,7 +261,8 @@ def _ttft(spec: DeploymentSpec, att, m: StageMetrics, model: ModelBasis, traffic
     return out
 
 
-def _itl(spec: DeploymentSpec, att, m: StageMetrics, model: ModelBasis, traffic: Traffic) -> list[Diagnosis]:
+def _itl(spec: DeploymentSpec, att, m: StageMetrics, model: ModelBasis, traffic: Traffic,
+         prices: Prices) -> list[Diagnosis]:
     d = spec.decode
     kv, waiting = m.kv_cache_peak.get("decode"), m.waiting_peak.get("decode", 0) or 0
     running = m.running_peak.get("decode")
@@ -282,7 +285,7 @@ def _itl(spec: DeploymentSpec, att, m: StageMetrics, model: ModelBasis, traffic:
             "decode_short", "decode",
             f"ITL misses its target and decode is full (KV cache peak {'n/a' if kv is None else f'{kv:.0%}'}, "
             f"{running if running is not None else 'n/a'} sequences running, {waiting:g} waiting at peak): "
-            "decode is short of replicas.", m.window, evidence, _one_more(spec, "decode", expected))]
+            "decode is short of replicas.", m.window, evidence, _one_more(spec, "decode", expected, prices))]
     line, prediction = decode_compute(model, spec, traffic, running=running)
     return [Diagnosis(
         "decode_compute", "decode",
@@ -307,7 +310,8 @@ def _shrunk_latency(spec: DeploymentSpec, stage: str, atts, m: StageMetrics, mod
                                       replicas=r - 1, target_ms=att.target_ms)
 
 
-def _shrink(spec: DeploymentSpec, atts, m: StageMetrics, model: ModelBasis, traffic: Traffic) -> list[Diagnosis]:
+def _shrink(spec: DeploymentSpec, atts, m: StageMetrics, model: ModelBasis, traffic: Traffic,
+            prices: Prices) -> list[Diagnosis]:
     for stage in ("decode", "prefill"):
         p = spec.pool(stage)
         kv, waiting = m.kv_cache_peak.get(stage), m.waiting_peak.get(stage, 0) or 0
@@ -316,7 +320,8 @@ def _shrink(spec: DeploymentSpec, atts, m: StageMetrics, model: ModelBasis, traf
         latency, prediction = _shrunk_latency(spec, stage, atts, m, model, traffic)
         rec = _recommendation(spec, stage, _shrunk(spec, stage), (
             f"expected: {stage} KV cache peak ≈ {kv:.0%} × {p.replicas_max}/{p.replicas_max - 1} = "
-            f"{kv * p.replicas_max / (p.replicas_max - 1):.0%}" + (f"; {latency}" if latency else ""), prediction))
+            f"{kv * p.replicas_max / (p.replicas_max - 1):.0%}" + (f"; {latency}" if latency else ""), prediction),
+            prices)
         evidence = tuple(Evidence(f"{a.measure.upper()} requests meeting the target", (a.share or 0) * 100, "%")
                          for a in atts) + (Evidence(f"{stage} KV cache usage (peak)", kv * 100, "%"),
                                            Evidence(f"requests waiting in {stage} (peak)", waiting, "requests"))
@@ -326,19 +331,20 @@ def _shrink(spec: DeploymentSpec, atts, m: StageMetrics, model: ModelBasis, traf
     return []
 
 
-def advise(*, spec: DeploymentSpec, attainment: Attainment, metrics: StageMetrics,
-           model: ModelBasis) -> list[Diagnosis]:
+def advise(*, spec: DeploymentSpec, attainment: Attainment, metrics: StageMetrics, model: ModelBasis,
+           prices: Prices) -> list[Diagnosis]:
     """The diagnoses for one window (empty: nothing to say, e.g. no targets or no requests measured); `model`: what
-    the expected figures are predicted with (observability.services.advice.model_basis_read)."""
+    the expected figures are predicted with (observability.services.advice.model_basis_read); `prices`: the
+    deployment's cluster's, which price what a recommendation adds."""
     out: list[Diagnosis] = []
     traffic = traffic_of(spec, requests=metrics.requests, prompt_tokens=metrics.prompt_tokens,
                          output_tokens=metrics.output_tokens, seconds=metrics.seconds)
     ttft, itl = attainment.of("ttft"), attainment.of("itl")
     if ttft is not None and ttft.ok is False:
-        out += _ttft(spec, ttft, metrics, model, traffic)
+        out += _ttft(spec, ttft, metrics, model, traffic, prices)
     if itl is not None and itl.ok is False:
-        out += _itl(spec, itl, metrics, model, traffic)
+        out += _itl(spec, itl, metrics, model, traffic, prices)
     measured = [a for a in attainment.targets if a.ok is not None]
     if measured and all(a.ok for a in measured) and metrics.seconds >= LONG_WINDOW_S:
-        out += _shrink(spec, measured, metrics, model, traffic)
+        out += _shrink(spec, measured, metrics, model, traffic, prices)
     return out

@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, replace
 
 from deployments.catalog import INSTANCE_TYPES, RUNTIMES
+from deployments.cost import ON_DEMAND, Prices, spec_hourly_usd
 from deployments.model_sources import SourceRoots
 from deployments.spec import LOCAL_PATH, DeploymentSpec, PoolSpec, SpecError, spec_parse
 from observability.model_facts import DTYPE_BYTES, ModelFacts, estimate_params, model_facts_parse  # noqa: F401
@@ -60,7 +61,7 @@ def _gb(n: float) -> str:
 
 
 def _pool_plan(name: str, pool: PoolSpec, facts: ModelFacts, spec: DeploymentSpec, dtype_bytes: int,
-               lines: list[str]) -> dict:
+               lines: list[str], prices: Prices) -> dict:
     inst = INSTANCE_TYPES[pool.instance_type]
     tp = pool.tensor_parallel_size
     weights_total = facts.param_count * dtype_bytes
@@ -91,19 +92,21 @@ def _pool_plan(name: str, pool: PoolSpec, facts: ModelFacts, spec: DeploymentSpe
             "weights_bytes_per_gpu": int(per_gpu), "usable_bytes_per_gpu": int(usable) if usable else None,
             "fits": fits, "kv_bytes_per_token": kv_per_token, "kv_tokens_per_replica": tokens,
             "max_seqs_at_max_len_per_replica": seqs, "max_seqs_at_max_len": seqs * pool.replicas_max,
-            "nodes": pool.nodes, "hourly_usd": round(inst.hourly_usd * pool.nodes, 3)}
+            "nodes": pool.nodes, "hourly_usd": round(prices.pools_hourly_usd([(pool.instance_type, pool.nodes)]), 3)}
 
 
-def plan(facts: ModelFacts, spec: DeploymentSpec, *, assumed_itl_ms: float = 30.0, fleet=()) -> dict:
-    """The plan for this model on this spec (pure: no I/O); `fleet`: what running deployments of this model
-    measured (observability.fleet_calibration.FleetWindow), which corrects the expected latency."""
+def plan(facts: ModelFacts, spec: DeploymentSpec, *, prices: Prices, assumed_itl_ms: float = 30.0,
+         fleet=()) -> dict:
+    """The plan for this model on this spec (pure: no I/O), costed at `prices` (the cluster's); `fleet`: what
+    running deployments of this model measured (observability.fleet_calibration.FleetWindow), which corrects the
+    expected latency."""
     lines: list[str] = []
     dtype = spec.engine.dtype if spec.engine.dtype != "auto" else facts.dtype
     b = DTYPE_BYTES[dtype]
     kv_tok = 2 * facts.num_layers * facts.num_kv_heads * facts.head_dim * b
     lines.append(f"KV per token = 2 (K and V) × {facts.num_layers} layers × {facts.num_kv_heads} KV heads × "
                  f"{facts.head_dim} head dim × {b} B ({dtype}) = {kv_tok:,} B.")
-    pools = {n: _pool_plan(n, getattr(spec, n), facts, spec, b, lines) for n in ("prefill", "decode")}
+    pools = {n: _pool_plan(n, getattr(spec, n), facts, spec, b, lines, prices) for n in ("prefill", "decode")}
     load = spec.expected_load
     block = RUNTIMES[spec.runtime].kv_block_tokens  # NIXL moves whole blocks of the engine's block size
     blocks = math.ceil(load.mean_prompt_tokens / block)
@@ -161,9 +164,9 @@ def plan(facts: ModelFacts, spec: DeploymentSpec, *, assumed_itl_ms: float = 30.
     latency = latency_plan(spec, facts=replace(facts, dtype=dtype), kv_bytes_per_request=kv_req, link_gbps=link,
                            lines=lines, fleet=fleet)
     targets = targets_plan(spec, latency, lines=lines)
-    hourly = round(pools["prefill"]["hourly_usd"] + pools["decode"]["hourly_usd"], 3)
-    lines.append(f"Cost: prefill {spec.prefill.nodes} × {pi.name} ${pi.hourly_usd}/h + decode {spec.decode.nodes} × "
-                 f"{di.name} ${di.hourly_usd}/h = ${hourly:,.3f}/h.")
+    hourly = round(spec_hourly_usd(spec, prices=prices), 3)
+    lines.append(f"Cost: prefill {spec.prefill.nodes} × {pi.name} ${prices.node_hour_usd(pi.name):g}/h + decode "
+                 f"{spec.decode.nodes} × {di.name} ${prices.node_hour_usd(di.name):g}/h = ${hourly:,.3f}/h.")
     return {
         "model": asdict(facts) | {"dtype_bytes": b},
         "kv_bytes_per_token": kv_tok,
@@ -186,13 +189,15 @@ def plan(facts: ModelFacts, spec: DeploymentSpec, *, assumed_itl_ms: float = 30.
 
 
 def plan_for_spec(spec_input: dict, model_facts: dict | None, *, assumed_itl_ms: float = 30.0,
-                  source_roots: SourceRoots | None = None, fleet: FleetReader | None = None) -> dict:
-    """For the portal and the API: validate the request-shaped spec, then plan it (plan_with_facts)."""
-    return plan_with_facts(spec_parse(spec_input, source_roots=source_roots), model_facts,
+                  source_roots: SourceRoots | None = None, fleet: FleetReader | None = None,
+                  prices: Prices = ON_DEMAND) -> dict:
+    """For the portal and the API: validate the request-shaped spec, then plan it (plan_with_facts); without a
+    cluster chosen, at the catalog's on-demand prices."""
+    return plan_with_facts(spec_parse(spec_input, source_roots=source_roots), model_facts, prices=prices,
                            assumed_itl_ms=assumed_itl_ms, source_roots=source_roots, fleet=fleet)
 
 
-def plan_with_facts(spec: DeploymentSpec, model_facts: dict | None, *, assumed_itl_ms: float = 30.0,
+def plan_with_facts(spec: DeploymentSpec, model_facts: dict | None, *, prices: Prices, assumed_itl_ms: float = 30.0,
                     source_roots: SourceRoots | None = None, fleet: FleetReader | None = None) -> dict:
     """Plan a typed spec with the facts given, or, when none are, the local model's config.json if it lies inside
     `source_roots` (the model sources the spec's cluster allows its team); `fleet` reads what running deployments
@@ -206,7 +211,7 @@ def plan_with_facts(spec: DeploymentSpec, model_facts: dict | None, *, assumed_i
         raise SpecError({"model_facts": ["Give the model's facts (num_layers, hidden_size, num_attention_heads, "
                                          "num_kv_heads, head_dim, dtype, param_count): its source cannot be read "
                                          "from here."]})
-    result = plan(model_facts_parse(model_facts), spec, assumed_itl_ms=assumed_itl_ms,
+    result = plan(model_facts_parse(model_facts), spec, prices=prices, assumed_itl_ms=assumed_itl_ms,
                   fleet=fleet(spec) if fleet else ())
     result["model"]["facts_from"] = source
     return result

@@ -8,6 +8,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from deployments.cost import ON_DEMAND, Prices, cluster_prices
 from deployments.model_sources import SourceRoots, source_roots_of
 from deployments.models import Cluster
 from deployments.selectors import deployments_visible_to, teams_visible_to
@@ -93,25 +94,27 @@ class DeploymentConformanceView(APIView):
         return Response({"deployment": d.pk, "queued": True}, status=status.HTTP_202_ACCEPTED)
 
 
-def _source_roots(request, body: dict) -> SourceRoots | None:
-    """The model sources a plan may read config.json from: those the named cluster allows the named team (one the
-    caller belongs to). Without both, none: the planner then needs the facts in the request."""
+def _plan_cluster(request, body: dict) -> tuple[SourceRoots | None, Prices]:
+    """The model sources a plan may read config.json from (those the named cluster allows the named team, one the
+    caller belongs to) and the prices it is costed at (the named cluster's). Without both names, no sources (the
+    planner then needs the facts in the request) and the catalog's on-demand prices."""
     team_slug, cluster_name = body.get("team"), body.get("cluster")
     if team_slug is None and cluster_name is None:
-        return None
+        return None, ON_DEMAND
     team = teams_visible_to(request.user).filter(slug=str(team_slug)).first()
     cluster = Cluster.objects.filter(name=str(cluster_name)).first()
     errors = {**({} if team else {"team": [f"No team {team_slug!r} that you belong to."]}),
               **({} if cluster else {"cluster": [f"No cluster {cluster_name!r}."]})}
     if errors:
         raise SpecError(errors)
-    return source_roots_of(cluster=cluster, team=team)
+    return source_roots_of(cluster=cluster, team=team), cluster_prices(cluster)
 
 
 class PlanView(APIView):
     """The capacity plan for a PD spec: {"spec": <request-shaped spec>, "model_facts": {...} | null, "team": slug,
     "cluster": name}. Without model_facts, the facts come from the model's config.json when its source is a local
-    path the cluster allows the team (deployments.model_sources); team and cluster are needed for that."""
+    path the cluster allows the team (deployments.model_sources); team and cluster are needed for that. With them the
+    cost is at that cluster's prices, as its deployments are charged; without, at the catalog's on-demand ones."""
 
     @extend_schema(request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
     def post(self, request):
@@ -119,6 +122,7 @@ class PlanView(APIView):
         itl = body.get("assumed_itl_ms", 30.0)
         if isinstance(itl, bool) or not isinstance(itl, (int, float)) or not 0.1 <= itl <= 10_000:
             raise SpecError({"assumed_itl_ms": ["A number of milliseconds between 0.1 and 10000."]})
+        source_roots, prices = _plan_cluster(request, body)
         return Response(plan_for_spec(body.get("spec"), body.get("model_facts"), assumed_itl_ms=float(itl),
-                                      source_roots=_source_roots(request, body),
+                                      source_roots=source_roots, prices=prices,
                                       fleet=fleet_reader(user=request.user, now=timezone.now())))

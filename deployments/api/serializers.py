@@ -9,12 +9,13 @@ from rest_framework import serializers
 
 from deployments import selectors
 from deployments.cluster_config import cluster_config_errors
+from deployments.cost import cluster_prices
 from deployments.lifecycle import SERVING, Status
 from deployments.models import (AccessToken, ApiKey, Cluster, ClusterCheck, ClusterCheckLine, Deployment, Event,
                                 Membership, Team)
+from deployments.outcomes import Outcome
 from deployments.quota_rules import quota_gpus
 from deployments.redaction import internal_redact
-from deployments.services.previews import Outcome
 from deployments.services.quota import team_gpus_held
 from deployments.services.teams import is_platform_admin
 from deployments.secret_refs import secret_ref_errors
@@ -259,8 +260,8 @@ class DeploymentSerializer(serializers.ModelSerializer):
         if d.proposed_spec is None:
             return None
         old, new = d.spec_typed, spec_load(d.proposed_spec)
-        return proposal_summary(old, new) | {"gpus_before": d.quota_gpus,
-                                             "gpus_after": quota_gpus(new, target_kind=d.cluster.kind)}
+        return proposal_summary(old, new, prices=cluster_prices(d.cluster)) | {
+            "gpus_before": d.quota_gpus, "gpus_after": quota_gpus(new, target_kind=d.cluster.kind)}
 
     def get_model(self, d) -> str:
         return d.spec.get("model_id", "")

@@ -205,7 +205,7 @@ class DeploymentViewSet(viewsets.ReadOnlyModelViewSet):
     def partial_update(self, request, pk=None):
         """Edit a pending request, or update a running one: a change to anything that costs or that an approver
         judged becomes a proposed update waiting for approval (`proposal` shows it); the rest applies at once."""
-        return self._respond(actions.deployment_update(**self._update_arguments(request)))
+        return self._respond(actions.deployment_update(**self._update_arguments(request)).deployment)
 
     @extend_schema(request=s.DeploymentCreateSerializer, responses=s.DeploymentPreviewSerializer,
                    operation_id="api_v1_deployments_preview_create")

@@ -3,6 +3,8 @@
 Each is one transaction: lock the row, return early when nothing changes, write an audit event, and enqueue
 reconcile work with `transaction.on_commit` so a worker never sees uncommitted rows.
 """
+from functools import partial
+
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -11,6 +13,7 @@ from deployments.event_kinds import EventKind, status_kind
 from deployments.lifecycle import UNSETTLED, UPDATABLE, Status, can_transition, retry_status
 from deployments.model_sources import source_roots_of
 from deployments.models import Cluster, Deployment, Membership, Team
+from deployments.outcomes import Outcome, UpdateOutcome, update_outcome
 from deployments.quota_rules import quota_gpus
 from deployments.redaction import internal_redact
 from deployments.services.budgets import budget_require_approver
@@ -223,37 +226,48 @@ def deployment_retry(*, actor, deployment: Deployment) -> Deployment:
 
 @transaction.atomic
 def deployment_update(*, actor, deployment: Deployment, spec: dict | None = None,
-                      purpose: str | None = None) -> Deployment:
+                      purpose: str | None = None) -> UpdateOutcome:
     """Change a running or failed deployment. Applied at once only when it changes nothing that costs or that an
     approver judged (deployments.spec_diff); anything else becomes a proposed spec that waits for approval while
-    the approved spec keeps running."""
+    the approved spec keeps running. Says what it did (deployments.outcomes)."""
     d = _locked(deployment)
     _require_editor(actor=actor, deployment=d)
+    old_spec, old_purpose = d.spec_typed, d.purpose
+    said = partial(update_outcome, before=old_spec, purpose_before=old_purpose)
     if d.status == Status.PENDING_APPROVAL:
-        return deployment_edit(actor=actor, deployment=d, spec=spec, purpose=purpose)
+        edited = deployment_edit(actor=actor, deployment=d, spec=spec, purpose=purpose)
+        changed = (edited.spec, edited.purpose) != (d.spec, old_purpose)
+        return said(outcome=Outcome.EDITED if changed else Outcome.UNCHANGED, deployment=edited,
+                    after=edited.spec_typed)
     if d.status not in UPDATABLE:
         # Asking for what it already has is no change in any state (a repeated `tandemctl apply`).
         if (purpose is None or purpose == d.purpose) and (
                 spec is None or _validated_spec(spec, d.cluster, d.team).to_dict() == d.spec):
-            return d
+            return said(outcome=Outcome.UNCHANGED, deployment=d, after=old_spec)
         raise Conflict(f"A deployment can be updated when running or failed; this one is {d.status}.")
     if purpose is not None and purpose != d.purpose:
         before, d.purpose = d.purpose, purpose
         d.save(update_fields=["purpose", "updated_at"])
         event_record(kind=EventKind.PURPOSE_CHANGED, deployment=d, actor=actor, before={"purpose": before},
                      after={"purpose": purpose})
+    # While the spec stays as it runs, at most the purpose changed.
+    kept = partial(said, outcome=Outcome.UPDATED if d.purpose != old_purpose else Outcome.UNCHANGED, deployment=d,
+                   after=old_spec)
     if spec is None:
-        return d
+        return kept()
     typed = _validated_spec(spec, d.cluster, d.team)
     new_spec = typed.to_dict()
     if new_spec == d.spec:
-        return d
+        return kept()
     needs = changes_needing_approval(d.spec_typed, typed)
     # Applied at once or proposed, it takes the place of what waits for approval: only its own proposer may do that.
     _require_no_other_proposal(actor=actor, d=d)
     if not needs:
-        return _update_apply(actor=actor, d=d, new_spec=new_spec)
-    return _update_propose(actor=actor, d=d, typed=typed, fields=needs)
+        return said(outcome=Outcome.UPDATED, deployment=_update_apply(actor=actor, d=d, new_spec=new_spec),
+                    after=typed)
+    if _update_propose(actor=actor, d=d, typed=typed, fields=needs):
+        return said(outcome=Outcome.PROPOSED, deployment=d, after=typed)
+    return kept()  # the same proposal of theirs already waits
 
 
 def _require_no_other_proposal(*, actor, d: Deployment) -> None:
@@ -298,11 +312,12 @@ def deployment_update_by_tandem(*, deployment: Deployment, spec: DeploymentSpec,
     return _update_apply(actor=None, d=d, new_spec=typed.to_dict(), message=reason)
 
 
-def _update_propose(*, actor, d: Deployment, typed: DeploymentSpec, fields: list[str]) -> Deployment:
-    """Keep the approved spec running; the change waits as the proposed spec, its author recorded."""
+def _update_propose(*, actor, d: Deployment, typed: DeploymentSpec, fields: list[str]) -> bool:
+    """Keep the approved spec running; the change waits as the proposed spec, its author recorded. False: this
+    proposal of theirs waits already."""
     new_spec = typed.to_dict()
     if d.proposed_spec == new_spec and d.proposed_by_id == actor.pk:
-        return d
+        return False
     gpus, now = quota_gpus(typed, target_kind=d.cluster.kind), d.quota_gpus
     if gpus > now:
         quota_check(team=d.team, gpus=gpus, exclude_id=d.pk)
@@ -311,7 +326,7 @@ def _update_propose(*, actor, d: Deployment, typed: DeploymentSpec, fields: list
     event_record(kind=EventKind.UPDATE_REQUESTED, deployment=d, actor=actor, before={"spec": d.spec},
                  after={"proposed_spec": new_spec, "needs_approval": fields},
                  message=f"Changes {', '.join(fields)}: waiting for approval; the approved spec keeps running.")
-    return d
+    return True
 
 
 @transaction.atomic

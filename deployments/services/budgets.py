@@ -13,13 +13,14 @@ from django.utils import timezone
 
 from controlplane.redis_client import redis_client
 from deployments.budget_flag import OVER_BUDGET_KEY
-from deployments.cost import spec_hourly_usd
+from deployments.cost import cluster_prices, spec_hourly_usd
 from deployments.errors import NotAllowed
 from deployments.event_kinds import EventKind
 from deployments.models import Deployment, Membership, Team
 from deployments.services.events import event_record
 from deployments.services.teams import is_platform_admin
-from deployments.spend import cluster_prices, team_month_to_date_usd
+from deployments.spec import spec_load
+from deployments.spend import team_month_to_date_usd
 
 WARN_AT = 0.8
 
@@ -67,7 +68,11 @@ def budget_require_approver(*, actor, deployment: Deployment, new_spec: dict, ol
     if is_platform_admin(actor):
         return
     prices = cluster_prices(deployment.cluster)
-    raise_usd = spec_hourly_usd(new_spec, prices) - (spec_hourly_usd(old_spec, prices) if old_spec else 0.0)
+
+    def hourly(spec: dict | None) -> float:  # a type nobody prices counts as nothing, as its timeline is charged
+        return (spec_hourly_usd(spec_load(spec), prices=prices) or 0.0) if spec else 0.0
+
+    raise_usd = hourly(new_spec) - hourly(old_spec)
     if raise_usd <= 0:
         return
     state = budget_state(team=deployment.team)

@@ -5,6 +5,7 @@ from django.core.paginator import Paginator
 from django.utils import timezone
 
 from deployments import selectors
+from deployments.cost import cluster_prices, spec_hourly_usd
 from deployments.lifecycle import HOLDS_QUOTA
 from deployments.model_sources import source_roots_of
 from deployments.quota_rules import quota_gpus
@@ -12,7 +13,7 @@ from deployments.redaction import internal_redact
 from deployments.services.quota import teams_gpus_held
 from deployments.services.teams import is_platform_admin
 from deployments.spec import spec_load
-from deployments.spec_diff import spec_changes, spec_hourly_cost
+from deployments.spec_diff import spec_changes
 from frontend import planning
 from frontend.views.base import render_page
 from observability.selectors import fleet_reader
@@ -47,17 +48,17 @@ def _item(d, team_held: int, fleet) -> dict:
     """One request or proposed update as an approver reviews it; `team_held` is what its team holds in all."""
     is_update = d.proposed_spec is not None
     spec = spec_load(d.proposed_spec) if is_update else d.spec_typed
-    kind = d.cluster.kind
+    kind, prices = d.cluster.kind, cluster_prices(d.cluster)  # what the team is charged at, so the approver sees it
     plan, note = planning.plan_for_stored(spec, source_roots=source_roots_of(cluster=d.cluster, team=d.team),
-                                          fleet=fleet)
+                                          fleet=fleet, prices=prices)
     note = f"{note} GPUs, quota and cost are below." if plan is None else note
     gpus = quota_gpus(spec, target_kind=kind)
     held_by_others = team_held - (d.quota_gpus if d.status in HOLDS_QUOTA else 0)
     return {
         "d": d, "spec": spec, "is_update": is_update, "current_gpus": d.quota_gpus,
         "changes": spec_changes(d.spec_typed, spec) if is_update else [],
-        "cost_before": spec_hourly_cost(d.spec_typed) if is_update else None,
-        "plan": plan, "plan_note": note, "cost": spec_hourly_cost(spec),
+        "cost_before": spec_hourly_usd(d.spec_typed, prices=prices) if is_update else None,
+        "plan": plan, "plan_note": note, "cost": spec_hourly_usd(spec, prices=prices),
         "author": d.proposed_by or d.requested_by,
         "quota": planning.quota_view(team=d.team, gpus=gpus, held=held_by_others,
                                      basis=planning.stored_quota_basis(spec, target_kind=kind)),

@@ -12,6 +12,7 @@ from django_htmx.http import HttpResponseStopPolling
 
 from deployments import selectors
 from deployments.conditions import CONDITION_TYPES, condition_get
+from deployments.cost import cluster_prices
 from deployments.errors import ActionError
 from deployments.lifecycle import PAUSABLE, Status
 from deployments.model_sources import source_roots_of
@@ -74,7 +75,8 @@ def deployment_detail(request, pk: int):
     d = _visible(request, pk)
     plan, plan_note = planning.plan_for_stored(d.spec_typed,
                                                source_roots=source_roots_of(cluster=d.cluster, team=d.team),
-                                               fleet=fleet_reader(user=request.user, now=timezone.now()))
+                                               fleet=fleet_reader(user=request.user, now=timezone.now()),
+                                               prices=cluster_prices(d.cluster))
     context = _status_context(d) | {
         "team": d.team, "gpus": d.quota_gpus, "gateway_base_url": settings.TANDEM_GATEWAY_BASE_URL,
         "endpoint_ready": condition_get(d.conditions, "EndpointReady") or {},

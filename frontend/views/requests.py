@@ -6,10 +6,12 @@ from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
 from deployments import selectors
+from deployments.cost import ON_DEMAND, cluster_prices
 from deployments.errors import ActionError
-from deployments.lifecycle import EDITABLE, Status
+from deployments.lifecycle import EDITABLE
 from deployments.model_sources import source_roots_of
 from deployments.models import Cluster
+from deployments.outcomes import Outcome
 from deployments.services import actions
 from deployments.spec import SpecError, name_errors, spec_parse
 from frontend import planning, spec_form
@@ -45,11 +47,11 @@ def _check(data, *, with_name: bool, team) -> tuple[dict, dict[str, list[str]]]:
 
 
 def _plan_context(*, team, spec: dict, data, user, exclude_id=None) -> dict:
-    plan, note = planning.plan(spec, spec_form.facts_from_form(data), source_roots=_roots(team, data),
-                               fleet=fleet_reader(user=user, now=timezone.now()))
     cluster = _clusters().filter(name=data.get("cluster", "")).first()
-    kind = cluster.kind if cluster else ""
-    return {"plan": plan, "plan_note": note, "cost": planning.hourly_cost(spec),
+    kind, prices = (cluster.kind, cluster_prices(cluster)) if cluster else ("", ON_DEMAND)
+    plan, note = planning.plan(spec, spec_form.facts_from_form(data), source_roots=_roots(team, data),
+                               fleet=fleet_reader(user=user, now=timezone.now()), prices=prices)
+    return {"plan": plan, "plan_note": note, "cost": planning.hourly_cost(spec, prices=prices),
             "quota": planning.quota_view(team=team, gpus=planning.gpus_of(spec, target_kind=kind),
                                          exclude_id=exclude_id,
                                          basis=planning.quota_basis_of(spec, target_kind=kind))}
@@ -114,14 +116,14 @@ def deployment_edit(request, pk: int):
     other: list[str] = []
     if not errors:
         try:
-            d = actions.deployment_update(actor=request.user, deployment=d, spec=spec,
-                                          purpose=values.get("purpose", "").strip())
+            done = actions.deployment_update(actor=request.user, deployment=d, spec=spec,
+                                             purpose=values.get("purpose", "").strip())
         except SpecError as e:
             errors = {f"spec.{k}": v for k, v in e.errors.items()}
         except ActionError as e:
             other = [e.message]
         else:
-            if d.proposed_spec is not None and d.status != Status.PENDING_APPROVAL:
+            if done.outcome == Outcome.PROPOSED:
                 messages.success(request, f"Proposed an update of {d.name}: it waits for an admin's approval; "
                                           "the approved spec keeps running until then.")
             else:

@@ -8,11 +8,13 @@ from django.db.models import Sum
 from redis.exceptions import RedisError
 
 from controlplane.redis_client import redis_client
+from deployments.cost import cluster_prices
 from deployments.errors import ActionError, Conflict
 from deployments.event_kinds import EventKind
 from deployments.lifecycle import Status
 from deployments.model_sources import source_roots_of
 from deployments.models import Deployment
+from deployments.outcomes import Outcome
 from deployments.services.actions import deployment_update, deployment_update_by_tandem
 from deployments.services.events import event_record
 from deployments.spec import spec_request_shape
@@ -87,7 +89,8 @@ def deployment_advice(*, deployment: Deployment, window: str, now: dt.datetime) 
         return Advice(att, ())
     metrics = stage_metrics_read(deployment=deployment, window=window, now=now)
     model = model_basis_read(deployment=deployment, now=now)
-    return Advice(att, tuple(advise(spec=spec, attainment=att, metrics=metrics, model=model)))
+    return Advice(att, tuple(advise(spec=spec, attainment=att, metrics=metrics, model=model,
+                                    prices=cluster_prices(deployment.cluster))))
 
 
 def _stale(rec_id: str) -> Conflict:
@@ -103,13 +106,12 @@ def recommendation_apply(*, actor, deployment: Deployment, rec_id: str, window: 
     rec = deployment_advice(deployment=deployment, window=window, now=now).recommendation(rec_id)
     if rec is None:
         raise _stale(rec_id)
-    before = Deployment.objects.values_list("generation", "proposed_spec").get(pk=deployment.pk)
-    d = deployment_update(actor=actor, deployment=deployment, spec=spec_request_shape(rec.spec))
-    if (d.generation, d.proposed_spec) == before:
-        return d  # asked again for what already waits: nothing new to record
-    event_record(kind=EventKind.RECOMMENDATION_ACCEPTED, deployment=d, actor=actor, message=rec.summary,
-                 after={"recommendation": rec.to_json(), "window": window})
-    return d
+    done = deployment_update(actor=actor, deployment=deployment, spec=spec_request_shape(rec.spec))
+    if done.outcome == Outcome.UNCHANGED:
+        return done.deployment  # asked again for what already waits: nothing new to record
+    event_record(kind=EventKind.RECOMMENDATION_ACCEPTED, deployment=done.deployment, actor=actor,
+                 message=rec.summary, after={"recommendation": rec.to_json(), "window": window})
+    return done.deployment
 
 
 def recommendations_auto_apply(*, deployment_id: int, now: dt.datetime) -> str | None:

@@ -3,8 +3,8 @@ import datetime as dt
 
 import pytest
 
-from deployments.cost import (Mark, cost_per_million, daily_rows, instance_price, provisioned_segments,
-                              ready_estimate_seconds, timeline_marks)
+from deployments.cost import (ON_DEMAND, Mark, Prices, cost_per_million, daily_rows, provisioned_segments,
+                              ready_estimate_seconds, spec_hourly_usd, timeline_marks)
 from deployments.spec import spec_parse
 from tests.factories import spec_input
 
@@ -26,8 +26,8 @@ def test_only_billed_hours_count_and_a_day_boundary_splits_them():
     marks = [Mark(at(0), "pending_approval", spec()), Mark(at(1), "approved"), Mark(at(1), "provisioning"),
              Mark(at(1.5), "running"), Mark(at(3), "pausing"), Mark(at(3.25), "paused"), Mark(at(10), "provisioning"),
              Mark(at(10.5), "running")]
-    rows = daily_rows(provisioned_segments(marks, until=at(11)), since=at(0), until=at(11))
-    price = instance_price("g6e.12xlarge")
+    rows = daily_rows(provisioned_segments(marks, until=at(11)), since=at(0), until=at(11), prices=ON_DEMAND)
+    price = ON_DEMAND.node_hour_usd("g6e.12xlarge")
     # 23:00 → 00:00 on the 30th, 00:00 → 01:15 and 08:00 → 09:00 on the 1st; prefill 1 node, decode 2.
     assert [(r["date"].isoformat(), r["stage"], round(r["node_hours"], 4)) for r in rows] == [
         ("2026-11-30", "prefill", 1.0), ("2026-11-30", "decode", 2.0),
@@ -44,10 +44,13 @@ def test_an_approved_update_changes_the_nodes_from_its_moment():
 
 def test_a_clusters_own_price_overrides_the_on_demand_price():
     marks = [Mark(at(0), "running", spec(1, 1, "p5.48xlarge"))]
-    rows = daily_rows(provisioned_segments(marks, until=at(1)), since=at(0), until=at(1),
-                      prices={"p5.48xlarge": 30.0})
+    reserved = Prices(own={"p5.48xlarge": 30.0})
+    rows = daily_rows(provisioned_segments(marks, until=at(1)), since=at(0), until=at(1), prices=reserved)
     assert sum(r["usd"] for r in rows) == pytest.approx(60.0)
-    assert instance_price("p5.48xlarge") == 55.04 and instance_price("p5.48xlarge", {"p5.48xlarge": 30}) == 30.0
+    typed = spec_parse(spec_input(prefill={"instance_type": "p5.48xlarge", "nodes": 1, "gpus_per_node": 8,
+                                           "tensor_parallel_size": 8}))  # and g6e.12xlarge's decode, not reserved
+    assert spec_hourly_usd(typed, prices=reserved) == pytest.approx(30.0 + 10.493)
+    assert spec_hourly_usd(typed, prices=ON_DEMAND) == pytest.approx(55.04 + 10.493)
 
 
 def test_timeline_marks_read_status_and_spec_from_event_rows_and_skip_the_rest():

@@ -7,13 +7,13 @@ from django.utils import timezone
 
 from deployments.api.serializers import ClusterSerializer, TeamSerializer
 from deployments.catalog import INSTANCE_TYPES, KNOWN_BROKEN
+from deployments.cost import cluster_prices, spec_hourly_usd
 from deployments.cluster_config import cluster_config_errors
 from deployments.lifecycle import Status
 from deployments.model_sources import source_roots_of
 from deployments.services import actions
 from deployments.services.quota import team_gpus_held
 from deployments.spec import SpecError, name_errors, spec_check, spec_load, spec_parse
-from deployments.spec_diff import spec_hourly_cost
 from frontend import planning
 from observability.selectors import fleet_reader
 from tests.factories import DeploymentFactory, local_spec_input, spec_input
@@ -108,10 +108,12 @@ def test_old_rows_count_against_quota_and_get_a_plan(cluster):
     assert team_gpus_held(team=d.team) == 12
     d.refresh_from_db()
     plan, note = planning.plan_for_stored(d.spec_typed, source_roots=source_roots_of(cluster=cluster, team=d.team),
-                                          fleet=fleet_reader(user=d.requested_by, now=timezone.now()))
+                                          fleet=fleet_reader(user=d.requested_by, now=timezone.now()),
+                                          prices=cluster_prices(cluster))
     # An s3:// model cannot be read from here: no plan, and the note says why (not a crash on the old row).
     assert plan is None and "config.json facts" in note
-    assert spec_hourly_cost(d.spec_typed) == pytest.approx(3 * INSTANCE_TYPES["g6e.12xlarge"].hourly_usd)
+    assert spec_hourly_usd(d.spec_typed, prices=cluster_prices(cluster)) == pytest.approx(
+        3 * INSTANCE_TYPES["g6e.12xlarge"].hourly_usd)
 
 
 @pytest.mark.django_db

@@ -2,6 +2,7 @@
 import pytest
 
 from deployments.catalog import INSTANCE_TYPES
+from deployments.cost import ON_DEMAND
 from deployments.quota_rules import quota_basis, quota_gpus
 from deployments.spec import spec_parse
 from deployments.spec_diff import changes_needing_approval, proposal_summary, spec_changes
@@ -65,7 +66,7 @@ def test_another_runtime_needs_approval():
 
 def test_a_change_lists_every_field_old_to_new_with_cost_before_and_after():
     old, new = spec(), spec(**{"prefill.instance_type": "p5.48xlarge", "engine.max_model_len": 4096})
-    summary = proposal_summary(old, new)
+    summary = proposal_summary(old, new, prices=ON_DEMAND)
     by_field = {c["field"]: c for c in summary["changes"]}
     assert by_field["prefill.instance_type"] == {"field": "prefill.instance_type", "old": "g6e.12xlarge",
                                                  "new": "p5.48xlarge", "needs_approval": True}

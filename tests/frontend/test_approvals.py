@@ -6,8 +6,10 @@ from django.urls import reverse
 
 from deployments.lifecycle import Status
 from deployments.services.cluster_checks import cluster_check_record, cluster_check_request
+from deployments.spec import spec_parse
+from deployments.spend import deployment_hourly_usd
 from tests.deployments.services.test_cluster_checks import PASSED, SUBNETS_FAILED
-from tests.factories import DeploymentFactory
+from tests.factories import DeploymentFactory, spec_input
 
 pytestmark = pytest.mark.django_db
 QUEUE = "/approvals/"
@@ -94,3 +96,19 @@ def test_a_passing_or_running_cluster_shows_no_failures(signed_in, team_admin, p
     fixed = cluster_check_request(actor=platform_admin, cluster=cluster)
     cluster_check_record(check_id=fixed.pk, lines=[PASSED])
     assert "of its checks" not in signed_in(team_admin).get("/approvals/").content.decode()
+
+
+def test_the_queue_shows_the_hourly_cost_the_team_would_be_charged_at_the_cluster_s_own_prices(
+        signed_in, team_admin, deployment, team, cluster, member):
+    cluster.config = {**cluster.config, "prices": {"g6e.12xlarge": 8.0}}  # the cluster's reserved price
+    cluster.save()
+    running = DeploymentFactory(team=team, cluster=cluster, requested_by=member, name="held", status=Status.RUNNING)
+    running.proposed_spec = spec_parse(spec_input(decode={"instance_type": "g6e.12xlarge", "nodes": 2,
+                                                          "gpus_per_node": 4, "tensor_parallel_size": 4}),
+                                       target_kind=cluster.kind).to_dict()
+    running.proposed_by = member
+    running.save()
+    assert deployment_hourly_usd(running) == 16.0  # what cost charges for it now
+    page = signed_in(team_admin).get(QUEUE).content.decode()
+    assert "<div><dt>Hourly cost</dt><dd>$16.00</dd></div>" in page  # the new request: two nodes at $8
+    assert "<tr data-cost><td>Hourly cost</td><td>$16.00</td><td><strong>$24.00</strong></td></tr>" in page

@@ -111,6 +111,16 @@ def test_plan_panel_shows_the_plan_with_its_arithmetic(signed_in, member, cluste
             "131,072 B.</code>") in body
 
 
+def test_plan_panel_shows_the_cost_at_the_chosen_cluster_s_own_prices(signed_in, member, cluster, htmx_headers):
+    cluster.config = {**cluster.config, "prices": {"g6e.12xlarge": 8.0}}  # the cluster's reserved price
+    cluster.save()
+    body = signed_in(member).post(VALIDATE, form_data(cluster, prefill_nodes="2", **LLAMA_8B_FACTS),
+                                  headers=htmx_headers("plan-panel")).content.decode()
+    assert "<dt>Hourly cost (at the cluster's prices, both pools)</dt><dd>$24.00</dd>" in body  # 3 nodes at $8
+    assert ("<code>Cost: prefill 2 × g6e.12xlarge $8/h + decode 1 × g6e.12xlarge $8/h = $24.000/h.</code>"
+            in body)
+
+
 def test_without_model_facts_the_panel_says_what_to_enter(signed_in, member, cluster, htmx_headers):
     body = signed_in(member).post(VALIDATE, form_data(cluster), headers=htmx_headers()).content.decode()
     assert "Enter the model facts below" in body and "128.00 KiB" not in body

@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from deployments.cost import ON_DEMAND
 from deployments.spec import spec_parse
 from observability.advisor import StageMetrics, advise as _advise, stage_metrics_from
 from observability.advisor_expected import ModelBasis
@@ -26,7 +27,7 @@ HOUR_AT_2K = {"requests": 36_000, "prompt_tokens": 36_000 * 2048, "output_tokens
 
 
 def advise(*, spec, attainment, metrics, model=LLAMA):
-    return _advise(spec=spec, attainment=attainment, metrics=metrics, model=model)
+    return _advise(spec=spec, attainment=attainment, metrics=metrics, model=model, prices=ON_DEMAND)
 
 
 def p95_wait_ms(rate: float, service_ms: float) -> float:

@@ -105,6 +105,18 @@ def test_a_member_applies_a_recommendation_with_one_call_through_the_update_path
         assert again.status_code == 200 and Event.objects.filter(kind="recommendation_accepted").count() == 1
 
 
+def test_a_recommendation_is_priced_at_the_deployment_s_cluster_prices(team, member, api):
+    now = timezone.now()
+    d = _deployment(team, prefill_replicas=(2, 2), requested_by=member)  # one more replica needs one more node
+    d.cluster.config = {**d.cluster.config, "prices": {"g6e.12xlarge": 8.0}}  # the cluster's reserved price
+    d.cluster.save()
+    _records(d, now, [900] * 4)
+    _queue_growing(d, now)
+    api.force_authenticate(member)
+    rec = api.get(f"/api/v1/deployments/{d.pk}/attainment/").json()["diagnoses"][0]["recommendation"]
+    assert (rec["gpus_delta"], rec["hourly_usd_delta"]) == (4, 8.0)
+
+
 def test_tandem_applies_within_the_approved_bounds_only_for_a_team_that_allows_it(team, team_admin, api):
     now = timezone.now()
     d = _deployment(team)
@@ -166,7 +178,7 @@ def test_tandem_leaves_someone_s_waiting_proposal_alone_and_says_why_once(team, 
     Deployment.objects.filter(pk=d.pk).update(status_changed_at=now - dt.timedelta(hours=2))
     change = spec_request_shape(d.spec_typed)
     change["engine"] = {**change["engine"], "dtype": "float16"}  # needs an approver
-    proposed = deployment_update(actor=member, deployment=d, spec=change).proposed_spec
+    proposed = deployment_update(actor=member, deployment=d, spec=change).deployment.proposed_spec
     assert proposed is not None
     assert recommendations_auto_apply(deployment_id=d.pk, now=now) is None
     assert recommendations_auto_apply(deployment_id=d.pk, now=now) is None  # the next beat's pass

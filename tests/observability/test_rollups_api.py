@@ -143,3 +143,13 @@ def test_plan_api(member, api):
     assert r.status_code == 400 and "model_facts" in r.json()["errors"]
     api.force_authenticate(None)
     assert api.post("/api/v1/plans/", {"spec": spec_input()}, format="json").status_code in (401, 403)
+
+
+def test_a_plan_for_a_cluster_costs_at_that_cluster_s_own_prices(member, team, cluster, api):
+    cluster.config = {**cluster.config, "prices": {"g6e.12xlarge": 8.0}}  # the cluster's reserved price
+    cluster.save()
+    api.force_authenticate(member)
+    body = {"spec": spec_input(), "model_facts": LLAMA_8B}
+    assert api.post("/api/v1/plans/", body, format="json").json()["hourly_usd"] == 20.986  # no cluster: on-demand
+    p = api.post("/api/v1/plans/", {**body, "team": team.slug, "cluster": cluster.name}, format="json").json()
+    assert (p["hourly_usd"], p["pools"]["prefill"]["hourly_usd"]) == (16.0, 8.0)

@@ -154,7 +154,7 @@ def test_update_reapplies_only_what_changed_and_delete_cleans_up_and_frees_quota
     d = _request_and_approve(people, k8s_cluster)
     wait_for(lambda: _status(d) == Status.RUNNING, timeout=60, what="running")
     before = len([h for h in emulator.hits if h[0] in RS_WRITES])
-    d = deployment_update(actor=member, deployment=d, spec=spec_input(engine={"max_model_len": 4096}))
+    d = deployment_update(actor=member, deployment=d, spec=spec_input(engine={"max_model_len": 4096})).deployment
     assert d.status == Status.UPDATING
     wait_for(lambda: _status(d) == Status.RUNNING, timeout=60, what="running after the update")
     writes = [h for h in emulator.hits if h[0] in RS_WRITES][before:]

@@ -162,3 +162,18 @@ def test_the_preview_compares_with_the_approved_spec_when_an_update_waits(api, m
     assert p["changes"] == [{"field": "decode.nodes", "old": 1, "new": 3, "needs_approval": True}]
     same = api.post(f"/api/v1/deployments/{running.pk}/preview/", {"spec": decode_nodes(2)}, format="json").json()
     assert (same["outcome"], same["waits_for_approval"]) == ("unchanged", True)
+
+
+def test_previews_and_the_proposal_show_the_price_the_team_is_charged_on_a_cluster_with_its_own_prices(
+        api, member, team, cluster, running):
+    cluster.config = {**cluster.config, "prices": {"g6e.12xlarge": 8.0}}  # the cluster's reserved price
+    cluster.save()
+    api.force_authenticate(member)
+    charged = api.get(f"/api/v1/deployments/{running.pk}/cost/").json()["hourly_usd"]
+    assert charged == 16.0  # two nodes at the cluster's $8, not the catalog's $10.493
+    p = api.post(f"/api/v1/deployments/{running.pk}/preview/", {"spec": decode_nodes(2)}, format="json").json()
+    assert (p["hourly_usd_before"], p["hourly_usd_after"]) == (charged, 24.0)
+    created = api.post("/api/v1/deployments/preview/", create_body(team, cluster, name="other"), format="json").json()
+    assert created["hourly_usd_after"] == 16.0
+    proposal = api.patch(f"/api/v1/deployments/{running.pk}/", {"spec": decode_nodes(2)}, format="json").json()
+    assert (proposal["proposal"]["hourly_usd_before"], proposal["proposal"]["hourly_usd_after"]) == (16.0, 24.0)

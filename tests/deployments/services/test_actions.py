@@ -6,9 +6,11 @@ from django.db import connection
 
 from deployments.errors import Conflict, NotAllowed, QuotaExceeded
 from deployments.models import Deployment, Membership
+from deployments.outcomes import Outcome
 from deployments.services import actions
 from deployments.services.pause import deployment_pause
 from deployments.spec import SpecError
+from deployments.spec_diff import FieldChange
 from tests.factories import DeploymentFactory, MembershipFactory, UserFactory, spec_input
 
 pytestmark = pytest.mark.django_db
@@ -174,7 +176,8 @@ def running(member, team, cluster):
 def test_update_without_more_gpus_applies_directly(member, team, cluster, django_capture_on_commit_callbacks):
     d = running(member, team, cluster)
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
-        d = actions.deployment_update(actor=member, deployment=d, spec={**small(), "engine": {"max_model_len": 4096}})
+        d = actions.deployment_update(actor=member, deployment=d,
+                                      spec={**small(), "engine": {"max_model_len": 4096}}).deployment
     d.refresh_from_db()
     assert (d.status, d.generation, d.proposed_spec) == ("updating", 2, None)
     assert len(callbacks) == 1
@@ -182,7 +185,7 @@ def test_update_without_more_gpus_applies_directly(member, team, cluster, django
 
 def test_update_needing_more_gpus_goes_back_to_approval(member, team_admin, team, cluster):
     d = running(member, team, cluster)
-    d = actions.deployment_update(actor=member, deployment=d, spec=small(nodes=2))
+    d = actions.deployment_update(actor=member, deployment=d, spec=small(nodes=2)).deployment
     d.refresh_from_db()
     assert d.status == "running" and d.proposed_spec["prefill"]["nodes"] == 2 and d.generation == 1
     d = approve(team_admin, d)
@@ -194,14 +197,35 @@ def test_asking_for_what_it_has_is_no_change_in_any_state_but_a_change_waits_for
         member, team_admin, team, cluster):
     d = approve(team_admin, request(member, team, cluster))  # approved: not updatable until it settles
     events = d.events.count()
-    same = actions.deployment_update(actor=member, deployment=d, spec=small(), purpose=d.purpose)
+    same = actions.deployment_update(actor=member, deployment=d, spec=small(), purpose=d.purpose).deployment
     assert (same.generation, same.status, same.events.count()) == (d.generation, "approved", events)
     with pytest.raises(Conflict):
         actions.deployment_update(actor=member, deployment=d, spec=small(nodes=2))
 
 
+
+def test_an_update_says_what_it_did_each_changed_field_old_to_new(member, team, cluster):
+    d = running(member, team, cluster)
+    proposed = actions.deployment_update(actor=member, deployment=d, spec=small(nodes=2), purpose="evals")
+    assert (proposed.outcome, proposed.waits_for_approval, proposed.deployment.proposed_spec["prefill"]["nodes"]) == (
+        Outcome.PROPOSED, True, 2)
+    assert proposed.changes == (FieldChange("prefill.nodes", 1, 2, True), FieldChange("decode.nodes", 1, 2, True),
+                                FieldChange("purpose", "", "evals", False))
+    again = actions.deployment_update(actor=member, deployment=d, spec=small(nodes=2), purpose="evals")
+    assert (again.outcome, again.changes, again.waits_for_approval) == (Outcome.UNCHANGED, (), True)
+    tuning = {**small(), "engine": {"max_model_len": 4096}}  # needs no approver: applied at once, in its place
+    applied = actions.deployment_update(actor=member, deployment=d, spec=tuning)
+    assert (applied.outcome, applied.deployment.status, applied.deployment.generation) == (
+        Outcome.UPDATED, "updating", 2)
+    assert applied.changes == (FieldChange("engine.max_model_len", 8192, 4096, False),)
+    pending = request(member, team, cluster, name="pend")
+    edited = actions.deployment_update(actor=member, deployment=pending, spec=tuning)
+    assert (edited.outcome, edited.deployment.generation) == (Outcome.EDITED, 2)
+    assert edited.changes == (FieldChange("engine.max_model_len", 8192, 4096, True),)  # all of a request waits
+
 def test_rejecting_a_proposed_update_keeps_it_running(member, team_admin, team, cluster):
-    d = actions.deployment_update(actor=member, deployment=running(member, team, cluster), spec=small(nodes=2))
+    d = actions.deployment_update(actor=member, deployment=running(member, team, cluster),
+                                  spec=small(nodes=2)).deployment
     d = reject(team_admin, d, comment="not now")
     d.refresh_from_db()
     assert d.status == "running" and d.proposed_spec is None
@@ -264,7 +288,8 @@ def test_deletions_that_failed_before_the_upgrade_are_retried_as_deletions_too(m
 
 def test_a_free_update_does_not_discard_someone_else_s_proposal_but_its_proposer_may_replace_it(
         member, team_admin, team, cluster):
-    d = actions.deployment_update(actor=member, deployment=running(member, team, cluster), spec=small(nodes=2))
+    d = actions.deployment_update(actor=member, deployment=running(member, team, cluster),
+                                  spec=small(nodes=2)).deployment
     proposed, generation = d.proposed_spec, d.generation
     tuning = {**small(), "engine": {"max_model_len": 4096}}  # applied at once: needs no approver
     with pytest.raises(Conflict, match=f"{member.username}'s proposed update of this deployment waits for approval"):
@@ -272,7 +297,7 @@ def test_a_free_update_does_not_discard_someone_else_s_proposal_but_its_proposer
     d.refresh_from_db()
     assert (d.proposed_spec, d.proposed_by, d.generation, d.status) == (proposed, member, generation, "running")
     assert not d.events.filter(kind="updated").exists()
-    d = actions.deployment_update(actor=member, deployment=d, spec=tuning)  # their own: they may replace it
+    d = actions.deployment_update(actor=member, deployment=d, spec=tuning).deployment  # theirs: they may replace it
     d.refresh_from_db()
     assert (d.proposed_spec, d.spec["engine"]["max_model_len"], d.status) == (None, 4096, "updating")
     assert "Replaces the update that was waiting for approval." in d.events.get(kind="updated").message
@@ -284,14 +309,15 @@ def test_a_proposal_does_not_replace_someone_else_s_waiting_proposal_unseen(memb
     pool = small()["prefill"]
     more_prefill = spec_input(prefill={**pool, "nodes": 2}, decode=pool)  # each needs an approver (more nodes)
     more_decode = spec_input(prefill=pool, decode={**pool, "nodes": 2})
-    d = actions.deployment_update(actor=member, deployment=running(member, team, cluster), spec=more_prefill)
+    d = actions.deployment_update(actor=member, deployment=running(member, team, cluster),
+                                  spec=more_prefill).deployment
     proposed = d.proposed_spec
     with pytest.raises(Conflict, match=f"{member.username}'s proposed update of this deployment waits for approval"):
         actions.deployment_update(actor=team_admin, deployment=d, spec=more_decode)
     d.refresh_from_db()
     assert (d.proposed_spec, d.proposed_by) == (proposed, member)
     assert d.events.filter(kind="update_requested").count() == 1
-    d = actions.deployment_update(actor=member, deployment=d, spec=more_decode)
+    d = actions.deployment_update(actor=member, deployment=d, spec=more_decode).deployment
     assert (d.proposed_spec["decode"]["nodes"], d.proposed_by) == (2, member)
 
 
