@@ -24,8 +24,8 @@ from deployments.services.people import (DETAILS, user_create, user_deactivate, 
                                           user_update)
 from deployments.services.scim import scim_token_create, scim_token_revoke
 from deployments.secret_refs import secret_ref_errors
-from deployments.services.teams import (is_platform_admin, membership_remove, membership_set, platform_admin_set,
-                                        team_create, team_update)
+from deployments.permissions import is_platform_admin
+from deployments.services.teams import membership_remove, membership_set, platform_admin_set, team_create, team_update
 
 
 def _adopt(obj, saved) -> None:

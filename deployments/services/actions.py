@@ -10,7 +10,8 @@ from deployments.errors import ActionError, Conflict, NotAllowed, StatusMoved
 from deployments.event_kinds import EventKind, status_kind
 from deployments.lifecycle import UNSETTLED, UPDATABLE, Status, can_transition, retry_status
 from deployments.model_sources import source_roots_of
-from deployments.models import Cluster, Deployment, Membership, Team
+from deployments.models import Cluster, Deployment, Team
+from deployments.permissions import deployment_may_change, deployment_may_decide, team_role
 from deployments.quota_rules import quota_gpus
 from deployments.redaction import internal_redact
 from deployments.services.budgets import budget_require_approver
@@ -18,7 +19,6 @@ from deployments.services.events import event_record
 from deployments.services.node_groups import nodegroup_quota_check
 from deployments.services.quota import quota_check
 from deployments.services.status import deployment_reconcile_request
-from deployments.services.teams import is_platform_admin, team_role
 from deployments.spec import DeploymentSpec, SpecError, name_errors, spec_check, spec_load, spec_parse
 from deployments.spec_diff import changes_needing_approval
 
@@ -46,7 +46,7 @@ def _recheck(stored: dict, cluster: Cluster, team: Team) -> DeploymentSpec:
 
 
 def _require_editor(*, actor, deployment: Deployment) -> None:
-    if actor != deployment.requested_by and team_role(user=actor, team=deployment.team) != Membership.Role.ADMIN:
+    if not deployment_may_change(user=actor, deployment=deployment):
         raise NotAllowed("Only the requester or an admin of the team can change this deployment.")
 
 
@@ -119,7 +119,7 @@ def _authors(d: Deployment) -> set[int]:
 def _require_approver(*, actor, deployment: Deployment) -> None:
     """Team admins and platform admins decide; nobody decides what they wrote themselves, whatever their role
     is now, unless the team allows self-approval."""
-    if not is_platform_admin(actor) and team_role(user=actor, team=deployment.team) != Membership.Role.ADMIN:
+    if not deployment_may_decide(user=actor, deployment=deployment):
         raise NotAllowed(f"Only admins of team {deployment.team.slug} or platform admins can approve or reject.")
     if actor.pk in _authors(deployment) and not deployment.team.allow_self_approval:
         what = "proposed this update" if _proposal_waits(deployment) else "requested or edited this deployment"

@@ -16,7 +16,7 @@ from deployments.event_kinds import EventKind
 from deployments.models import ApiKey, Deployment, Membership, Team
 from deployments.services.credentials import credential_expiry, credential_mint, credential_revoke, team_lifetimes
 from deployments.services.events import event_record
-from deployments.services.teams import team_require_admin, team_role
+from deployments.permissions import team_require_admin, team_role
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from deployments.errors import NotAllowed
 from deployments.event_kinds import EventKind
 from deployments.models import Deployment, Membership, Team
 from deployments.services.events import event_record
-from deployments.services.teams import is_platform_admin
+from deployments.permissions import is_platform_admin
 from deployments.spend import cluster_prices, team_month_to_date_usd
 
 WARN_AT = 0.8

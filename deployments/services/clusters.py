@@ -8,7 +8,7 @@ from deployments.models import Cluster
 from deployments.secret_refs import secret_ref_errors
 from deployments.services.cluster_checks import cluster_check_request
 from deployments.services.events import event_record
-from deployments.services.teams import is_platform_admin
+from deployments.permissions import is_platform_admin
 
 
 @transaction.atomic

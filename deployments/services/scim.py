@@ -20,7 +20,7 @@ from deployments.services.events import event_record
 from deployments.services.people import (DETAILS, user_create, user_deactivate, user_delete, user_reactivate,
                                           user_update)
 from deployments.services.sign_in import sign_in_sync_memberships
-from deployments.services.teams import is_platform_admin
+from deployments.permissions import is_platform_admin
 
 DIRECTORY = "From the company directory (SCIM)."
 

@@ -10,7 +10,7 @@ from django.http import Http404
 from django.shortcuts import render
 
 from deployments import selectors
-from deployments.services.teams import team_role
+from deployments.permissions import team_role
 
 SESSION_TEAM = "tandem_team_id"
 
