@@ -7,6 +7,7 @@ import datetime as dt
 import logging
 
 from django.db import transaction
+from django.utils import timezone
 from redis.exceptions import RedisError
 
 from controlplane.redis_client import redis_client
@@ -57,9 +58,22 @@ def api_key_create(*, actor, team: Team, name: str, team_key: bool = False, all_
                   requests_per_minute=requests_per_minute, tokens_per_minute=tokens_per_minute)
 
 
+@transaction.atomic
+def api_key_create_for_tandem(*, deployment: Deployment, name: str, lifetime: dt.timedelta,
+                              message: str) -> tuple[ApiKey, str]:
+    """A key Tandem holds itself (`is_service`: no owner, no creator) for one deployment, living `lifetime` (the
+    conformance runner's, revoked with `api_key_revoke(actor=None)` when its run ends); recorded on the
+    deployment's timeline with `message`."""
+    return _issue(actor=None, team=deployment.team, owner=None, name=name, all_deployments=False,
+                  deployments=[deployment], expires_at=timezone.now() + lifetime, requests_per_minute=None,
+                  tokens_per_minute=None, is_service=True, about=deployment, message=message)
+
+
 def _issue(*, actor, team: Team, owner, name: str, all_deployments: bool, deployments, expires_at,
-           requests_per_minute, tokens_per_minute) -> tuple[ApiKey, str]:
-    """Mint a key for `owner` (None: the team) once the caller has checked that `actor` may."""
+           requests_per_minute, tokens_per_minute, is_service: bool = False, about: Deployment | None = None,
+           message: str = "") -> tuple[ApiKey, str]:
+    """Mint a key for `owner` (None: the team, or Tandem for a service key) once the caller has checked that
+    `actor` may; the event goes on `about`'s timeline when the key is for one deployment's sake."""
     expires_at = credential_expiry(expires_at, team_lifetimes(team))
     deployments = list(deployments)
     if any(d.team_id != team.pk for d in deployments):
@@ -67,11 +81,11 @@ def _issue(*, actor, team: Team, owner, name: str, all_deployments: bool, deploy
     if not all_deployments and not deployments:
         raise ActionError("Pick the deployments this key may call, or allow all of the team's.", field="deployments")
     key, raw = credential_mint(model=ApiKey, team=team, name=name, created_by=actor, owner=owner,
-                               all_deployments=all_deployments, expires_at=expires_at,
+                               is_service=is_service, all_deployments=all_deployments, expires_at=expires_at,
                                requests_per_minute=requests_per_minute, tokens_per_minute=tokens_per_minute)
     if deployments:
         key.deployments.set(deployments)
-    event_record(kind=EventKind.API_KEY_CREATED, team=team, actor=actor,
+    event_record(kind=EventKind.API_KEY_CREATED, team=team, deployment=about, actor=actor, message=message,
                  after=_public(key) | {"expires_at": expires_at.isoformat()})
     return key, raw
 
