@@ -110,6 +110,14 @@ def test_no_app_imports_one_above_its_layer():
     assert upward_imports(import_graph()) == []
 
 
+def test_template_tags_import_nothing_that_reads_the_database():
+    """A template tag formats what its view put in the context; one that reads (a selector, a service, a model)
+    runs its queries on every page that includes it, unseen by the view's query count."""
+    assert {module: sorted(edges) for module, edges in import_graph().items()
+            if module.startswith("frontend.templatetags.")
+            and any(not target.startswith("frontend.") for target in edges)} == {}
+
+
 def test_the_walk_sees_imports_inside_functions_and_resolves_relative_ones():
     tree = ast.parse("def f():\n    from workers.tasks import reconcile_deployment\n"
                      "    import gateway.store\n    importlib.import_module('observability.tasks')\n"

@@ -1,4 +1,6 @@
 """Deployment pages: the list, the detail page with its live status panel, and the lifecycle actions."""
+import datetime as dt
+
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -24,6 +26,7 @@ from frontend import planning
 from frontend.views.advice import targets_context
 from frontend.views.base import render_page, require_team, team_required
 from frontend.views.status import deployment_state, timeline
+from gateway.selectors import deployment_cost
 from observability.selectors import fleet_reader
 
 LIST_PAGE_SIZE = 50
@@ -81,6 +84,7 @@ def deployment_detail(request, pk: int):
         "plan": plan, "plan_note": plan_note, "kv_observed": planning.kv_observed(d.conformance_runs.first()),
         "audit": d.events.select_related("actor").order_by("-created_at", "-id"),
         "can_edit": deployment_may_change(user=request.user, deployment=d),
+        "cost": deployment_cost(deployment=d, window=dt.timedelta(days=1)),
         "proposed_gpus": quota_gpus(spec_load(d.proposed_spec), target_kind=d.cluster.kind) if d.proposed_spec
         else None,
     } | targets_context(request, d)
