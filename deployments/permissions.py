@@ -39,3 +39,10 @@ def deployment_may_decide(*, user, deployment) -> bool:
     """Team admins and platform admins approve or reject what waits on the deployment (whether they wrote it
     themselves is the approval service's own check: it reads who did)."""
     return team_is_admin(user=user, team=deployment.team)
+
+
+def api_key_may_manage(*, user, key, team_admin: bool) -> bool:
+    """A member manages (revokes, rotates) the keys they own; the team's admins (and platform admins) every key,
+    team keys included. `team_admin`: whether `user` is an admin of the key's team, read once by the caller for a
+    whole list of keys."""
+    return team_admin or key.owner_id == user.pk

@@ -7,35 +7,44 @@ The layers, bottom to top, as the code is built:
 1. `controlplane`: settings, Redis and HTTP clients, probes; it knows no product (the URL conf and the Celery app
    name the apps by string, and /metrics learns what to count from the apps that register a collector).
 2. `deployments`: the domain (models, state machine, services, permissions, selectors, API).
-3. `gateway`, `workers`, `observability`: what runs the domain; they may import each other (the reconciler asks
-   for a conformance run, which probes through the workers' cluster targets and reads the gateway's usage), as
-   long as no circle forms between their modules.
+3. `gateway`, `usage`, `workers`, `observability`: what runs the domain; they may import each other (the
+   reconciler asks for a conformance run, which probes through the workers' cluster targets and reads the
+   request records' usage), as long as no circle forms between their modules.
 4. `frontend`: the portal, which may read anything below it.
 """
 import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = [{"controlplane"}, {"deployments"}, {"gateway", "workers", "observability"}, {"frontend"}]
+LAYERS = [{"controlplane"}, {"deployments"}, {"gateway", "usage", "workers", "observability"}, {"frontend"}]
 LAYER_OF = {app: level for level, apps in enumerate(LAYERS) for app in apps}
 
 
-def imported_modules(tree: ast.AST, *, package: str = "") -> list[tuple[int, str]]:
-    """(line, module) for every import statement and every import_module("...")/__import__("...") call;
-    `from . import x` is resolved against `package` (the importing module's package). `from m import name` is
-    reported as `m.name`: whether that is a module or a name in `m` is the graph's to decide."""
+def imported_modules(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, module) for every import statement and every import_module("...")/__import__("...") call."""
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = package.split(".")[:len(package.split(".")) - node.level + 1] if node.level else []
-            module = ".".join(base + ([node.module] if node.module else []))
-            found += [(node.lineno, f"{module}.{alias.name}") for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.lineno, node.module))
         elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
             name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
             if name in ("import_module", "__import__") and isinstance(node.args[0].value, str):
                 found.append((node.lineno, node.args[0].value))
+    return found
+
+
+def imported_names(tree: ast.AST, *, package: str) -> list[tuple[int, str]]:
+    """(line, module.name) for every `from module import name`, relative ones resolved against `package` (the
+    importing module's): the name may be a module of its own, which the graph decides."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            parts = package.split(".")
+            base = parts[:len(parts) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            found += [(node.lineno, f"{module}.{alias.name}") for alias in node.names]
     return found
 
 
@@ -55,7 +64,8 @@ def import_graph() -> dict[str, dict[str, int]]:
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         edges = {}
-        for line, target in imported_modules(ast.parse(path.read_text(), filename=str(path)), package=package):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for line, target in imported_modules(tree) + imported_names(tree, package=package):
             while target and target not in modules:
                 target = target.rpartition(".")[0]
             if target and target != name:
@@ -118,13 +128,17 @@ def test_template_tags_import_nothing_that_reads_the_database():
             and any(not target.startswith("frontend.") for target in edges)} == {}
 
 
-def test_the_walk_sees_imports_inside_functions_and_resolves_relative_ones():
+def test_the_walk_sees_imports_inside_functions():
     tree = ast.parse("def f():\n    from workers.tasks import reconcile_deployment\n"
-                     "    import gateway.store\n    importlib.import_module('observability.tasks')\n"
-                     "from . import spec\nfrom ..errors import NotAllowed\n")
-    assert [m for _, m in imported_modules(tree, package="deployments.services")] == [
-        "deployments.services.spec", "deployments.errors.NotAllowed", "workers.tasks.reconcile_deployment",
-        "gateway.store", "observability.tasks"]
+                     "    import gateway.store\n    importlib.import_module('observability.tasks')\n")
+    assert [m for _, m in imported_modules(tree)] == ["workers.tasks", "gateway.store", "observability.tasks"]
+
+
+def test_names_imported_from_a_module_are_seen_and_relative_imports_resolved():
+    tree = ast.parse("from . import spec\ndef f():\n    from ..errors import NotAllowed\n"
+                     "    from workers.tasks import reconcile_deployment\n")
+    assert [m for _, m in imported_names(tree, package="deployments.services")] == [
+        "deployments.services.spec", "deployments.errors.NotAllowed", "workers.tasks.reconcile_deployment"]
 
 
 def test_a_circle_is_found_however_long_and_a_chain_is_not():

@@ -112,7 +112,7 @@ def _authors(d: Deployment) -> set[int]:
     """Who wrote what waits for a decision: the proposer of an update, or a request's requester and whoever
     edited it since. Read at decision time from the row, so a role change in between changes nothing."""
     if _proposal_waits(d):
-        return {d.proposed_by_id or d.requested_by_id}
+        return {d.proposed_by_id}
     return {d.requested_by_id, d.proposed_by_id} - {None}
 
 
@@ -260,7 +260,7 @@ def _require_no_other_proposal(*, actor, d: Deployment) -> None:
     """Someone else's proposed update waits for approval: a change applied at once, or proposed in its place, would
     discard it unseen. Its proposer may replace their own; anyone else (Tandem too: `actor=None`) waits until it is
     decided or withdrawn."""
-    proposer = d.proposed_by or d.requested_by  # as `_authors` reads it
+    proposer = d.proposed_by
     if not _proposal_waits(d) or (actor is not None and proposer.pk == actor.pk):
         return
     who = proposer.get_username()

@@ -17,7 +17,7 @@ from deployments.event_kinds import EventKind
 from deployments.models import ApiKey, Deployment, Membership, Team
 from deployments.services.credentials import credential_expiry, credential_mint, credential_revoke, team_lifetimes
 from deployments.services.events import event_record
-from deployments.permissions import team_require_admin, team_role
+from deployments.permissions import api_key_may_manage, team_require_admin, team_role
 
 log = logging.getLogger(__name__)
 
@@ -91,12 +91,11 @@ def _issue(*, actor, team: Team, owner, name: str, all_deployments: bool, deploy
 
 
 def _require_key_manager(*, actor, key: ApiKey, doing: str) -> None:
-    """A member manages the keys they own; the team's admins (and platform admins) manage every key, team keys
-    included."""
+    """Who manages a key (deployments.permissions.api_key_may_manage), or NotAllowed naming who may."""
     role = team_role(user=actor, team=key.team)
     if role is None:
         raise NotAllowed(f"You are not a member of team {key.team.slug}.")
-    if role != Membership.Role.ADMIN and key.owner_id != actor.pk:
+    if not api_key_may_manage(user=actor, key=key, team_admin=role == Membership.Role.ADMIN):
         raise NotAllowed(f"Only the owner of {key.name} or an admin of team {key.team.slug} can {doing} it.")
 
 

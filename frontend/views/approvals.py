@@ -58,7 +58,7 @@ def _item(d, team_held: int, fleet) -> dict:
         "changes": spec_changes(d.spec_typed, spec) if is_update else [],
         "cost_before": spec_hourly_cost(d.spec_typed) if is_update else None,
         "plan": plan, "plan_note": note, "cost": spec_hourly_cost(spec),
-        "author": d.proposed_by or d.requested_by,
+        "author": d.proposed_by,
         "quota": planning.quota_view(team=d.team, gpus=gpus, held=held_by_others,
                                      basis=planning.stored_quota_basis(spec, target_kind=kind)),
     }

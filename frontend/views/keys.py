@@ -13,7 +13,7 @@ from deployments.errors import ActionError
 from deployments.lifecycle import LIVE
 from deployments.services import api_keys
 from deployments.services.credentials import Lifetimes, team_lifetimes
-from deployments.permissions import team_is_admin
+from deployments.permissions import api_key_may_manage, team_is_admin
 from frontend.views.base import render_page, require_team, team_required
 
 EXPIRY_DAYS = [(7, "7 days"), (30, "30 days"), (90, "90 days"), (365, "1 year")]
@@ -49,8 +49,7 @@ def _page(request, team, *, created=None, secret=None, errors=None, values=None,
         "team": team, "keys": keys, "created": created, "secret": secret, "errors": errors or {},
         "values": values or {"scope": "all"}, "deployments": deployments, "expiry_choices": expiry_choices(rule),
         "lifetimes": rule, "now": timezone.now(), "is_admin": is_admin,
-        # A member manages the keys they own; team admins manage all of the team's.
-        "manageable": {k.pk for k in keys if is_admin or k.owner_id == request.user.pk},
+        "manageable": {k.pk for k in keys if api_key_may_manage(user=request.user, key=k, team_admin=is_admin)},
     }, status=status)
 
 
