@@ -12,11 +12,11 @@ from deployments.cluster_config import cluster_config_errors
 from deployments.lifecycle import SERVING, Status
 from deployments.models import (AccessToken, ApiKey, Cluster, ClusterCheck, ClusterCheckLine, Deployment, Event,
                                 Membership, Team)
+from deployments.permissions import is_platform_admin
 from deployments.quota_rules import quota_gpus
 from deployments.redaction import internal_redact
 from deployments.services.previews import Outcome
 from deployments.services.quota import team_gpus_held
-from deployments.permissions import is_platform_admin
 from deployments.secret_refs import secret_ref_errors
 from deployments.spec import DNS1123_LABEL, dns_label_errors, spec_load
 from deployments.spec_diff import proposal_summary

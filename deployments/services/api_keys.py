@@ -15,9 +15,9 @@ from deployments.credential_format import KEY_EVENTS_CHANNEL
 from deployments.errors import ActionError, NotAllowed
 from deployments.event_kinds import EventKind
 from deployments.models import ApiKey, Deployment, Membership, Team
+from deployments.permissions import api_key_may_manage, team_require_admin, team_role
 from deployments.services.credentials import credential_expiry, credential_mint, credential_revoke, team_lifetimes
 from deployments.services.events import event_record
-from deployments.permissions import api_key_may_manage, team_require_admin, team_role
 
 log = logging.getLogger(__name__)
 

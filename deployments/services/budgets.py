@@ -17,8 +17,8 @@ from deployments.cost import spec_hourly_usd
 from deployments.errors import NotAllowed
 from deployments.event_kinds import EventKind
 from deployments.models import Deployment, Membership, Team
-from deployments.services.events import event_record
 from deployments.permissions import is_platform_admin
+from deployments.services.events import event_record
 from deployments.spend import cluster_prices, team_month_to_date_usd
 
 WARN_AT = 0.8

@@ -7,10 +7,10 @@ from django.utils import timezone
 from deployments import selectors
 from deployments.lifecycle import HOLDS_QUOTA
 from deployments.model_sources import source_roots_of
+from deployments.permissions import is_platform_admin
 from deployments.quota_rules import quota_gpus
 from deployments.redaction import internal_redact
 from deployments.services.quota import teams_gpus_held
-from deployments.permissions import is_platform_admin
 from deployments.spec import spec_load
 from deployments.spec_diff import spec_changes, spec_hourly_cost
 from frontend import planning

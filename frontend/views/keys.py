@@ -11,9 +11,9 @@ from django.views.decorators.http import require_http_methods, require_POST
 from deployments import selectors
 from deployments.errors import ActionError
 from deployments.lifecycle import LIVE
+from deployments.permissions import api_key_may_manage, team_is_admin
 from deployments.services import api_keys
 from deployments.services.credentials import Lifetimes, team_lifetimes
-from deployments.permissions import api_key_may_manage, team_is_admin
 from frontend.views.base import render_page, require_team, team_required
 
 EXPIRY_DAYS = [(7, "7 days"), (30, "30 days"), (90, "90 days"), (365, "1 year")]
