@@ -6,8 +6,8 @@ A token rather than an internal port: gunicorn serves one WSGI app on every addr
 port a request names from its Host header, so the app cannot tell an internal port from a public one.
 
 This module counts the queue itself and knows no app: an app with something to count (deployments by status)
-registers a collector at start (`metrics_register` from its AppConfig.ready), so the arrow points from the app
-down to here and not up.
+registers a collector on `METRICS` at start (in its AppConfig.ready), so the arrow points from the app down to
+here and not up.
 """
 import hmac
 
@@ -21,7 +21,8 @@ from prometheus_client.core import GaugeMetricFamily
 from controlplane.redis_client import redis_client
 
 PROBE_TIMEOUT_S = 1.0  # a stalled Redis makes the probe fail fast instead of hanging it
-# Collectors are asked at scrape time: each `collect()` reads what it counts then.
+# What /metrics serves. Collectors are asked at scrape time: each `collect()` (yielding metric families) reads
+# what it counts then.
 METRICS = CollectorRegistry()
 
 
@@ -74,6 +75,8 @@ def _scraper_allowed(request) -> bool:
 
 
 class _QueueDepth:
+    """`tandem_celery_queue_depth{queue}`: messages waiting on the broker (none when it does not answer)."""
+
     def collect(self):
         depth = GaugeMetricFamily("tandem_celery_queue_depth", "Messages waiting in the Celery queue",
                                   labels=["queue"])
@@ -86,11 +89,6 @@ class _QueueDepth:
 
 
 METRICS.register(_QueueDepth())
-
-
-def metrics_register(collector) -> None:
-    """Add an app's collector (an object whose `collect()` yields metric families) to what /metrics serves."""
-    METRICS.register(collector)
 
 
 def metrics(request):

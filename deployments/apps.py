@@ -6,7 +6,7 @@ class DeploymentsConfig(AppConfig):
 
     def ready(self):
         # Here, not at the top: the models load only once the app registry is ready.
-        from controlplane.health import metrics_register
+        from controlplane.health import METRICS
         from deployments.metrics import DeploymentsByStatus
 
-        metrics_register(DeploymentsByStatus())
+        METRICS.register(DeploymentsByStatus())
