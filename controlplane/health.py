@@ -4,19 +4,26 @@
 token, as Prometheus's `authorization: {credentials_file: ...}` sends it), and is off (404) while that is unset.
 A token rather than an internal port: gunicorn serves one WSGI app on every address it binds and takes the
 port a request names from its Host header, so the app cannot tell an internal port from a public one.
+
+This module counts the queue itself and knows no app: an app with something to count (deployments by status)
+registers a collector on `METRICS` at start (in its AppConfig.ready), so the arrow points from the app down to
+here and not up.
 """
 import hmac
 
 import redis
 from django.conf import settings
 from django.db import connection
-from django.db.models import Count
 from django.http import Http404, HttpResponse, JsonResponse
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
 
 from controlplane.redis_client import redis_client
 
 PROBE_TIMEOUT_S = 1.0  # a stalled Redis makes the probe fail fast instead of hanging it
+# What /metrics serves. Collectors are asked at scrape time: each `collect()` (yielding metric families) reads
+# what it counts then.
+METRICS = CollectorRegistry()
 
 
 def probe_middleware(get_response):
@@ -67,23 +74,28 @@ def _scraper_allowed(request) -> bool:
     return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode())
 
 
-def metrics(request):
-    """Deployments by status and the Celery queue depth, computed at scrape time; for the scraper only."""
-    from deployments.models import Deployment
+class _QueueDepth:
+    """`tandem_celery_queue_depth{queue}`: messages waiting on the broker (none when it does not answer)."""
 
+    def collect(self):
+        depth = GaugeMetricFamily("tandem_celery_queue_depth", "Messages waiting in the Celery queue",
+                                  labels=["queue"])
+        try:
+            depth.add_metric(["celery"], redis_client(url=settings.CELERY_BROKER_URL, timeout=PROBE_TIMEOUT_S)
+                             .llen("celery"))
+        except redis.RedisError:
+            pass
+        yield depth
+
+
+METRICS.register(_QueueDepth())
+
+
+def metrics(request):
+    """The Celery queue depth and what the apps registered, computed at scrape time; for the scraper only."""
     if not _scraper_allowed(request):
         response = HttpResponse("Send the metrics token as `Authorization: Bearer <TANDEM_METRICS_TOKEN>`.\n",
                                 status=401, content_type="text/plain")
         response["WWW-Authenticate"] = 'Bearer realm="metrics"'
         return response
-
-    registry = CollectorRegistry()
-    by_status = Gauge("tandem_deployments", "Deployments by status", ["status"], registry=registry)
-    for row in Deployment.objects.values("status").order_by().annotate(n=Count("id")):
-        by_status.labels(row["status"]).set(row["n"])
-    depth = Gauge("tandem_celery_queue_depth", "Messages waiting in the Celery queue", ["queue"], registry=registry)
-    try:
-        depth.labels("celery").set(redis_client(url=settings.CELERY_BROKER_URL, timeout=PROBE_TIMEOUT_S).llen("celery"))
-    except redis.RedisError:
-        pass
-    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
+    return HttpResponse(generate_latest(METRICS), content_type=CONTENT_TYPE_LATEST)

@@ -16,6 +16,7 @@ from deployments.cluster_config import cluster_config_errors
 from deployments.errors import ActionError
 from deployments.models import (AccessToken, ApiKey, Cluster, Deployment, Event, ExternalIdentity, Membership,
                                 ScimToken, Team)
+from deployments.permissions import is_platform_admin
 from deployments.services.access_tokens import access_token_revoke
 from deployments.services.actions import deployment_delete
 from deployments.services.api_keys import api_key_revoke, api_key_transfer_to_team
@@ -24,8 +25,7 @@ from deployments.services.people import (DETAILS, user_create, user_deactivate, 
                                           user_update)
 from deployments.services.scim import scim_token_create, scim_token_revoke
 from deployments.secret_refs import secret_ref_errors
-from deployments.services.teams import (is_platform_admin, membership_remove, membership_set, platform_admin_set,
-                                        team_create, team_update)
+from deployments.services.teams import membership_remove, membership_set, platform_admin_set, team_create, team_update
 
 
 def _adopt(obj, saved) -> None:

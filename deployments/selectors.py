@@ -4,7 +4,7 @@ from django.db.models import OuterRef, Q, QuerySet, Subquery
 
 from deployments.models import ApiKey, ClusterCheck, ClusterCheckLine, Deployment, Event, Membership, Team
 from deployments.models.deployments import AWAITING_APPROVAL
-from deployments.services.teams import is_platform_admin
+from deployments.permissions import is_platform_admin
 
 
 def _my_team_ids(user) -> QuerySet:

@@ -6,10 +6,10 @@ from django.utils import timezone
 from deployments.lifecycle import SCRAPED, Status
 from controlplane.http_client import http_client
 from deployments.models import Deployment
+from observability.conformance.pending import conformance_request_done
 from observability.conformance.runner import conformance_run_for_deployment, conformance_runs_prune
 from observability.rollups import gateway_rollup, rollups_prune
 from observability.services.advice import recommendations_auto_apply
-from observability.services.conformance_requests import conformance_request_done
 from observability.scraper import metrics_source, scrape_deployment
 
 

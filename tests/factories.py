@@ -81,4 +81,7 @@ class DeploymentFactory(factory.django.DjangoModelFactory):
     cluster = factory.SubFactory(ClusterFactory)
     name = factory.Sequence(lambda n: f"dep-{n}")
     requested_by = factory.SubFactory(UserFactory)
+    status = "pending_approval"
+    # As deployment_request writes it: a request waiting for approval names its author.
+    proposed_by = factory.LazyAttribute(lambda o: o.requested_by if o.status == "pending_approval" else None)
     spec = factory.LazyAttribute(lambda o: spec_parse(spec_input(), target_kind=o.cluster.kind).to_dict())

@@ -1,10 +1,23 @@
-"""The domain imports nothing above it: `deployments` never imports the workers, the gateway, observability or
-the portal (they import it). Every module is read with `ast`, so an import inside a function counts too."""
+"""Imports go one way: no module of the apps imports one that (through any chain) imports it back, and no app
+imports one in a layer above its own. Every module is read with `ast`, so an import inside a function counts too
+(that is where a circle used to hide: "imported here, the other module imports this one").
+
+The layers, bottom to top, as the code is built:
+
+1. `controlplane`: settings, Redis and HTTP clients, probes; it knows no product (the URL conf and the Celery app
+   name the apps by string, and /metrics learns what to count from the apps that register a collector).
+2. `deployments`: the domain (models, state machine, services, permissions, selectors, API).
+3. `gateway`, `usage`, `workers`, `observability`: what runs the domain; they may import each other (the
+   reconciler asks for a conformance run, which probes through the workers' cluster targets and reads the
+   request records' usage), as long as no circle forms between their modules.
+4. `frontend`: the portal, which may read anything below it.
+"""
 import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ABOVE_THE_DOMAIN = {"workers", "gateway", "observability", "frontend"}
+LAYERS = [{"controlplane"}, {"deployments"}, {"gateway", "usage", "workers", "observability"}, {"frontend"}]
+LAYER_OF = {app: level for level, apps in enumerate(LAYERS) for app in apps}
 
 
 def imported_modules(tree: ast.AST) -> list[tuple[int, str]]:
@@ -22,24 +35,125 @@ def imported_modules(tree: ast.AST) -> list[tuple[int, str]]:
     return found
 
 
-def upward_imports(package: str) -> list[str]:
-    bad = []
-    for path in sorted((ROOT / package).rglob("*.py")):
+def imported_names(tree: ast.AST, *, package: str) -> list[tuple[int, str]]:
+    """(line, module.name) for every `from module import name`, relative ones resolved against `package` (the
+    importing module's): the name may be a module of its own, which the graph decides."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            parts = package.split(".")
+            base = parts[:len(parts) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            found += [(node.lineno, f"{module}.{alias.name}") for alias in node.names]
+    return found
+
+
+def _our_modules() -> dict[str, Path]:
+    modules = {}
+    for app in LAYER_OF:
+        for path in (ROOT / app).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return modules
+
+
+def import_graph() -> dict[str, dict[str, int]]:
+    """{module: {module of ours it imports: line}}; a name imported from a module counts as that module."""
+    modules = _our_modules()
+    graph = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        edges = {}
         tree = ast.parse(path.read_text(), filename=str(path))
-        for line, module in imported_modules(tree):
-            if module.split(".")[0] in ABOVE_THE_DOMAIN:
-                bad.append(f"{path.relative_to(ROOT)}:{line} imports {module}")
-    return bad
+        for line, target in imported_modules(tree) + imported_names(tree, package=package):
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                edges.setdefault(target, line)
+        graph[name] = edges
+    return graph
 
 
-def test_deployments_imports_nothing_above_it():
-    assert upward_imports("deployments") == []
+def import_circles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """Each group of modules that import one another through some chain (Tarjan's strongly connected components
+    of more than one module), sorted."""
+    index, low, stack, on_stack, circles = {}, {}, [], set(), []
+
+    def visit(module):
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for other in graph.get(module, ()):
+            if other not in index:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in on_stack:
+                low[module] = min(low[module], index[other])
+        if low[module] == index[module]:
+            group = []
+            while not group or group[-1] != module:
+                group.append(stack.pop())
+                on_stack.discard(group[-1])
+            if len(group) > 1:
+                circles.append(sorted(group))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return sorted(circles)
+
+
+def upward_imports(graph: dict[str, dict[str, int]]) -> list[str]:
+    """Each import of a module in a higher layer than the importer's, as `importer:line imports module`."""
+    def layer(module):
+        return LAYER_OF[module.split(".")[0]]
+
+    return sorted(f"{module}:{line} imports {target}" for module, edges in graph.items()
+                  for target, line in edges.items() if layer(target) > layer(module))
+
+
+def test_no_module_imports_itself_back_through_others():
+    assert import_circles(import_graph()) == []
+
+
+def test_no_app_imports_one_above_its_layer():
+    assert upward_imports(import_graph()) == []
+
+
+def test_template_tags_import_nothing_that_reads_the_database():
+    """A template tag formats what its view put in the context; one that reads (a selector, a service, a model)
+    runs its queries on every page that includes it, unseen by the view's query count."""
+    assert {module: sorted(edges) for module, edges in import_graph().items()
+            if module.startswith("frontend.templatetags.")
+            and any(not target.startswith("frontend.") for target in edges)} == {}
 
 
 def test_the_walk_sees_imports_inside_functions():
     tree = ast.parse("def f():\n    from workers.tasks import reconcile_deployment\n"
                      "    import gateway.store\n    importlib.import_module('observability.tasks')\n")
     assert [m for _, m in imported_modules(tree)] == ["workers.tasks", "gateway.store", "observability.tasks"]
+
+
+def test_names_imported_from_a_module_are_seen_and_relative_imports_resolved():
+    tree = ast.parse("from . import spec\ndef f():\n    from ..errors import NotAllowed\n"
+                     "    from workers.tasks import reconcile_deployment\n")
+    assert [m for _, m in imported_names(tree, package="deployments.services")] == [
+        "deployments.services.spec", "deployments.errors.NotAllowed", "workers.tasks.reconcile_deployment"]
+
+
+def test_a_circle_is_found_however_long_and_a_chain_is_not():
+    graph = {"deployments.a": {"deployments.b": 1}, "deployments.b": {"deployments.c": 3},
+             "deployments.c": {"deployments.a": 7}, "deployments.d": {"deployments.a": 2}}
+    assert import_circles(graph) == [["deployments.a", "deployments.b", "deployments.c"]]
+    del graph["deployments.c"]["deployments.a"]
+    assert import_circles(graph) == []
+
+
+def test_an_import_up_a_layer_is_found_and_one_down_or_across_is_not():
+    graph = {"controlplane.health": {"deployments.models": 72}, "deployments.selectors": {"controlplane.redis_client": 5},
+             "workers.pipeline": {"observability.tasks": 23}, "observability.planner": {"frontend.planning": 9}}
+    assert upward_imports(graph) == ["controlplane.health:72 imports deployments.models",
+                                     "observability.planner:9 imports frontend.planning"]
 
 
 # The gateway's request path runs as its own process without django.setup(): it reads PostgreSQL through its own

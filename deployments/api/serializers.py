@@ -14,10 +14,10 @@ from deployments.lifecycle import SERVING, Status
 from deployments.models import (AccessToken, ApiKey, Cluster, ClusterCheck, ClusterCheckLine, Deployment, Event,
                                 Membership, Team)
 from deployments.outcomes import Outcome
+from deployments.permissions import is_platform_admin
 from deployments.quota_rules import quota_gpus
 from deployments.redaction import internal_redact
 from deployments.services.quota import team_gpus_held
-from deployments.services.teams import is_platform_admin
 from deployments.secret_refs import secret_ref_errors
 from deployments.spec import DNS1123_LABEL, dns_label_errors, spec_load
 from deployments.spec_diff import proposal_summary

@@ -52,7 +52,8 @@ def team_spend_response(*, team, month: str | None, as_csv: bool) -> Response:
                               "node_hours": round(r["node_hours"], 4), "usd": _money(r["usd"])} for r in spend.rows])
         response["Content-Disposition"] = f'attachment; filename="tandem-{team.slug}-{since:%Y-%m}.csv"'
         return response
-    state = budget_state(team=team, now=now) if since <= now < until else None  # the budget is this month's
+    this_month = since <= now < until  # the budget is this month's, and then `spend` is the month so far
+    state = budget_state(team=team, spent_usd=spend.total_usd) if this_month else None
     return Response({
         "team": team.slug, "month": f"{since:%Y-%m}", "currency": "USD", "total_usd": _money(spend.total_usd),
         "monthly_budget_usd": team.monthly_budget_usd,

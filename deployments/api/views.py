@@ -15,6 +15,7 @@ from deployments.lifecycle import LIVE, Status
 from deployments.api import serializers as s
 from deployments.models import AccessToken, ApiKey, Cluster, Deployment, Event, Membership, Team
 from deployments.errors import NotAllowed
+from deployments.permissions import is_platform_admin
 from deployments.services import actions, api_keys, cluster_checks, clusters, pause, previews, teams
 from deployments.api.spend import SpendRendering, team_spend_response
 from deployments.services.access_tokens import access_token_create, access_token_revoke
@@ -113,7 +114,7 @@ class ClusterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Cr
     ordering_fields = ["name", "created_at"]
 
     def get_serializer_class(self):
-        if teams.is_platform_admin(self.request.user) or self.request.method == "POST":
+        if is_platform_admin(self.request.user) or self.request.method == "POST":
             return s.ClusterSerializer
         return s.ClusterSummarySerializer
 
@@ -126,7 +127,7 @@ class ClusterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Cr
         The preflight runs again; deployments on it keep running and their next reconcile pass uses the new
         config. Sending what is already there changes nothing and records nothing."""
         cluster = self.get_object()
-        if not teams.is_platform_admin(request.user):
+        if not is_platform_admin(request.user):
             raise NotAllowed("Only platform admins can edit clusters.")
         edit = s.ClusterEditSerializer(data=request.data, context={"cluster": cluster})
         edit.is_valid(raise_exception=True)
@@ -145,7 +146,7 @@ class ClusterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Cr
         if request.method == "POST":
             run = cluster_checks.cluster_check_request(actor=request.user, cluster=cluster)
             return Response(s.ClusterCheckSerializer(run).data, status=status.HTTP_202_ACCEPTED)
-        if not teams.is_platform_admin(request.user):
+        if not is_platform_admin(request.user):
             raise NotAllowed("Only platform admins can read a cluster's checks.")
         if (run := selectors.cluster_check_latest(cluster)) is None:
             raise NotFound("This cluster was never checked; POST to this URL to check it.")
@@ -379,7 +380,7 @@ class UserViewSet(viewsets.ReadOnlyModelViewSet):
 
     def get_queryset(self):
         users = get_user_model().objects.order_by("username")
-        return users if teams.is_platform_admin(self.request.user) else users.filter(pk=self.request.user.pk)
+        return users if is_platform_admin(self.request.user) else users.filter(pk=self.request.user.pk)
 
     def get_object(self):
         if self.kwargs.get("username") == "me":

@@ -12,8 +12,9 @@ from deployments.errors import ActionError, Conflict, NotAllowed, StatusMoved
 from deployments.event_kinds import EventKind, status_kind
 from deployments.lifecycle import UNSETTLED, UPDATABLE, Status, can_transition, retry_status
 from deployments.model_sources import source_roots_of
-from deployments.models import Cluster, Deployment, Membership, Team
+from deployments.models import Cluster, Deployment, Team
 from deployments.outcomes import Outcome, UpdateOutcome, update_outcome
+from deployments.permissions import deployment_may_change, deployment_may_decide, team_role
 from deployments.quota_rules import quota_gpus
 from deployments.redaction import internal_redact
 from deployments.services.budgets import budget_require_approver
@@ -21,7 +22,6 @@ from deployments.services.events import event_record
 from deployments.services.node_groups import nodegroup_quota_check
 from deployments.services.quota import quota_check
 from deployments.services.status import deployment_reconcile_request
-from deployments.services.teams import is_platform_admin, team_role
 from deployments.spec import DeploymentSpec, SpecError, name_errors, spec_check, spec_load, spec_parse
 from deployments.spec_diff import changes_needing_approval
 
@@ -49,7 +49,7 @@ def _recheck(stored: dict, cluster: Cluster, team: Team) -> DeploymentSpec:
 
 
 def _require_editor(*, actor, deployment: Deployment) -> None:
-    if actor != deployment.requested_by and team_role(user=actor, team=deployment.team) != Membership.Role.ADMIN:
+    if not deployment_may_change(user=actor, deployment=deployment):
         raise NotAllowed("Only the requester or an admin of the team can change this deployment.")
 
 
@@ -115,14 +115,14 @@ def _authors(d: Deployment) -> set[int]:
     """Who wrote what waits for a decision: the proposer of an update, or a request's requester and whoever
     edited it since. Read at decision time from the row, so a role change in between changes nothing."""
     if _proposal_waits(d):
-        return {d.proposed_by_id or d.requested_by_id}
+        return {d.proposed_by_id}
     return {d.requested_by_id, d.proposed_by_id} - {None}
 
 
 def _require_approver(*, actor, deployment: Deployment) -> None:
     """Team admins and platform admins decide; nobody decides what they wrote themselves, whatever their role
     is now, unless the team allows self-approval."""
-    if not is_platform_admin(actor) and team_role(user=actor, team=deployment.team) != Membership.Role.ADMIN:
+    if not deployment_may_decide(user=actor, deployment=deployment):
         raise NotAllowed(f"Only admins of team {deployment.team.slug} or platform admins can approve or reject.")
     if actor.pk in _authors(deployment) and not deployment.team.allow_self_approval:
         what = "proposed this update" if _proposal_waits(deployment) else "requested or edited this deployment"
@@ -274,7 +274,7 @@ def _require_no_other_proposal(*, actor, d: Deployment) -> None:
     """Someone else's proposed update waits for approval: a change applied at once, or proposed in its place, would
     discard it unseen. Its proposer may replace their own; anyone else (Tandem too: `actor=None`) waits until it is
     decided or withdrawn."""
-    proposer = d.proposed_by or d.requested_by  # as `_authors` reads it
+    proposer = d.proposed_by
     if not _proposal_waits(d) or (actor is not None and proposer.pk == actor.pk):
         return
     who = proposer.get_username()

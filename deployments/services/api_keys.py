@@ -7,6 +7,7 @@ import datetime as dt
 import logging
 
 from django.db import transaction
+from django.utils import timezone
 from redis.exceptions import RedisError
 
 from controlplane.redis_client import redis_client
@@ -14,9 +15,9 @@ from deployments.credential_format import KEY_EVENTS_CHANNEL
 from deployments.errors import ActionError, NotAllowed
 from deployments.event_kinds import EventKind
 from deployments.models import ApiKey, Deployment, Membership, Team
+from deployments.permissions import api_key_may_manage, team_require_admin, team_role
 from deployments.services.credentials import credential_expiry, credential_mint, credential_revoke, team_lifetimes
 from deployments.services.events import event_record
-from deployments.services.teams import team_require_admin, team_role
 
 log = logging.getLogger(__name__)
 
@@ -57,9 +58,22 @@ def api_key_create(*, actor, team: Team, name: str, team_key: bool = False, all_
                   requests_per_minute=requests_per_minute, tokens_per_minute=tokens_per_minute)
 
 
+@transaction.atomic
+def api_key_create_for_tandem(*, deployment: Deployment, name: str, lifetime: dt.timedelta,
+                              message: str) -> tuple[ApiKey, str]:
+    """A key Tandem holds itself (`is_service`: no owner, no creator) for one deployment, living `lifetime` (the
+    conformance runner's, revoked with `api_key_revoke(actor=None)` when its run ends); recorded on the
+    deployment's timeline with `message`."""
+    return _issue(actor=None, team=deployment.team, owner=None, name=name, all_deployments=False,
+                  deployments=[deployment], expires_at=timezone.now() + lifetime, requests_per_minute=None,
+                  tokens_per_minute=None, is_service=True, about=deployment, message=message)
+
+
 def _issue(*, actor, team: Team, owner, name: str, all_deployments: bool, deployments, expires_at,
-           requests_per_minute, tokens_per_minute) -> tuple[ApiKey, str]:
-    """Mint a key for `owner` (None: the team) once the caller has checked that `actor` may."""
+           requests_per_minute, tokens_per_minute, is_service: bool = False, about: Deployment | None = None,
+           message: str = "") -> tuple[ApiKey, str]:
+    """Mint a key for `owner` (None: the team, or Tandem for a service key) once the caller has checked that
+    `actor` may; the event goes on `about`'s timeline when the key is for one deployment's sake."""
     expires_at = credential_expiry(expires_at, team_lifetimes(team))
     deployments = list(deployments)
     if any(d.team_id != team.pk for d in deployments):
@@ -67,22 +81,21 @@ def _issue(*, actor, team: Team, owner, name: str, all_deployments: bool, deploy
     if not all_deployments and not deployments:
         raise ActionError("Pick the deployments this key may call, or allow all of the team's.", field="deployments")
     key, raw = credential_mint(model=ApiKey, team=team, name=name, created_by=actor, owner=owner,
-                               all_deployments=all_deployments, expires_at=expires_at,
+                               is_service=is_service, all_deployments=all_deployments, expires_at=expires_at,
                                requests_per_minute=requests_per_minute, tokens_per_minute=tokens_per_minute)
     if deployments:
         key.deployments.set(deployments)
-    event_record(kind=EventKind.API_KEY_CREATED, team=team, actor=actor,
+    event_record(kind=EventKind.API_KEY_CREATED, team=team, deployment=about, actor=actor, message=message,
                  after=_public(key) | {"expires_at": expires_at.isoformat()})
     return key, raw
 
 
 def _require_key_manager(*, actor, key: ApiKey, doing: str) -> None:
-    """A member manages the keys they own; the team's admins (and platform admins) manage every key, team keys
-    included."""
+    """Who manages a key (deployments.permissions.api_key_may_manage), or NotAllowed naming who may."""
     role = team_role(user=actor, team=key.team)
     if role is None:
         raise NotAllowed(f"You are not a member of team {key.team.slug}.")
-    if role != Membership.Role.ADMIN and key.owner_id != actor.pk:
+    if not api_key_may_manage(user=actor, key=key, team_admin=role == Membership.Role.ADMIN):
         raise NotAllowed(f"Only the owner of {key.name} or an admin of team {key.team.slug} can {doing} it.")
 
 

@@ -17,8 +17,8 @@ from deployments.cost import cluster_prices, spec_hourly_usd
 from deployments.errors import NotAllowed
 from deployments.event_kinds import EventKind
 from deployments.models import Deployment, Membership, Team
+from deployments.permissions import is_platform_admin
 from deployments.services.events import event_record
-from deployments.services.teams import is_platform_admin
 from deployments.spec import spec_load
 from deployments.spend import team_month_to_date_usd
 
@@ -54,11 +54,14 @@ class BudgetState:
                 f"this month ({self.used:.0%}).")
 
 
-def budget_state(*, team: Team, now: dt.datetime | None = None) -> BudgetState:
-    now = now or timezone.now()
+def budget_state(*, team: Team, now: dt.datetime | None = None, spent_usd: float | None = None) -> BudgetState:
+    """Where the team stands this month; `spent_usd` is the month so far when the caller has summed it already
+    (a cost page or the spend API showing this month), so it is not read again."""
     if team.monthly_budget_usd is None:
         return BudgetState(budget_usd=None, spent_usd=0.0)
-    return BudgetState(budget_usd=team.monthly_budget_usd, spent_usd=team_month_to_date_usd(team=team, now=now))
+    if spent_usd is None:
+        spent_usd = team_month_to_date_usd(team=team, now=now or timezone.now())
+    return BudgetState(budget_usd=team.monthly_budget_usd, spent_usd=spent_usd)
 
 
 def budget_require_approver(*, actor, deployment: Deployment, new_spec: dict, old_spec: dict | None,

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from deployments.errors import NotAllowed
 from deployments.models import Cluster, ClusterCheck, ClusterCheckLine
-from deployments.services.teams import is_platform_admin
+from deployments.permissions import is_platform_admin
 
 # By name, not by import: the domain imports nothing from the workers.
 CHECK_TASK = "workers.tasks.check_cluster"

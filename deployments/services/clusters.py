@@ -5,10 +5,10 @@ from deployments.cluster_config import cluster_config_errors
 from deployments.errors import ActionError, Conflict, NotAllowed
 from deployments.event_kinds import EventKind
 from deployments.models import Cluster
+from deployments.permissions import is_platform_admin
 from deployments.secret_refs import secret_ref_errors
 from deployments.services.cluster_checks import cluster_check_request
 from deployments.services.events import event_record
-from deployments.services.teams import is_platform_admin
 
 
 @transaction.atomic

@@ -19,9 +19,9 @@ from django.utils import timezone
 from deployments.errors import ActionError, NotAllowed
 from deployments.event_kinds import EventKind
 from deployments.models import ExternalIdentity
+from deployments.permissions import is_platform_admin
 from deployments.services.events import event_record
 from deployments.services.people import user_create
-from deployments.services.teams import is_platform_admin
 
 
 class SignInRefused(NotAllowed):

@@ -18,10 +18,11 @@ from django.utils import timezone
 from deployments.errors import Conflict, NotAllowed
 from deployments.event_kinds import EventKind
 from deployments.models import Deployment, Membership
+from deployments.permissions import is_platform_admin
 from deployments.services.access_tokens import access_tokens_revoke_for_person
 from deployments.services.api_keys import api_keys_revoke_for_person
 from deployments.services.events import event_record
-from deployments.services.teams import is_platform_admin, membership_remove, platform_admin_set
+from deployments.services.teams import membership_remove, platform_admin_set
 
 
 def _require_may_manage(*, actor, user, doing: str) -> None:

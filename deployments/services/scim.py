@@ -15,12 +15,12 @@ from django.utils import timezone
 from deployments.errors import Conflict, NotAllowed
 from deployments.event_kinds import EventKind
 from deployments.models import ScimGroup, ScimToken, ScimUser
+from deployments.permissions import is_platform_admin
 from deployments.services.credentials import credential_check, credential_mint, credential_revoke
 from deployments.services.events import event_record
 from deployments.services.people import (DETAILS, user_create, user_deactivate, user_delete, user_reactivate,
                                           user_update)
 from deployments.services.sign_in import sign_in_sync_memberships
-from deployments.services.teams import is_platform_admin
 
 DIRECTORY = "From the company directory (SCIM)."
 

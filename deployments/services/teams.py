@@ -4,28 +4,15 @@ from django.db import transaction
 from deployments.errors import ActionError, Conflict, NotAllowed
 from deployments.event_kinds import EventKind
 from deployments.models import Membership, Team
+from deployments.permissions import is_platform_admin, team_require_admin
+from deployments.services.access_tokens import access_tokens_revoke_for_person
+from deployments.services.api_keys import api_keys_revoke_for_person
+from deployments.services.budgets import budget_flag_set, budget_state
 from deployments.services.events import event_record
 
 # What a team admin may change on their own team; everything else (quota, self-approval, name) is a platform
 # admin's.
 TEAM_ADMIN_SETTINGS = frozenset({"credential_default_days", "credential_max_days", "auto_apply_recommendations"})
-
-
-def is_platform_admin(user) -> bool:
-    return bool(user and user.is_authenticated and user.is_staff)
-
-
-def team_role(*, user, team) -> str | None:
-    """'admin', 'member' or None; platform admins count as admins of every team."""
-    if is_platform_admin(user):
-        return Membership.Role.ADMIN
-    m = Membership.objects.filter(team=team, user=user).only("role").first()
-    return m.role if m else None
-
-
-def team_require_admin(*, user, team) -> None:
-    if team_role(user=user, team=team) != Membership.Role.ADMIN:
-        raise NotAllowed(f"Only admins of team {team.slug} can do this.")
 
 
 def _lifetime_errors(default_days, max_days) -> None:
@@ -78,8 +65,6 @@ def team_update(*, actor, team: Team, **changes) -> Team:
     team.save(update_fields=list(changes))
     event_record(kind=EventKind.TEAM_UPDATED, team=team, actor=actor, before=before, after=changes)
     if "monthly_budget_usd" in changes:  # the gateway's over-budget flag follows at once, not at the next check
-        from deployments.services.budgets import budget_flag_set, budget_state  # budgets imports this module
-
         transaction.on_commit(lambda: budget_flag_set(team=team, state=budget_state(team=team)))
     return team
 
@@ -117,10 +102,6 @@ def membership_remove(*, actor, membership: Membership, message: str = "") -> No
     and their personal access tokens too when this was their last team (a platform admin's reach every team
     anyway). A token left alive reaches only the teams its owner is still in: the API reads memberships on every
     request."""
-    # Imported here: the credential services import this module for roles.
-    from deployments.services.access_tokens import access_tokens_revoke_for_person
-    from deployments.services.api_keys import api_keys_revoke_for_person
-
     team, user = membership.team, membership.user
     if actor is not None:
         team_require_admin(user=actor, team=team)

@@ -8,8 +8,8 @@ from django.views.decorators.http import require_POST
 
 from deployments import selectors
 from deployments.errors import ActionError
-from deployments.models import Membership
-from deployments.services.teams import team_role, team_update
+from deployments.permissions import deployment_may_change
+from deployments.services.teams import team_update
 from frontend.views.base import render_page, require_team, team_required
 from observability.rollups import WINDOWS
 from observability.services.advice import deployment_advice, recommendation_apply
@@ -24,9 +24,8 @@ def targets_context(request, d) -> dict:
     """What the panel shows for the window asked for (?targets_window=, default 1h)."""
     window = _window(request)
     advice = deployment_advice(deployment=d, window=window, now=timezone.now()) if d.spec_typed.targets else None
-    can_apply = request.user == d.requested_by or team_role(user=request.user, team=d.team) == Membership.Role.ADMIN
     return {"advice": advice.to_json() if advice else None, "targets_window": window, "windows": list(WINDOWS),
-            "can_apply": can_apply}
+            "can_apply": deployment_may_change(user=request.user, deployment=d)}
 
 
 @login_required

@@ -8,10 +8,10 @@ from deployments import selectors
 from deployments.cost import cluster_prices, spec_hourly_usd
 from deployments.lifecycle import HOLDS_QUOTA
 from deployments.model_sources import source_roots_of
+from deployments.permissions import is_platform_admin
 from deployments.quota_rules import quota_gpus
 from deployments.redaction import internal_redact
 from deployments.services.quota import teams_gpus_held
-from deployments.services.teams import is_platform_admin
 from deployments.spec import spec_load
 from deployments.spec_diff import spec_changes
 from frontend import planning
@@ -59,7 +59,7 @@ def _item(d, team_held: int, fleet) -> dict:
         "changes": spec_changes(d.spec_typed, spec) if is_update else [],
         "cost_before": spec_hourly_usd(d.spec_typed, prices=prices) if is_update else None,
         "plan": plan, "plan_note": note, "cost": spec_hourly_usd(spec, prices=prices),
-        "author": d.proposed_by or d.requested_by,
+        "author": d.proposed_by,
         "quota": planning.quota_view(team=d.team, gpus=gpus, held=held_by_others,
                                      basis=planning.stored_quota_basis(spec, target_kind=kind)),
     }

@@ -10,7 +10,8 @@ from django.http import Http404
 from django.shortcuts import render
 
 from deployments import selectors
-from deployments.services.teams import team_role
+from deployments.permissions import team_role
+from deployments.services.budgets import budget_state
 
 SESSION_TEAM = "tandem_team_id"
 
@@ -52,7 +53,17 @@ def render_page(request, template: str, context: dict | None = None, *, status: 
         context["teams"] = selectors.teams_visible_to(request.user)
         context["role"] = team_role(user=request.user, team=team) if team else None
         context["approvals_waiting"] = selectors.deployments_awaiting_approval_by(request.user).count()
+        context.update(_budget_banner(team, context.get("budget")))
     return render(request, template, context, status=status)
+
+
+def _budget_banner(team, state) -> dict:
+    """What the shell's budget banner shows: the team's month so far against its budget, read here once per page
+    (or taken from a view that summed the month already), never by the template."""
+    if team is None or team.monthly_budget_usd is None:
+        return {"budget": None, "budget_words": ""}
+    state = state or budget_state(team=team)
+    return {"budget": state, "budget_words": state.words(team) if state.warn else ""}
 
 
 def team_required(view):

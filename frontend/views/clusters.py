@@ -10,8 +10,8 @@ from django_htmx.http import HttpResponseStopPolling
 from deployments import selectors
 from deployments.errors import ActionError
 from deployments.models import Cluster, ClusterCheck
+from deployments.permissions import is_platform_admin
 from deployments.services.cluster_checks import cluster_check_request
-from deployments.services.teams import is_platform_admin
 from frontend.views.base import render_page
 
 

@@ -6,6 +6,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from deployments.services import pause
+from deployments.services.budgets import budget_state
 from deployments.spend import month_bounds, team_spend
 from frontend.views.base import render_page, require_team, team_required
 from frontend.views.deployments import _act, _visible
@@ -29,10 +30,11 @@ def team_cost(request):
                         for dep in deployments]}
     previous = (since - timezone.timedelta(days=1)).strftime("%Y-%m")
     following = until.strftime("%Y-%m") if until <= now else None
-    return render_page(request, "teams/cost.html", {
-        "team": team, "month": since, "spend": spend, "days": days, "deployments": deployments, "chart": chart,
-        "previous": previous, "following": following,
-    })
+    context = {"team": team, "month": since, "spend": spend, "days": days, "deployments": deployments,
+               "chart": chart, "previous": previous, "following": following}
+    if since <= now < until:  # this month: the banner's month so far is this page's total
+        context["budget"] = budget_state(team=team, spent_usd=spend.total_usd)
+    return render_page(request, "teams/cost.html", context)
 
 
 @login_required

@@ -1,4 +1,6 @@
 """Deployment pages: the list, the detail page with its live status panel, and the lifecycle actions."""
+import datetime as dt
+
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -17,14 +19,15 @@ from deployments.errors import ActionError
 from deployments.lifecycle import PAUSABLE, Status
 from deployments.model_sources import source_roots_of
 from deployments.models import Cluster
+from deployments.permissions import deployment_may_change
 from deployments.quota_rules import quota_gpus
 from deployments.services import actions
-from deployments.services.teams import team_role
 from deployments.spec import spec_load
 from frontend import planning
 from frontend.views.advice import targets_context
 from frontend.views.base import render_page, require_team, team_required
 from frontend.views.status import deployment_state, timeline
+from usage.selectors import deployment_cost
 from observability.selectors import fleet_reader
 
 LIST_PAGE_SIZE = 50
@@ -82,15 +85,12 @@ def deployment_detail(request, pk: int):
         "endpoint_ready": condition_get(d.conditions, "EndpointReady") or {},
         "plan": plan, "plan_note": plan_note, "kv_observed": planning.kv_observed(d.conformance_runs.first()),
         "audit": d.events.select_related("actor").order_by("-created_at", "-id"),
-        "can_edit": _can_edit(request, d),
+        "can_edit": deployment_may_change(user=request.user, deployment=d),
+        "cost": deployment_cost(deployment=d, window=dt.timedelta(days=1)),
         "proposed_gpus": quota_gpus(spec_load(d.proposed_spec), target_kind=d.cluster.kind) if d.proposed_spec
         else None,
     } | targets_context(request, d)
     return render_page(request, "deployments/detail.html", context)
-
-
-def _can_edit(request, d) -> bool:
-    return request.user == d.requested_by or team_role(user=request.user, team=d.team) == "admin"
 
 
 @login_required
@@ -99,7 +99,7 @@ def deployment_status(request, pk: int):
     d = _visible(request, pk)
     if not request.htmx:
         return redirect("frontend:deployment-detail", pk=d.pk)
-    context = _status_context(d) | {"oob": True, "can_edit": _can_edit(request, d)}
+    context = _status_context(d) | {"oob": True, "can_edit": deployment_may_change(user=request.user, deployment=d)}
     response = render_page(request, "deployments/detail.html#status-panel", context)
     if context["state"]["settled"]:
         return HttpResponseStopPolling(response.content)

@@ -11,10 +11,9 @@ from django.views.decorators.http import require_http_methods, require_POST
 from deployments import selectors
 from deployments.errors import ActionError
 from deployments.lifecycle import LIVE
-from deployments.models import Membership
+from deployments.permissions import api_key_may_manage, team_is_admin
 from deployments.services import api_keys
 from deployments.services.credentials import Lifetimes, team_lifetimes
-from deployments.services.teams import team_role
 from frontend.views.base import render_page, require_team, team_required
 
 EXPIRY_DAYS = [(7, "7 days"), (30, "30 days"), (90, "90 days"), (365, "1 year")]
@@ -44,14 +43,13 @@ def _limit(raw: str, field: str, errors: dict):
 def _page(request, team, *, created=None, secret=None, errors=None, values=None, status=200):
     keys = selectors.api_keys_visible_to(request.user).filter(team=team).order_by("revoked_at", "-created_at")
     deployments = selectors.deployments_visible_to(request.user).filter(team=team, status__in=LIVE)
-    is_admin = team_role(user=request.user, team=team) == Membership.Role.ADMIN
+    is_admin = team_is_admin(user=request.user, team=team)
     rule = team_lifetimes(team)
     return render_page(request, "keys/list.html", {
         "team": team, "keys": keys, "created": created, "secret": secret, "errors": errors or {},
         "values": values or {"scope": "all"}, "deployments": deployments, "expiry_choices": expiry_choices(rule),
         "lifetimes": rule, "now": timezone.now(), "is_admin": is_admin,
-        # A member manages the keys they own; team admins manage all of the team's.
-        "manageable": {k.pk for k in keys if is_admin or k.owner_id == request.user.pk},
+        "manageable": {k.pk for k in keys if api_key_may_manage(user=request.user, key=k, team_admin=is_admin)},
     }, status=status)
 
 

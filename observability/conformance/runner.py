@@ -14,8 +14,7 @@ from deployments.conditions import conformance_passed
 from deployments.event_kinds import EventKind
 from deployments.models import ApiKey, Deployment
 from deployments.redaction import internal_redact
-from deployments.services.api_keys import api_key_revoke
-from deployments.services.credentials import credential_mint
+from deployments.services.api_keys import api_key_create_for_tandem, api_key_revoke
 from deployments.services.events import event_record
 from deployments.services.status import deployment_reconcile_request
 from observability.conformance.suite import conformance_run
@@ -30,20 +29,18 @@ SERVICE_KEY_NAME = "tandem-conformance"
 SERVICE_KEY_TTL = dt.timedelta(minutes=15)
 
 
-@transaction.atomic
+SERVICE_KEY_MESSAGE = "Service key for a conformance run."
+
+
 def service_key_mint(*, deployment: Deployment) -> tuple[ApiKey, str]:
     """A key owned by Tandem itself (no user), scoped to one deployment, expiring soon; stored hashed."""
-    key, raw = credential_mint(model=ApiKey, team=deployment.team, name=SERVICE_KEY_NAME, created_by=None,
-                               is_service=True, all_deployments=False, expires_at=timezone.now() + SERVICE_KEY_TTL)
-    key.deployments.set([deployment])
-    event_record(kind=EventKind.API_KEY_CREATED, deployment=deployment, message="Service key for a conformance run.",
-                 after={"name": key.name, "key_id": key.key_id, "last4": key.last4})
-    return key, raw
+    return api_key_create_for_tandem(deployment=deployment, name=SERVICE_KEY_NAME, lifetime=SERVICE_KEY_TTL,
+                                     message=SERVICE_KEY_MESSAGE)
 
 
 def service_key_revoke(*, key: ApiKey) -> None:
     """Revoke the run's key at once, on every gateway replica."""
-    api_key_revoke(actor=None, key=key, message="Service key for a conformance run.")
+    api_key_revoke(actor=None, key=key, message=SERVICE_KEY_MESSAGE)
 
 
 def _snapshot(d: Deployment, client: httpx.Client) -> tuple[dict | None, str]:

@@ -13,12 +13,10 @@ from deployments.errors import RateLimited
 from deployments.event_kinds import EventKind
 from deployments.models import Deployment
 from deployments.services.events import event_record
+from observability.conformance.pending import conformance_pending_key, conformance_request_done
+from observability.tasks import run_conformance
 
 RUN_SECONDS = 30  # about how long one run takes: the wait suggested while a run is pending
-
-
-def _pending_key(deployment_id: int) -> str:
-    return f"tandem:conformance:pending:{deployment_id}"
 
 
 def _team_key(team_id: int) -> str:
@@ -54,8 +52,8 @@ def conformance_request(*, deployment: Deployment, actor) -> None:
         raise _pending(d, retry_after=left)
     redis = redis_client()
     # The marker lives until the run's task clears it, or for as long as the reconciler would wait for a run.
-    if not redis.set(_pending_key(d.pk), "1", nx=True, ex=settings.TANDEM_CONFORMANCE_OVERDUE_SECONDS):
-        raise _pending(d, retry_after=redis.ttl(_pending_key(d.pk)))
+    if not redis.set(conformance_pending_key(d.pk), "1", nx=True, ex=settings.TANDEM_CONFORMANCE_OVERDUE_SECONDS):
+        raise _pending(d, retry_after=redis.ttl(conformance_pending_key(d.pk)))
     limit, window = settings.TANDEM_CONFORMANCE_TEAM_RUNS, settings.TANDEM_CONFORMANCE_TEAM_WINDOW_SECONDS
     pipe = redis.pipeline(transaction=True)
     pipe.set(_team_key(d.team_id), 0, nx=True, ex=window)
@@ -63,19 +61,12 @@ def conformance_request(*, deployment: Deployment, actor) -> None:
     pipe.ttl(_team_key(d.team_id))
     _, count, ttl = pipe.execute()
     if count > limit:
-        redis.delete(_pending_key(d.pk))
+        conformance_request_done(deployment_id=d.pk)
         raise RateLimited(f"{d.team.name} has asked for {limit} conformance runs in the last {_span(window)}, the "
                           f"most a team may (each holds a worker). Ask again in {ttl} s.", retry_after=ttl)
-    from observability.tasks import run_conformance  # the task module imports this one
-
     event_record(kind=EventKind.CONFORMANCE_REQUESTED, deployment=d, actor=actor, message="Conformance run requested.")
     try:
         run_conformance.delay(d.pk, on_demand=True)
     except Exception:
-        redis.delete(_pending_key(d.pk))  # never queued: do not hold the next request back
+        conformance_request_done(deployment_id=d.pk)  # never queued: do not hold the next request back
         raise
-
-
-def conformance_request_done(*, deployment_id: int) -> None:
-    """The on-demand run finished (or failed): the deployment may be checked again."""
-    redis_client().delete(_pending_key(deployment_id))

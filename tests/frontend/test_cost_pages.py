@@ -10,6 +10,7 @@ from django.utils import timezone
 from deployments.lifecycle import Status
 from deployments.models import Event, Membership
 from tests.factories import ClusterFactory, DeploymentFactory, MembershipFactory, TeamFactory, UserFactory
+from tests.support.fleet import count_queries
 from tests.frontend.browser import browser, shot, sign_in  # noqa: F401  (fixture)
 
 
@@ -53,6 +54,21 @@ def test_cost_page_figures_are_the_hours_run_times_the_hourly_price(signed_in, m
     assert re.findall(r"<tr><td>(\w+ \d+)</td><td>\$([\d.]+)</td></tr>", page) == [
         (f"{last_month:%b} {last_month.day}", "45.00")]
     assert f"/api/v1/teams/{team.slug}/spend/?format=csv&amp;month={last_month:%Y-%m}" in page
+
+
+@pytest.mark.django_db
+def test_the_cost_page_sums_this_months_spend_once_for_itself_and_the_banner(signed_in, member, team, cluster):
+    """The banner takes the month so far from the page that already summed it: a budget costs the cost page no
+    query of its own (on other pages it is read once, in the view, never from the template)."""
+    ran_for(DeploymentFactory(team=team, cluster=cluster, requested_by=member, status=Status.RUNNING), 1)
+    client = signed_in(member)
+    count_queries(client.get, reverse("frontend:team-cost"))  # warm: the session's team is chosen
+    without_budget = count_queries(client.get, reverse("frontend:team-cost"))
+    team.monthly_budget_usd = 0
+    team.save()
+    with_budget = count_queries(client.get, reverse("frontend:team-cost"))
+    assert with_budget == without_budget
+    assert 'data-budget-banner="over"' in client.get(reverse("frontend:team-cost")).content.decode()
 
 
 @pytest.mark.django_db

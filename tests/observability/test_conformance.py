@@ -92,6 +92,22 @@ def test_run_for_deployment_records_checks_and_health_and_asks_for_a_reconcile_p
     assert Event.objects.filter(deployment=d, kind="conformance_passed").exists()
 
 
+def test_the_runs_key_is_minted_and_recorded_as_every_key_is(ray_deployment):
+    """Tandem's own key goes through the key service: the audit trail records it as it records anyone's key
+    (name, id, last four, owner, expiry), on the deployment it was for."""
+    with MockUpstream(metrics_bodies=[fixture("pd-before.prom"), fixture("pd-after.prom")]) as m:
+        d = ray_deployment(m)
+        started = timezone.now()
+        conformance_run_for_deployment(deployment_id=d.pk, gateway_base_url=m.base_url)
+    key = ApiKey.objects.get(name="tandem-conformance")
+    assert key.is_service and key.owner is None and key.created_by is None
+    assert started + dt.timedelta(minutes=14) < key.expires_at <= timezone.now() + dt.timedelta(minutes=15)
+    created = Event.objects.get(kind="api_key_created")
+    assert created.deployment == d and created.actor is None and created.message == "Service key for a conformance run."
+    assert created.after == {"name": "tandem-conformance", "key_id": key.key_id, "last4": key.last4, "owner": None,
+                             "expires_at": key.expires_at.isoformat()}
+
+
 def test_a_failing_check_leaves_the_deployment_running_with_a_warning(ray_deployment, api, member):
     with MockUpstream(["unknown_model_detail"], metrics_bodies=[fixture("pd-before.prom"),
                                                                 fixture("decode-only-after.prom")]) as m:

@@ -29,3 +29,18 @@ def test_a_page_costs_the_same_queries_with_5_or_60_deployments(reader, team, ur
     grow(teams=teams, to=60)
     many = count_queries(reader.get, url)
     assert many == few, f"{url}: {few} queries with 5 deployments, {many} with 60"
+
+
+def test_this_months_spend_reads_the_month_once_for_its_total_and_the_budget(api, member, team):
+    """`budget_used` is this month's total against the budget: a budget costs the spend answer no second read of
+    the month."""
+    grow(teams=[team], to=5)
+    api.force_authenticate(member)
+    url = f"/api/v1/teams/{team.slug}/spend/"
+    count_queries(api.get, url)  # warm
+    without_budget = count_queries(api.get, url)
+    team.monthly_budget_usd = 1000
+    team.save()
+    with_budget = count_queries(api.get, url)
+    assert with_budget == without_budget
+    assert api.get(url).json()["monthly_budget_usd"] == 1000
