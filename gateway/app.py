@@ -10,6 +10,7 @@ import redis.asyncio as aioredis
 
 from controlplane.request_id import request_id_valid
 from gateway import metrics
+from gateway.announcements import Listener
 from gateway.config import GatewayConfig
 from gateway.errors import GatewayError
 from gateway.keys import AuthFailures, KeyRing
@@ -47,6 +48,7 @@ class Gateway:
                             max_entries=config.cache_max_entries, failures=self.failures)
         self.router = Router(self.store, ttl=config.route_ttl_s, max_stale=config.max_stale_s,
                              max_entries=config.cache_max_entries)
+        self.announcements = Listener(keys=self.keys.cache, routes=self.router.cache)
         self.metrics_server = None
         self.in_flight = 0
         self.redis = None
@@ -62,7 +64,7 @@ class Gateway:
             raise RuntimeError(f"cannot serve metrics on {self.config.metrics_host}:{self.config.metrics_port} ({e}); "
                                "set TANDEM_GATEWAY_METRICS_HOST/_PORT") from None
         await self.store.open()
-        # The process's one Redis client: rate limits, the request recorder and the key channel share its pool.
+        # The process's one Redis client: rate limits, the request recorder and the announcements share its pool.
         self.redis = aioredis.Redis.from_url(self.config.redis_url)
         self.limiter = RateLimiter(self.redis, max_keys=self.config.cache_max_entries)
         self.router.waker = Waker(self.redis)
@@ -77,13 +79,13 @@ class Gateway:
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.config.connect_timeout_s,
                                           sock_read=self.config.upstream_timeout_s),
             skip_auto_headers=("Accept-Encoding", "User-Agent"), auto_decompress=False)
-        self._tasks = [asyncio.ensure_future(self.keys.listen(self.redis)),
+        self._tasks = [asyncio.ensure_future(self.announcements.run(self.redis)),
                        asyncio.ensure_future(self.recorder.run()),
                        asyncio.ensure_future(self.keys.keep_known_ids(every=self.config.max_stale_s))]
-        try:  # refuse traffic until revocations can reach us
-            await asyncio.wait_for(self.keys.listening.wait(), timeout=10)
+        try:  # refuse traffic until revocations and endpoint changes can reach us
+            await asyncio.wait_for(self.announcements.listening.wait(), timeout=10)
         except asyncio.TimeoutError:
-            log.warning("key invalidation channel not subscribed yet; starting anyway")
+            log.warning("announcement channels not subscribed yet; starting anyway")
         log.info("gateway ready on %s:%s", self.config.host, self.config.port)
 
     async def shutdown(self) -> None:
@@ -143,7 +145,7 @@ class Gateway:
         elif path == b"/v1/models" and method == "GET":
             await self.list_models(scope, send, client_id or request_id, authorization)
         elif path in (b"/healthz", b"/readyz") and method == "GET":
-            ready = path == b"/healthz" or self.keys.listening.is_set()
+            ready = path == b"/healthz" or self.announcements.listening.is_set()
             await _plain(send, 200 if ready else 503, b'{"status":"%s"}' % (b"ok" if ready else b"not ready"),
                          b"application/json")
         elif endpoint is not None or path == b"/v1/models":

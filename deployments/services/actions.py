@@ -13,6 +13,7 @@ from deployments.model_sources import source_roots_of
 from deployments.models import Cluster, Deployment, Membership, Team
 from deployments.quota_rules import quota_gpus
 from deployments.redaction import internal_redact
+from deployments.services.announcements import route_change_announce
 from deployments.services.budgets import budget_require_approver
 from deployments.services.events import event_record
 from deployments.services.node_groups import nodegroup_quota_check
@@ -331,7 +332,8 @@ def deployment_delete(*, actor, deployment: Deployment) -> Deployment:
 def deployment_transition(*, deployment: Deployment, to: str, actor=None, reason: str = "",
                           event_kind: EventKind | None = None, expected: str | None = None) -> Deployment:
     """The only writer of `status`: lock, no-op when unchanged, refuse what the state machine forbids,
-    record an event and enqueue the reconciler when there is work left.
+    record an event, tell the gateways (a status change opens or closes the endpoint) and enqueue the reconciler
+    when there is work left.
 
     `expected`: the status the caller acted on (a reconcile pass's). When someone moved the deployment since (a
     pause, a delete), StatusMoved and nothing is written: the pass must not act on what it read."""
@@ -356,6 +358,7 @@ def deployment_transition(*, deployment: Deployment, to: str, actor=None, reason
         d.save(update_fields=["status", "status_reason", "status_changed_at", "delete_requested_at", "updated_at"])
         event_record(kind=event_kind or status_kind(to), deployment=d, actor=actor, message=reason,
                      before=before, after={"status": to, "reason": reason})
+        route_change_announce(deployment=d)
         if to in UNSETTLED:
             _enqueue_reconcile(d.pk)
     return d

@@ -13,6 +13,7 @@ from deployments.services.budgets import budgets_check
 from gateway.wake import WAKE_TASK
 from tests.gateway.test_errors import CHAT, assert_openai_error, post
 from tests.support.broker import queued
+from tests.support.processes import wait_for
 from workers.tasks import wake_deployment
 
 
@@ -81,3 +82,22 @@ def test_a_team_past_its_budget_is_told_a_request_does_not_wake_it_and_the_refus
     assert dep.status == Status.PAUSED
     refused = dep.events.get(kind="wake_refused")
     assert refused.actor is None and "past the budget, a platform admin has to resume it" in refused.message
+
+
+def test_a_woken_deployment_answers_503_with_retry_after_from_its_estimate_until_it_serves(world, gateway,
+                                                                                         redis_client):
+    dep = world.deployment("waking", status=Status.PAUSED)
+    dep.spec["pause"] = {"idle_minutes": None, "wake_on_request": True}
+    dep.ready_estimate_seconds = 95
+    dep.save()
+    _, raw = world.key()
+    woke = post(gateway, raw, {"model": "waking", **CHAT})
+    assert_openai_error(woke, 503, "deployment_paused")
+    [args] = queued(redis_client, task=WAKE_TASK)
+    wake_deployment(*args)  # the worker resumes it: provisioning from now
+
+    provisioning = wait_for(lambda: (lambda r: r if "deployment_not_running" in r.text else None)(
+        post(gateway, raw, {"model": "waking", **CHAT})), timeout=5, what="the gateway seeing it provisioning")
+    error = assert_openai_error(provisioning, 503, "deployment_not_running")
+    assert "provisioning" in error["message"]
+    assert 0 < int(provisioning.headers["retry-after"]) <= int(woke.headers["retry-after"]) == 95
