@@ -46,7 +46,8 @@ def model_not_found(model: str) -> GatewayError:
 
 def rate_limited(what: str, retry_after: int) -> GatewayError:
     return GatewayError(429, f"Rate limit reached for {what} per minute on this API key. Retry after {retry_after}s.",
-                        type="rate_limit_error", code="rate_limit_exceeded", headers=_retry_after_seconds(retry_after))
+                        type="rate_limit_error", code="rate_limit_exceeded",
+                        headers=_retry_after_seconds(retry_after))
 
 
 def too_many_failures(retry_after: int) -> GatewayError:

@@ -9,7 +9,6 @@ check segments must be one of the live keys' ids, which the gateway keeps in mem
 """
 import asyncio
 import ipaddress
-import logging
 import math
 import time
 from collections import OrderedDict
@@ -25,9 +24,6 @@ from deployments.credential_format import (
 from gateway import metrics
 from gateway.cache import MISSING, AsyncCache
 from gateway.errors import too_many_failures, unauthorized
-
-log = logging.getLogger(__name__)
-
 
 @dataclass(frozen=True, slots=True)
 class Key:
