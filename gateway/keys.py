@@ -25,6 +25,7 @@ from gateway import metrics
 from gateway.cache import MISSING, AsyncCache
 from gateway.errors import too_many_failures, unauthorized
 
+
 @dataclass(frozen=True, slots=True)
 class Key:
     """What the gateway needs of an ApiKey row; never the secret, only its digest."""
