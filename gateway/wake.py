@@ -20,18 +20,18 @@ from kombu.exceptions import OperationalError
 from redis.exceptions import RedisError
 
 from deployments.budget_flag import OVER_BUDGET_KEY
-from deployments.cost import DEFAULT_READY_SECONDS
 
 log = logging.getLogger(__name__)
 
 WAKE_TASK = "workers.tasks.wake_deployment"
 CLAIM_SECONDS = 60
 OVER_BUDGET_CLAIM_SECONDS = 600  # the budget check's beat interval: a refusal is recorded once per check
+DEFAULT_READY_SECONDS = 300  # deployments.cost's default, for a deployment paused before estimates were kept
 
 
 def ready_in(*, since: float, estimate: int | None, now: float) -> int:
     """Seconds until a deployment that set off on its way to serving at `since` (epoch seconds) should serve: its
-    ready estimate from then (deployments.cost's default for one paused before estimates were kept), at least 1.
+    ready estimate from then (the default for one paused before estimates were kept), at least 1.
     A client's Retry-After, whether its request woke the deployment or it is still provisioning."""
     return max(1, math.ceil(since + (estimate or DEFAULT_READY_SECONDS) - now))
 
