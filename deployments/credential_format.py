@@ -1,6 +1,6 @@
 """What Tandem's secrets look like, in one pure module: the services mint and check them with it, the gateway
-authenticates with it, and nothing else re-declares a prefix, a length, the check, the digest or the revocation
-channel.
+authenticates with it, and nothing else re-declares a prefix, a length, the check or the digest (the channel that
+announces a revocation is in `deployments.gateway_channels`).
 
 A secret is `<prefix>_<key_id>_<random>_<check>`: `tdm_` for a team's gateway API key, `tdp_` for a personal
 access token, `tds_` for an identity provider's SCIM token. `<random>` is 43 base62 characters (256 bits);
@@ -25,8 +25,6 @@ RANDOM_LENGTH = 43  # base62 characters: 256 bits
 CHECK_LENGTH = 6  # base62 characters: holds 32 bits (62**6 > 2**32)
 BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 BASE62_BYTES = BASE62.encode()
-# Redis pub/sub channel on which a revoked (or otherwise changed) API key's id is announced to every gateway.
-KEY_EVENTS_CHANNEL = "tandem:keys:changed"
 
 
 def credential_check_key(hmac_secret: str | bytes) -> bytes:

@@ -1,20 +1,19 @@
 """The gateway's ASGI application: lifespan (pools, listeners) and a tiny router over a handful of paths."""
 import asyncio
-import itertools
 import logging
-import secrets
 
 import aiohttp
 import orjson
 import redis.asyncio as aioredis
 
-from controlplane.request_id import request_id_valid
 from gateway import metrics
+from gateway.announcements import Listener
 from gateway.config import GatewayConfig
 from gateway.errors import GatewayError
 from gateway.keys import AuthFailures, KeyRing
 from gateway.proxy import handle_openai, send_error
 from gateway.ratelimit import RateLimiter
+from gateway.requests import RequestHead
 from gateway.routing import Router
 from gateway.store import Store
 from gateway.timing import Recorder
@@ -24,15 +23,6 @@ log = logging.getLogger(__name__)
 
 OPENAI_POSTS = {b"/v1/chat/completions": "chat.completions", b"/v1/completions": "completions",
                 b"/v1/embeddings": "embeddings"}
-
-# The gateway's own request ids, the key of every record: 32 hex digits, a random per-process prefix and a count
-# (unique across replicas without a uuid4 per request). A client's X-Request-ID is kept beside it, never as it.
-_ID_PREFIX = secrets.token_hex(10)
-_ID_COUNT = itertools.count()
-
-
-def new_request_id() -> str:
-    return f"{_ID_PREFIX}{next(_ID_COUNT):012x}"
 
 
 class Gateway:
@@ -47,6 +37,7 @@ class Gateway:
                             max_entries=config.cache_max_entries, failures=self.failures)
         self.router = Router(self.store, ttl=config.route_ttl_s, max_stale=config.max_stale_s,
                              max_entries=config.cache_max_entries)
+        self.announcements = Listener(keys=self.keys.cache, routes=self.router.cache)
         self.metrics_server = None
         self.in_flight = 0
         self.redis = None
@@ -62,12 +53,12 @@ class Gateway:
             raise RuntimeError(f"cannot serve metrics on {self.config.metrics_host}:{self.config.metrics_port} ({e}); "
                                "set TANDEM_GATEWAY_METRICS_HOST/_PORT") from None
         await self.store.open()
-        # The process's one Redis client: rate limits, the request recorder and the key channel share its pool.
+        # The process's one Redis client: rate limits, the request recorder and the announcements share its pool.
         self.redis = aioredis.Redis.from_url(self.config.redis_url)
-        self.limiter = RateLimiter(self.redis, max_keys=self.config.cache_max_entries)
+        self.limiter = RateLimiter(self.redis, interval=self.config.flush_interval_s,
+                                   max_keys=self.config.cache_max_entries)
         self.router.waker = Waker(self.redis)
-        self.recorder = Recorder(self.redis, interval=self.config.flush_interval_s, access_log=self.config.access_log,
-                                 limiter=self.limiter)
+        self.recorder = Recorder(self.redis, interval=self.config.flush_interval_s, access_log=self.config.access_log)
         metrics.watch_sizes(keys=self.keys.cache, routes=self.router.cache, auth_failures=self.failures,
                             rate_limits=self.limiter)
         metrics.IN_FLIGHT.set_function(lambda: self.in_flight)
@@ -77,13 +68,14 @@ class Gateway:
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.config.connect_timeout_s,
                                           sock_read=self.config.upstream_timeout_s),
             skip_auto_headers=("Accept-Encoding", "User-Agent"), auto_decompress=False)
-        self._tasks = [asyncio.ensure_future(self.keys.listen(self.redis)),
+        self._tasks = [asyncio.ensure_future(self.announcements.run(self.redis)),
                        asyncio.ensure_future(self.recorder.run()),
+                       asyncio.ensure_future(self.limiter.run()),
                        asyncio.ensure_future(self.keys.keep_known_ids(every=self.config.max_stale_s))]
-        try:  # refuse traffic until revocations can reach us
-            await asyncio.wait_for(self.keys.listening.wait(), timeout=10)
+        try:  # refuse traffic until revocations and endpoint changes can reach us
+            await asyncio.wait_for(self.announcements.listening.wait(), timeout=10)
         except asyncio.TimeoutError:
-            log.warning("key invalidation channel not subscribed yet; starting anyway")
+            log.warning("announcement channels not subscribed yet; starting anyway")
         log.info("gateway ready on %s:%s", self.config.host, self.config.port)
 
     async def shutdown(self) -> None:
@@ -92,6 +84,7 @@ class Gateway:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self.recorder.pending:
             await self.recorder.flush()
+        await self.limiter.sync()
         await self.session.close()
         await self.redis.aclose()
         await self.store.close()
@@ -120,51 +113,40 @@ class Gateway:
                 return
 
     async def http(self, scope, receive, send):
-        authorization = given_id = content_length = None
-        for name, value in scope["headers"]:
-            if name == b"authorization":
-                authorization = value
-            elif name == b"x-request-id":
-                given_id = value
-            elif name == b"content-length":
-                content_length = int(value) if value.isdigit() and len(value) < 19 else None
-        request_id, client_id = new_request_id(), given_id.decode("latin-1") if given_id else ""
-        if client_id and not request_id_valid(client_id):
-            client_id = ""  # never echo (or log) arbitrary text
         path, method = scope["raw_path"].partition(b"?")[0], scope["method"]
         endpoint = OPENAI_POSTS.get(path)
+        head = RequestHead.from_scope(scope, endpoint or "")
         if endpoint is not None and method == "POST":
             self.in_flight += 1
             try:
-                await handle_openai(self, scope, receive, send, endpoint, request_id, client_id, authorization,
-                                    content_length)
+                await handle_openai(self, head, receive, send)
             finally:
                 self.in_flight -= 1
         elif path == b"/v1/models" and method == "GET":
-            await self.list_models(scope, send, client_id or request_id, authorization)
+            await self.list_models(head, send)
         elif path in (b"/healthz", b"/readyz") and method == "GET":
-            ready = path == b"/healthz" or self.keys.listening.is_set()
+            ready = path == b"/healthz" or self.announcements.listening.is_set()
             await _plain(send, 200 if ready else 503, b'{"status":"%s"}' % (b"ok" if ready else b"not ready"),
                          b"application/json")
         elif endpoint is not None or path == b"/v1/models":
             await send_error(send, GatewayError(405, f"{method} is not allowed here.", code="method_not_allowed"),
-                             (client_id or request_id).encode())
+                             head.echo_id)
         else:
             await send_error(send, GatewayError(404, f"There is no {path[:200].decode(errors='replace')} here; the "
                                                      "gateway serves /v1/models, /v1/chat/completions, "
                                                      "/v1/completions and /v1/embeddings.", code="not_found"),
-                             (client_id or request_id).encode())
+                             head.echo_id)
 
-    async def list_models(self, scope, send, request_id: str, authorization) -> None:
+    async def list_models(self, head: RequestHead, send) -> None:
         try:
-            key = await self.keys.authenticate(authorization, scope.get("client"))
+            key = await self.keys.authenticate(head.authorization, head.client)
             routes = await self.router.models(key)
         except GatewayError as err:
-            await send_error(send, err, request_id.encode())
+            await send_error(send, err, head.echo_id)
             return
         body = orjson.dumps({"object": "list", "data": [
             {"id": r.model_id, "object": "model", "created": r.created, "owned_by": key.team_slug} for r in routes]})
-        await _plain(send, 200, body, b"application/json", request_id.encode())
+        await _plain(send, 200, body, b"application/json", head.echo_id)
 
 
 async def _plain(send, status: int, body: bytes, content_type: bytes, request_id: bytes | None = None):

@@ -34,7 +34,7 @@ class GatewayConfig:
     # A cached key or route is refreshed in the background after half of this, and refused (503) past it
     # while PostgreSQL cannot confirm it: revocation fails closed even when pub/sub or the database is away.
     max_stale_s: float = 30.0
-    route_ttl_s: float = 2.0  # deployments change status without an announcement
+    route_ttl_s: float = 2.0  # changes are announced (gateway.announcements): this is the fallback for a lost one
     negative_ttl_s: float = 5.0
     cache_max_entries: int = 100_000
     auth_failures_per_minute: int = 60  # per client address; 0 turns the limit off

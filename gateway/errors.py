@@ -18,6 +18,10 @@ class GatewayError(Exception):
         return self.raw or error_body(self.message, self.type, self.param, self.code)
 
 
+def _retry_after_seconds(seconds: int) -> list[tuple[bytes, bytes]]:
+    return [(b"retry-after", str(seconds).encode())]
+
+
 def error_body(message: str, type: str, param: str | None = None, code: str | None = None) -> bytes:
     return orjson.dumps({"error": {"message": message, "type": type, "param": param, "code": code}})
 
@@ -43,13 +47,13 @@ def model_not_found(model: str) -> GatewayError:
 def rate_limited(what: str, retry_after: int) -> GatewayError:
     return GatewayError(429, f"Rate limit reached for {what} per minute on this API key. Retry after {retry_after}s.",
                         type="rate_limit_error", code="rate_limit_exceeded",
-                        headers=[(b"retry-after", str(retry_after).encode())])
+                        headers=_retry_after_seconds(retry_after))
 
 
 def too_many_failures(retry_after: int) -> GatewayError:
     return GatewayError(429, "Too many failed authentications from your address. Check your API key, then retry "
                              f"after {retry_after}s.", type="rate_limit_error", code="too_many_auth_failures",
-                        headers=[(b"retry-after", str(retry_after).encode())])
+                        headers=_retry_after_seconds(retry_after))
 
 
 def store_unavailable() -> GatewayError:
@@ -67,8 +71,9 @@ def bad_gateway(message: str, code: str = "upstream_error") -> GatewayError:
     return GatewayError(502, message, type="upstream_error", code=code)
 
 
-def unavailable(message: str, code: str = "deployment_not_running") -> GatewayError:
-    return GatewayError(503, message, type="service_unavailable", code=code)
+def unavailable(message: str, code: str = "deployment_not_running", *, retry_after: int | None = None) -> GatewayError:
+    return GatewayError(503, message, type="service_unavailable", code=code,
+                        headers=_retry_after_seconds(retry_after) if retry_after else None)
 
 
 def deployment_paused(model: str, deployment_id: int, *, waking_in: int | None) -> GatewayError:
@@ -77,7 +82,7 @@ def deployment_paused(model: str, deployment_id: int, *, waking_in: int | None) 
         return GatewayError(503, f"The deployment serving `{model}` was paused; this request is waking it. It is "
                                  f"expected to serve again in about {waking_in}s: retry after that.",
                             type="service_unavailable", code="deployment_paused",
-                            headers=[(b"retry-after", str(waking_in).encode())])
+                            headers=_retry_after_seconds(waking_in))
     return GatewayError(503, f"The deployment serving `{model}` is paused. A member of its team can resume it in the "
                              f"portal or with POST /api/v1/deployments/{deployment_id}/resume/.",
                         type="service_unavailable", code="deployment_paused")

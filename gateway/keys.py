@@ -1,4 +1,5 @@
-"""API-key authentication against a bounded in-memory cache that Redis pub/sub invalidates on revocation.
+"""API-key authentication against a bounded in-memory cache that Redis pub/sub invalidates on revocation
+(gateway.announcements).
 
 A key the cache holds costs a dictionary lookup and one HMAC. Anything else takes the slow path, where nothing
 touches the database unless it could be a real key: a key whose check segment is right (see
@@ -8,17 +9,13 @@ check segments must be one of the live keys' ids, which the gateway keeps in mem
 """
 import asyncio
 import ipaddress
-import logging
 import math
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
-import redis.asyncio as aioredis
-
 from deployments.credential_format import (
     API_KEY_PREFIX,
-    KEY_EVENTS_CHANNEL,
     CredentialDigester,
     credential_check_key,
     credential_check_ok,
@@ -27,8 +24,6 @@ from deployments.credential_format import (
 from gateway import metrics
 from gateway.cache import MISSING, AsyncCache
 from gateway.errors import too_many_failures, unauthorized
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +121,6 @@ class KeyRing:
         self.failures = failures
         # Ids of the live keys, for keys minted before check segments (None until first loaded).
         self.known_ids: frozenset[str] | None = None
-        self.listening = asyncio.Event()
 
     async def _load(self, key_id: str) -> Key | None:
         row = await self._store.key_row(key_id)
@@ -180,31 +174,3 @@ class KeyRing:
             except Exception:  # noqa: BLE001 - logged by the store; try again next time
                 pass
             await asyncio.sleep(every)
-
-    async def listen(self, client: aioredis.Redis) -> None:
-        """Drop a key when it is announced; after any (re)subscription drop all, since messages may be lost.
-        `client` is the gateway's one Redis client; each subscription takes a connection of its own from it.
-        While unsubscribed, a cached key lives at most the cache's `max_stale` without PostgreSQL's word."""
-        while True:
-            pubsub = client.pubsub()
-            try:
-                await pubsub.subscribe(KEY_EVENTS_CHANNEL)
-                async for message in pubsub.listen():
-                    if message["type"] == "subscribe":
-                        self.cache.clear()
-                        self.listening.set()
-                    elif message["type"] == "message":
-                        key_id = message["data"].decode(errors="replace")
-                        self.cache.invalidate(key_id)
-                        log.info("api key %s invalidated", key_id)
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # noqa: BLE001 - Redis away: retry; cached keys stay until re-subscribed
-                log.warning("key invalidation channel lost; reconnecting", exc_info=True)
-                self.listening.clear()
-                await asyncio.sleep(0.5)
-            finally:
-                try:
-                    await pubsub.aclose()
-                except Exception:  # noqa: BLE001
-                    pass

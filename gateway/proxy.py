@@ -7,7 +7,8 @@ import aiohttp
 import orjson
 
 from gateway.errors import GatewayError, bad_gateway, from_upstream, gateway_timeout
-from gateway.requests import ClientGone, check_against_deployment, parse_request, read_body, upstream_body
+from gateway.requests import (ClientGone, RequestHead, check_against_deployment, parse_request, read_body,
+                              upstream_body)
 from gateway.streaming import read_usage, relay_events
 from gateway.timing import Record
 
@@ -53,23 +54,21 @@ async def send_error(send, err: GatewayError, request_id: bytes) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-async def handle_openai(gw, scope, receive, send, endpoint: str, request_id: str, client_id: str, authorization,
-                        content_length):
-    """`request_id` is the gateway's own (the record's key, sent upstream); the client's `X-Request-ID`, when
-    sane, is kept beside it and echoed back."""
-    rec = Record(request_id, endpoint, client_id)
-    rid = (client_id or request_id).encode()
+async def handle_openai(gw, head: RequestHead, receive, send):
+    """The record is kept under the gateway's own request id (sent upstream too); the client's `X-Request-ID`,
+    when sane, is kept beside it and echoed back. The tokens a key's request used count towards its limit once
+    the request has finished."""
+    rec = Record(head.request_id, head.endpoint, head.client_id)
+    rid = head.echo_id
     ex = Exchange()
-    extensions = scope.get("extensions")
-    connection = extensions.get("tandem.connection") if extensions else None
-    watcher = None
-    resp = None
+    connection = head.connection
+    key = watcher = resp = None
     status = 200
     try:
-        key = await gw.keys.authenticate(authorization, scope.get("client"))
-        rec.key_pk, rec.key_id, rec.tpm = key.pk, key.key_id, key.tokens_per_minute
-        raw = await read_body(receive, content_length, gw.config.max_body_bytes)
-        data = parse_request(raw, endpoint)
+        key = await gw.keys.authenticate(head.authorization, head.client)
+        rec.key_pk, rec.key_id = key.pk, key.key_id
+        raw = await read_body(receive, head.content_length, gw.config.max_body_bytes)
+        data = parse_request(raw, head.endpoint)
         rec.model = data["model"]
         stream = rec.stream = data.get("stream") is True
         route = await gw.router.resolve(key, rec.model)
@@ -83,7 +82,7 @@ async def handle_openai(gw, scope, receive, send, endpoint: str, request_id: str
             raise ClientGone
         else:
             connection.on_lost = partial(_client_left, ex)
-        resp = await _post(gw, route, endpoint, body, request_id)
+        resp = await _post(gw, route, head.endpoint, body, head.request_id)
         if resp.status >= 400:
             raise await _upstream_error(resp)
         if stream and resp.content_type == "text/event-stream":
@@ -138,6 +137,8 @@ async def handle_openai(gw, scope, receive, send, endpoint: str, request_id: str
                 resp.close()
         rec.finish(status)
         gw.recorder.add(rec)
+        if key is not None:
+            gw.limiter.spent(key, at=rec.created_at, tokens=rec.prompt_tokens + rec.completion_tokens)
 
 
 async def _post(gw, route, endpoint: str, body: bytes, request_id: str):

@@ -37,8 +37,8 @@ class _Window:
 class RateLimiter:
     """Fixed windows shared by every replica through Redis, without a Redis round trip on the request path.
 
-    Each replica counts its own requests and, with every flush of the recorder (50 ms), adds them to Redis and
-    reads back everyone's totals. A request finding its key's totals older than `SYNC_S` (the key's first in a
+    Each replica counts its own requests and tokens and, every `interval` (50 ms, the recorder's flush interval,
+    in a pipeline of its own), adds them to Redis and reads back everyone's totals. A request finding its key's totals older than `SYNC_S` (the key's first in a
     window, or after a quiet spell) reads them first, so only keys in steady use skip the round trip. A replica
     thus sees the others' traffic within about 50 ms when busy and `SYNC_S` at most: requests spread over
     several replicas can overshoot a limit by what the others admitted in that time. Refused
@@ -47,10 +47,12 @@ class RateLimiter:
     enforces the limits on what it has seen itself.
     """
 
-    def __init__(self, redis, *, max_keys: int = 100_000):
+    def __init__(self, redis, *, interval: float, max_keys: int = 100_000):
         self._redis = redis
+        self._interval = interval
         self._max_keys = max_keys
         self._live: dict[str, _Window] = {}
+        self._tokens: Counter = Counter()  # (key id, window) -> tokens finished requests used since the last sync
 
     def __len__(self):
         return len(self._live)
@@ -92,26 +94,33 @@ class RateLimiter:
             counts.ready = None
             counts.synced_at = time.monotonic()  # after a failure too: try again in SYNC_S, not per request
 
-    @property
-    def has_news(self) -> bool:
-        return any(counts.dirty for counts in self._live.values())
+    def spent(self, key, *, at: float, tokens: int) -> None:
+        """A finished request of `key`, started at `at` (the gateway's clock), used `tokens`: they count towards
+        its tokens per minute from the next sync (only a key with that limit is counted)."""
+        if not key.tokens_per_minute or not tokens:
+            return
+        self._tokens[key.key_id, int(at // 60)] += tokens
+        counts = self._live.get(key.key_id)
+        if counts is not None:
+            counts.dirty = True
 
-    def flush_into(self, pipe, records) -> list:
-        """Queue on the recorder's pipeline the tokens of these finished requests, then, for every key used since
-        the last flush, its new requests and a read of the window's totals. `absorb` takes the results. Tokens are
-        summed per key and window first: one INCRBY each, not one per request (packing commands is most of what a
-        flush costs)."""
-        tokens = Counter()
-        for rec in records:
-            if rec.tpm and (rec.prompt_tokens or rec.completion_tokens):
-                tokens[rec.key_id, int(rec.created_at // 60)] += rec.prompt_tokens + rec.completion_tokens
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval)
+            if self._tokens or any(counts.dirty for counts in self._live.values()):
+                await self.sync()
+
+    async def sync(self) -> None:
+        """Add the tokens and requests counted since the last sync to Redis and read every key's totals back, in
+        one pipeline. Tokens are summed per key and window first: one INCRBY each, not one per request (packing
+        commands is most of what a sync costs). Redis away: the tokens wait for the next sync, and requests stay
+        pending in their window."""
+        tokens, self._tokens = self._tokens, Counter()
+        pipe = self._redis.pipeline(transaction=False)
         for (key_id, window), count in tokens.items():
             _, tok_key = _keys(key_id, window)
             pipe.incrby(tok_key, count)
             pipe.expire(tok_key, 120)
-            counts = self._live.get(key_id)
-            if counts is not None:
-                counts.dirty = True
         current = int(clock.now() // 60)
         queued = []
         for key_id, counts in list(self._live.items()):
@@ -123,10 +132,14 @@ class RateLimiter:
                 pipe.incrby(req_key, counts.pending)
                 pipe.expire(req_key, 120)
                 pipe.get(tok_key)
-        return queued
-
-    @staticmethod
-    def absorb(queued: list, results: list) -> None:
+        if not len(pipe):
+            return
+        try:
+            results = await pipe.execute()
+        except RedisError:
+            log.warning("could not sync rate limit counts with Redis; will retry", exc_info=True)
+            self._tokens.update(tokens)
+            return
         for counts, sent, at in queued:
             counts.pending -= sent  # what came since stays pending: the check adds it to the new total
             counts.requests = results[at]

@@ -1,7 +1,58 @@
-"""Reading and checking a client's request body before anything is sent upstream (400 and 413 come from here)."""
+"""A client's request: its head, read once from the ASGI scope, and its body, read and checked before anything is
+sent upstream (400 and 413 come from here)."""
+import itertools
+import secrets
+from dataclasses import dataclass
+
 import orjson
 
+from controlplane.request_id import request_id_valid
 from gateway.errors import bad_request, too_large
+
+# The gateway's own request ids, the key of every record: 32 hex digits, a random per-process prefix and a count
+# (unique across replicas without a uuid4 per request). A client's X-Request-ID is kept beside it, never as it.
+_ID_PREFIX = secrets.token_hex(10)
+_ID_COUNT = itertools.count()
+
+
+def new_request_id() -> str:
+    return f"{_ID_PREFIX}{next(_ID_COUNT):012x}"
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHead:
+    """What the gateway knows of a request before its body arrives, passed down the request path whole."""
+
+    endpoint: str  # the OpenAI endpoint ("chat.completions", "completions", "embeddings"), or "" for other paths
+    request_id: str  # the gateway's own: the record's key, sent upstream
+    client_id: str  # the client's X-Request-ID when sane, else "": kept beside the record's, echoed back
+    authorization: bytes | None
+    content_length: int | None
+    client: tuple | None  # the ASGI scope's (host, port): failed authentications are counted against it
+    connection: object | None  # gateway.server's hook that says when the client left, where the server offers it
+
+    @property
+    def echo_id(self) -> bytes:
+        """The X-Request-ID of the answer: the client's own when it sent a sane one."""
+        return (self.client_id or self.request_id).encode()
+
+    @classmethod
+    def from_scope(cls, scope, endpoint: str) -> "RequestHead":
+        authorization = given_id = content_length = None
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                authorization = value
+            elif name == b"x-request-id":
+                given_id = value
+            elif name == b"content-length":
+                content_length = int(value) if value.isdigit() and len(value) < 19 else None
+        client_id = given_id.decode("latin-1") if given_id else ""
+        if client_id and not request_id_valid(client_id):
+            client_id = ""  # never echo (or log) arbitrary text
+        extensions = scope.get("extensions")
+        return cls(endpoint=endpoint, request_id=new_request_id(), client_id=client_id, authorization=authorization,
+                   content_length=content_length, client=scope.get("client"),
+                   connection=extensions.get("tandem.connection") if extensions else None)
 
 
 class ClientGone(Exception):

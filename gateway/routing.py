@@ -1,13 +1,15 @@
 """Routing by `model` within the key's team: a per-team table of deployments, cached briefly."""
 import logging
+import time
 from dataclasses import dataclass
 
 from yarl import URL
 
-from deployments.lifecycle import SERVING, Status
+from deployments.lifecycle import SERVING, STARTING, Status
 from deployments.secret_refs import SecretRefError, secret_resolve
 from gateway.cache import MISSING, AsyncCache
 from gateway.errors import deployment_over_budget, deployment_paused, forbidden, model_not_found, unavailable
+from gateway.wake import ready_in
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +45,7 @@ class Route:
     closed: str = ""  # serving, but closed to users until fixed (KV not on the EFA asked for): why, and the fix
     wake_on_request: bool = False  # paused, and a request may wake it
     ready_estimate: int | None = None  # seconds a resume is expected to take (its own history)
+    status_changed_at: float = 0.0  # epoch seconds: for a deployment on its way to serving, when it set off
 
     @property
     def serving(self) -> bool:
@@ -65,7 +68,8 @@ class Route:
                    created=int(row["updated_at"].timestamp()) if row.get("updated_at") else 0, problem=problem,
                    checking=bool(row.get("checking")), closed=row.get("closed_reason") or "",
                    wake_on_request=bool(row.get("wake_on_request")),
-                   ready_estimate=row.get("ready_estimate_seconds"))
+                   ready_estimate=row.get("ready_estimate_seconds"),
+                   status_changed_at=float(row.get("status_changed_at") or 0))
 
     def open_to(self, key) -> bool:
         """Serving, and checked and not closed; Tandem's own service keys (conformance runs) reach it regardless."""
@@ -109,10 +113,14 @@ class Router:
         if route.status == Status.PAUSED:
             if not route.wake_on_request or self.waker is None:
                 raise deployment_paused(model, route.deployment_id, waking_in=None)
-            waking_in = await self.waker.wake(route.deployment_id, team_id=key.team_id, ready_in=route.ready_estimate)
+            waking_in = await self.waker.wake(route.deployment_id, team_id=key.team_id, estimate=route.ready_estimate)
             if waking_in is None:
                 raise deployment_over_budget(model, route.deployment_id)
             raise deployment_paused(model, route.deployment_id, waking_in=waking_in)
+        if route.status in STARTING and not route.problem:  # on its way (back) to serving: say when to come back
+            seconds = ready_in(since=route.status_changed_at, estimate=route.ready_estimate, now=time.time())
+            raise unavailable(f"The deployment serving `{model}` is {route.status}; it is expected to serve in about "
+                              f"{seconds}s: retry after that.", retry_after=seconds)
         if not route.serving:
             raise unavailable(route.problem or f"The deployment serving `{model}` is {route.status.replace('_', ' ')}"
                                                f"{'' if route.urls else ' and has no endpoint yet'}; try again later.")

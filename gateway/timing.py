@@ -20,7 +20,7 @@ class Record:
     """One request; timestamps come from perf_counter, `created_at` from the gateway's wall clock (gateway/clock.py)."""
 
     __slots__ = ("request_id", "client_request_id", "created_at", "t0", "endpoint", "stream", "model", "key_pk",
-                 "key_id", "tpm", "deployment_id", "status_code", "error_type", "prompt_tokens", "completion_tokens", "partial",
+                 "key_id", "deployment_id", "status_code", "error_type", "prompt_tokens", "completion_tokens", "partial",
                  "ttft_ms", "e2e_ms", "mean_itl_ms", "max_itl_ms", "bytes_out", "_last", "chunks", "_gap_sum",
                  "_gap_max")
 
@@ -32,7 +32,7 @@ class Record:
         self.endpoint = endpoint
         self.stream = False
         self.model = ""
-        self.key_pk = self.deployment_id = self.tpm = None
+        self.key_pk = self.deployment_id = None
         self.key_id = ""
         self.status_code = 0
         self.error_type = ""
@@ -79,12 +79,10 @@ class Record:
 
 
 class Recorder:
-    """Collects finished records and, every `interval`, writes them to Redis, Prometheus and the access log, in
-    one pipeline with the rate limiter's counts."""
+    """Collects finished records and, every `interval`, writes them to Redis, Prometheus and the access log."""
 
-    def __init__(self, redis, *, interval: float, access_log: bool, limiter):
+    def __init__(self, redis, *, interval: float, access_log: bool):
         self._redis = redis
-        self._limiter = limiter
         self._interval = interval
         self._access_log = access_log and log.isEnabledFor(logging.INFO)
         self._out = sys.stderr.buffer
@@ -97,7 +95,7 @@ class Recorder:
     async def run(self) -> None:
         while True:
             await asyncio.sleep(self._interval)
-            if self._buffer or self._unsent or self._limiter.has_news:
+            if self._buffer or self._unsent:
                 await self.flush()
 
     async def flush(self) -> None:
@@ -112,16 +110,13 @@ class Recorder:
         for i in range(0, len(usage), RECORDS_PER_ENTRY):
             pipe.xadd(RECORD_STREAM, {"b": orjson.dumps(usage[i:i + RECORDS_PER_ENTRY])}, maxlen=RECORD_STREAM_MAXLEN,
                       approximate=True)
-        queued = self._limiter.flush_into(pipe, batch)
         try:
-            results = await pipe.execute()
+            await pipe.execute()
         except RedisError:
             log.warning("could not write %d request records to Redis; will retry", len(batch), exc_info=True)
             self._unsent = batch[-MAX_BUFFERED:]
             if len(batch) > MAX_BUFFERED:
                 metrics.RECORDS_DROPPED.inc(len(batch) - MAX_BUFFERED)
-        else:
-            self._limiter.absorb(queued, results)
 
     @property
     def pending(self) -> int:

@@ -1,8 +1,9 @@
 """Wake on request: the first request to a paused deployment that allows it starts its resume, once.
 
-The claim is a Redis key shared by every replica (SET NX): the replica that sets it sends the wake task by name
-(as deployments.services.status sends the reconcile task); the others, and later requests, only answer with the
-time left. The claim outlives the route cache's staleness, so a replica that still sees the deployment paused does
+The claim is a Redis key shared by every replica (SET NX) holding when the wake started: the replica that sets it
+sends the wake task by name (as deployments.services.status sends the reconcile task); the others, and later
+requests, only answer with the time left (`ready_in`, which the 503s of a deployment provisioning on its way back
+use too). The claim outlives the route cache's staleness, so a replica that still sees the deployment paused does
 not wake it twice; the worker's resume is itself a no-op unless the deployment is paused.
 
 A team past its monthly budget (the budget service's flag, deployments.budget_flag) needs a platform admin to
@@ -12,6 +13,7 @@ filling the audit trail.
 """
 import asyncio
 import logging
+import math
 import time
 
 from kombu.exceptions import OperationalError
@@ -27,6 +29,13 @@ OVER_BUDGET_CLAIM_SECONDS = 600  # the budget check's beat interval: a refusal i
 DEFAULT_READY_SECONDS = 300  # deployments.cost's default, for a deployment paused before estimates were kept
 
 
+def ready_in(*, since: float, estimate: int | None, now: float) -> int:
+    """Seconds until a deployment that set off on its way to serving at `since` (epoch seconds) should serve: its
+    ready estimate from then (the default for one paused before estimates were kept), at least 1.
+    A client's Retry-After, whether its request woke the deployment or it is still provisioning."""
+    return max(1, math.ceil(since + (estimate or DEFAULT_READY_SECONDS) - now))
+
+
 def _send(deployment_id: int) -> None:
     from controlplane.celery import app
 
@@ -40,23 +49,22 @@ class Waker:
         self._redis = redis
         self._send = send
 
-    async def wake(self, deployment_id: int, *, team_id: int, ready_in: int | None) -> int | None:
-        """Seconds until it should serve; None: its team is over budget, so it is not woken."""
-        ready_in = max(1, ready_in or DEFAULT_READY_SECONDS)
+    async def wake(self, deployment_id: int, *, team_id: int, estimate: int | None) -> int | None:
+        """Seconds until it should serve (`estimate`: its ready estimate); None: its team is over budget, so it is
+        not woken."""
         key = f"tandem:wake:{deployment_id}"
-        now = int(time.time())
+        now = since = int(time.time())
         try:
             if await self._redis.exists(OVER_BUDGET_KEY.format(team_id)):
                 if await self._redis.set(f"{key}:over-budget", 1, nx=True, ex=OVER_BUDGET_CLAIM_SECONDS):
                     await asyncio.to_thread(self._send, deployment_id)
                 return None
-            if await self._redis.set(key, now + ready_in, nx=True, ex=CLAIM_SECONDS):
+            if await self._redis.set(key, now, nx=True, ex=CLAIM_SECONDS):
                 await asyncio.to_thread(self._send, deployment_id)
                 log.info("deployment %s: woken by a request", deployment_id)
-                return ready_in
-            deadline = await self._redis.get(key)
-            return max(1, int(deadline) - now) if deadline else ready_in
+            else:
+                since = int(await self._redis.get(key) or now)
         except (RedisError, OperationalError, OSError, ValueError):
             # The next request tries again: a wake is worth a retry, never a 500.
             log.warning("deployment %s: could not start a wake", deployment_id, exc_info=True)
-            return ready_in
+        return ready_in(since=since, estimate=estimate, now=now)

@@ -17,6 +17,7 @@ from deployments.outcomes import Outcome, UpdateOutcome, update_outcome
 from deployments.permissions import deployment_may_change, deployment_may_decide, team_role
 from deployments.quota_rules import quota_gpus
 from deployments.redaction import internal_redact
+from deployments.services.announcements import route_change_announce
 from deployments.services.budgets import budget_require_approver
 from deployments.services.events import event_record
 from deployments.services.node_groups import nodegroup_quota_check
@@ -346,7 +347,8 @@ def deployment_delete(*, actor, deployment: Deployment) -> Deployment:
 def deployment_transition(*, deployment: Deployment, to: str, actor=None, reason: str = "",
                           event_kind: EventKind | None = None, expected: str | None = None) -> Deployment:
     """The only writer of `status`: lock, no-op when unchanged, refuse what the state machine forbids,
-    record an event and enqueue the reconciler when there is work left.
+    record an event, tell the gateways (a status change opens or closes the endpoint) and enqueue the reconciler
+    when there is work left.
 
     `expected`: the status the caller acted on (a reconcile pass's). When someone moved the deployment since (a
     pause, a delete), StatusMoved and nothing is written: the pass must not act on what it read."""
@@ -371,6 +373,7 @@ def deployment_transition(*, deployment: Deployment, to: str, actor=None, reason
         d.save(update_fields=["status", "status_reason", "status_changed_at", "delete_requested_at", "updated_at"])
         event_record(kind=event_kind or status_kind(to), deployment=d, actor=actor, message=reason,
                      before=before, after={"status": to, "reason": reason})
+        route_change_announce(deployment=d)
         if to in UNSETTLED:
             _enqueue_reconcile(d.pk)
     return d

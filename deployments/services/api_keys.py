@@ -1,38 +1,20 @@
 """Team API keys for the gateway: create (secret shown once), revoke, rotate.
 
-Revocation is announced on the Redis channel `KEY_EVENTS_CHANNEL` after commit, so every gateway replica
-drops the key from its cache at once.
+Revocation is announced to every gateway replica after commit (services.announcements), so each drops the key
+from its cache at once.
 """
 import datetime as dt
-import logging
 
 from django.db import transaction
 from django.utils import timezone
-from redis.exceptions import RedisError
 
-from controlplane.redis_client import redis_client
-from deployments.credential_format import KEY_EVENTS_CHANNEL
 from deployments.errors import ActionError, NotAllowed
 from deployments.event_kinds import EventKind
 from deployments.models import ApiKey, Deployment, Membership, Team
 from deployments.permissions import api_key_may_manage, team_require_admin, team_role
+from deployments.services.announcements import key_change_announce
 from deployments.services.credentials import credential_expiry, credential_mint, credential_revoke, team_lifetimes
 from deployments.services.events import event_record
-
-log = logging.getLogger(__name__)
-
-
-def _announce(key_id: str) -> None:
-    def publish():
-        # Redis away must not fail a committed revocation: the gateways re-read every key from PostgreSQL and
-        # refuse it within their staleness limit (TANDEM_GATEWAY_KEY_MAX_STALE_S) without the announcement.
-        try:
-            redis_client(timeout=2).publish(KEY_EVENTS_CHANNEL, key_id)
-        except RedisError:
-            log.warning("could not announce the revocation of key %s on Redis; gateways refuse it within their "
-                        "staleness limit", key_id)
-
-    transaction.on_commit(publish)
 
 
 def _public(key: ApiKey) -> dict:
@@ -107,7 +89,7 @@ def api_key_revoke(*, actor, key: ApiKey, message: str = "") -> ApiKey:
         _require_key_manager(actor=actor, key=key, doing="revoke")
     if credential_revoke(row=key):
         event_record(kind=EventKind.API_KEY_REVOKED, team=key.team, actor=actor, message=message, before=_public(key))
-        _announce(key.key_id)
+        key_change_announce(key_id=key.key_id)
     return key
 
 

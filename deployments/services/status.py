@@ -1,5 +1,6 @@
 """Writes of what workers observe (conditions, endpoint, observed generation, the reconciler's own counters),
-only when it changed; and the request for a reconcile pass."""
+only when it changed, told to the gateways when it opens or closes the endpoint; and the request for a reconcile
+pass."""
 from celery import current_app
 from django.db import transaction
 from django.utils import timezone
@@ -9,6 +10,7 @@ from controlplane.redis_client import redis_client
 from deployments.conditions import condition_set
 from deployments.models import Deployment
 from deployments.redaction import internal_redact
+from deployments.services.announcements import route_change_announce
 
 # By name, not by import: the domain imports nothing from the workers (they import it). It is the name
 # `workers.tasks.reconcile_deployment` registers under, and it goes to the default queue, as `.delay()` does.
@@ -20,6 +22,9 @@ QUEUED_SECONDS = 120
 
 
 OBSERVATION_TIMES = {"serving_seen_at"}
+# What the gateway routes by, of what is observed: a change opens or closes the endpoint (a conformance result sets
+# ConformancePassed and EndpointReady), so every gateway is told at once.
+ROUTED = {"conditions", "endpoint_url"}
 
 
 @transaction.atomic
@@ -46,6 +51,8 @@ def deployment_observe(*, deployment_id: int, condition_updates: dict[str, dict]
     # A reading that only says when it was seen serving is no change to the deployment: `updated_at` (the API's
     # ordering, the gateway's `created`) stays.
     d.save(update_fields=[*changed] if set(changed) <= OBSERVATION_TIMES else [*changed, "updated_at"])
+    if ROUTED & set(changed):
+        route_change_announce(deployment=d)
     return True
 
 

@@ -5,10 +5,13 @@ import pytest
 from django.utils import timezone
 
 from deployments.errors import Conflict, StatusMoved
+from deployments.gateway_channels import ROUTE_EVENTS_CHANNEL, route_event
 from deployments.lifecycle import (BILLED, EDITABLE, HOLDS_QUOTA, LIVE, PAUSABLE, RECONCILED, SERVING, SETTLED,
                                    TERMINAL, TRANSITIONS, UNSETTLED, Status)
 from deployments.services.actions import deployment_transition
+from deployments.services.status import RECONCILE_TASK
 from tests.factories import DeploymentFactory
+from tests.support.broker import queued
 
 ALLOWED = {
     ("pending_approval", "approved"), ("pending_approval", "rejected"), ("pending_approval", "withdrawn"),
@@ -48,17 +51,24 @@ def test_whatever_holds_nodes_or_is_on_its_way_to_them_can_be_paused():
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(("current", "new"), PAIRS)
-def test_every_transition_is_allowed_or_refused(current, new, django_capture_on_commit_callbacks):
+def test_every_transition_is_allowed_or_refused(current, new, django_capture_on_commit_callbacks, redis_client):
     d = DeploymentFactory(status=current)
     if (current, new) in ALLOWED:
-        with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        gateways = redis_client.pubsub()
+        gateways.subscribe(ROUTE_EVENTS_CHANNEL)
+        gateways.get_message(timeout=1)  # the subscription's confirmation
+        with django_capture_on_commit_callbacks(execute=True):
             deployment_transition(deployment=d, to=new, reason="table test")
         d.refresh_from_db()
         assert d.status == new
         event = d.events.get()
         assert event.before["status"] == current and event.after["status"] == new
         # Work is enqueued after commit exactly when a reconciler has something to do.
-        assert len(callbacks) == (1 if new in {"approved", "provisioning", "updating", "deleting", "pausing"} else 0)
+        assert queued(redis_client, task=RECONCILE_TASK) == (
+            [[d.pk]] if new in {"approved", "provisioning", "updating", "deleting", "pausing"} else [])
+        # Every status change may open or close the endpoint: the gateways are told.
+        told = gateways.get_message(timeout=2)
+        assert told and told["data"].decode() == route_event(team_id=d.team_id, deployment_id=d.pk)
     else:
         with pytest.raises(Conflict):
             deployment_transition(deployment=d, to=new)

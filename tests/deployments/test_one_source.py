@@ -1,5 +1,5 @@
 """Each rule several processes rely on is defined once: the status sets in `deployments.lifecycle`, the secret
-formats and the revocation channel in `deployments.credential_format`, the event kinds in `deployments.event_kinds`.
+formats in `deployments.credential_format`, the gateways' channels in `deployments.gateway_channels`, the event kinds in `deployments.event_kinds`.
 These tests read what the gateway's SQL, the reconciler and the scraper actually select, and scan the code for a
 second definition (or, for event kinds, a writer that does not use the declared one)."""
 import ast
@@ -111,13 +111,14 @@ def test_no_module_but_lifecycle_declares_a_set_of_statuses():
     assert found == []
 
 
-def test_secret_formats_and_the_revocation_channel_are_declared_once():
+def test_secret_formats_and_the_gateways_channels_are_declared_once():
     from deployments import credential_format as cf
+    from deployments import gateway_channels as gc
 
-    owned = {cf.API_KEY_PREFIX, cf.ACCESS_TOKEN_PREFIX, cf.KEY_EVENTS_CHANNEL}
+    owned = {cf.API_KEY_PREFIX, cf.ACCESS_TOKEN_PREFIX, gc.KEY_EVENTS_CHANNEL, gc.ROUTE_EVENTS_CHANNEL}
     found = []
     for path in _python_files():
-        if path == ROOT / "deployments" / "credential_format.py":
+        if path in (ROOT / "deployments" / "credential_format.py", ROOT / "deployments" / "gateway_channels.py"):
             continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Constant) and node.value in owned:

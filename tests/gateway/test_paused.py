@@ -13,7 +13,17 @@ from deployments.services.budgets import budgets_check
 from gateway.wake import WAKE_TASK
 from tests.gateway.test_errors import CHAT, assert_openai_error, post
 from tests.support.broker import queued
+from tests.support.processes import wait_for
 from workers.tasks import wake_deployment
+
+
+def sleeping(world, model: str, *, ready_estimate_seconds: int | None = None):
+    """A paused deployment whose spec lets a request wake it."""
+    dep = world.deployment(model, status=Status.PAUSED)
+    dep.spec["pause"] = {"idle_minutes": None, "wake_on_request": True}
+    dep.ready_estimate_seconds = ready_estimate_seconds
+    dep.save()
+    return dep
 
 
 def test_a_paused_deployment_answers_503_deployment_paused_and_says_how_to_resume(world, gateway, openai_client,
@@ -30,10 +40,7 @@ def test_a_paused_deployment_answers_503_deployment_paused_and_says_how_to_resum
 
 
 def test_requests_to_a_deployment_that_wakes_on_request_start_one_resume(world, gateway, redis_client):
-    dep = world.deployment("sleepy", status=Status.PAUSED)
-    dep.spec["pause"] = {"idle_minutes": None, "wake_on_request": True}
-    dep.ready_estimate_seconds = 95
-    dep.save()
+    dep = sleeping(world, "sleepy", ready_estimate_seconds=95)
     _, raw = world.key()
     first = post(gateway, raw, {"model": "sleepy", **CHAT})
     error = assert_openai_error(first, 503, "deployment_paused")
@@ -59,9 +66,7 @@ def test_a_team_past_its_budget_is_told_a_request_does_not_wake_it_and_the_refus
             timezone.now().replace(day=1, hour=0, minute=0, second=0, microsecond=0)))
     world.team.monthly_budget_usd = 1  # two $1,000 nodes for an hour (or since the month began) spent it
     world.team.save()
-    dep = world.deployment("sleepy", status=Status.PAUSED)
-    dep.spec["pause"] = {"idle_minutes": None, "wake_on_request": True}
-    dep.save()
+    dep = sleeping(world, "sleepy")
     assert budgets_check(now=timezone.now()) == [world.team.slug]  # the beat's pass: warned, and the flag set
     _, raw = world.key()
     first = post(gateway, raw, {"model": "sleepy", **CHAT})
@@ -81,3 +86,19 @@ def test_a_team_past_its_budget_is_told_a_request_does_not_wake_it_and_the_refus
     assert dep.status == Status.PAUSED
     refused = dep.events.get(kind="wake_refused")
     assert refused.actor is None and "past the budget, a platform admin has to resume it" in refused.message
+
+
+def test_a_woken_deployment_answers_503_with_retry_after_from_its_estimate_until_it_serves(world, gateway,
+                                                                                         redis_client):
+    sleeping(world, "waking", ready_estimate_seconds=95)
+    _, raw = world.key()
+    woke = post(gateway, raw, {"model": "waking", **CHAT})
+    assert_openai_error(woke, 503, "deployment_paused")
+    [args] = queued(redis_client, task=WAKE_TASK)
+    wake_deployment(*args)  # the worker resumes it: provisioning from now
+
+    provisioning = wait_for(lambda: (lambda r: r if "deployment_not_running" in r.text else None)(
+        post(gateway, raw, {"model": "waking", **CHAT})), timeout=5, what="the gateway seeing it provisioning")
+    error = assert_openai_error(provisioning, 503, "deployment_not_running")
+    assert "provisioning" in error["message"]
+    assert 0 < int(provisioning.headers["retry-after"]) <= int(woke.headers["retry-after"]) == 95

@@ -5,7 +5,7 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
-from deployments.credential_format import KEY_EVENTS_CHANNEL
+from deployments.gateway_channels import KEY_EVENTS_CHANNEL
 from deployments.models import AccessToken, ApiKey, Membership
 from deployments.services.api_keys import api_key_create
 from deployments.services.credentials import credential_mint

@@ -5,8 +5,10 @@ import pytest
 
 from deployments.lifecycle import Status
 from deployments.models import Deployment, Event, Membership
+from deployments.services.status import RECONCILE_TASK
 from deployments.spec import spec_parse
 from tests.factories import DeploymentFactory, MembershipFactory, TeamFactory, spec_input
+from tests.support.broker import queued
 
 pytestmark = pytest.mark.django_db
 
@@ -53,7 +55,7 @@ def test_a_change_needing_approval_is_previewed_field_by_field_and_nothing_is_ke
 
 
 def test_a_change_applied_at_once_is_previewed_without_its_reconcile_request(
-        api, member, running, django_capture_on_commit_callbacks):
+        api, member, running, django_capture_on_commit_callbacks, redis_client):
     api.force_authenticate(member)
     spec = spec_input(engine={"max_model_len": 4096})
     before = _stored(running)
@@ -65,9 +67,9 @@ def test_a_change_applied_at_once_is_previewed_without_its_reconcile_request(
     assert {c["field"]: (c["old"], c["new"], c["needs_approval"]) for c in p["changes"]} == {
         "engine.max_model_len": (8192, 4096, False), "purpose": ("", "eval", False)}
     assert _stored(running) == before and enqueued == []
-    with django_capture_on_commit_callbacks() as enqueued:  # the real update asks for a pass: the check sees it
+    with django_capture_on_commit_callbacks(execute=True):  # the real update asks for a pass: the check sees it
         api.patch(f"/api/v1/deployments/{running.pk}/", {"spec": spec, "purpose": "eval"}, format="json")
-    assert len(enqueued) == 1 and _stored(running)[0] == before[0] + 1
+    assert queued(redis_client, task=RECONCILE_TASK) == [[running.pk]] and _stored(running)[0] == before[0] + 1
 
 
 def test_the_same_spec_is_unchanged(api, member, running):

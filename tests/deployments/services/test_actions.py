@@ -9,9 +9,11 @@ from deployments.models import Deployment, Membership
 from deployments.outcomes import Outcome
 from deployments.services import actions
 from deployments.services.pause import deployment_pause
+from deployments.services.status import RECONCILE_TASK
 from deployments.spec import SpecError
 from deployments.spec_diff import FieldChange
 from tests.factories import DeploymentFactory, MembershipFactory, UserFactory, spec_input
+from tests.support.broker import queued
 
 pytestmark = pytest.mark.django_db
 
@@ -80,11 +82,14 @@ def test_duplicate_live_name_is_a_conflict_but_a_withdrawn_name_is_reusable(memb
 
 
 def test_admin_approves_and_reconcile_is_enqueued_after_commit(member, team_admin, team, cluster,
-                                                               django_capture_on_commit_callbacks):
+                                                               django_capture_on_commit_callbacks, redis_client):
     d = request(member, team, cluster)
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         d = approve(team_admin, d, comment="ok for the eval")
-    assert d.status == "approved" and len(callbacks) == 1
+    assert d.status == "approved" and queued(redis_client, task=RECONCILE_TASK) == []
+    for callback in callbacks:
+        callback()
+    assert queued(redis_client, task=RECONCILE_TASK) == [[d.pk]]
     assert d.events.filter(kind="approved", actor=team_admin, message="ok for the eval").exists()
 
 
@@ -173,14 +178,15 @@ def running(member, team, cluster):
     return DeploymentFactory(team=team, cluster=cluster, requested_by=member, status="running")
 
 
-def test_update_without_more_gpus_applies_directly(member, team, cluster, django_capture_on_commit_callbacks):
+def test_update_without_more_gpus_applies_directly(member, team, cluster, django_capture_on_commit_callbacks,
+                                                   redis_client):
     d = running(member, team, cluster)
-    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+    with django_capture_on_commit_callbacks(execute=True):
         d = actions.deployment_update(actor=member, deployment=d,
                                       spec={**small(), "engine": {"max_model_len": 4096}}).deployment
     d.refresh_from_db()
     assert (d.status, d.generation, d.proposed_spec) == ("updating", 2, None)
-    assert len(callbacks) == 1
+    assert queued(redis_client, task=RECONCILE_TASK) == [[d.pk]]
 
 
 def test_update_needing_more_gpus_goes_back_to_approval(member, team_admin, team, cluster):

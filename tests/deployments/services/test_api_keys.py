@@ -6,7 +6,7 @@ import threading
 import pytest
 from django.db import connection, transaction
 
-from deployments.credential_format import KEY_EVENTS_CHANNEL
+from deployments.gateway_channels import KEY_EVENTS_CHANNEL
 from deployments.errors import ActionError, NotAllowed
 from deployments.models import ApiKey, Membership
 from deployments.services.api_keys import (api_key_create, api_key_rotate, api_key_transfer_to_team,
