@@ -14,14 +14,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from deployments.catalog import INSTANCE_TYPES
-from deployments.lifecycle import BILLED, STARTING, Status
+from deployments.lifecycle import BILLED, DEFAULT_READY_SECONDS, STARTING, Status
 from deployments.serve_config import STAGES
 from deployments.spec import DeploymentSpec
 
 # Events a timeline is read from: only these carry a status or a spec (a filter for the query).
 TIMELINE_KEYS = ("status", "spec")
-# What a resume is expected to take when the deployment has no history to go by.
-DEFAULT_READY_SECONDS = 300
 READY_HISTORY = 5  # the latest this many starts decide the estimate
 
 

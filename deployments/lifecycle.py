@@ -93,3 +93,7 @@ def retry_status(*, delete_requested: bool) -> str:
     """Where a retry of a failed deployment goes: back to deleting when it failed on its way out, else to approved
     (the reconciler starts again from what exists)."""
     return S.DELETING if delete_requested else S.APPROVED
+
+# What a deployment on its way back (resumed, woken, retried) is expected to take to serve when it has no history
+# to go by: the ready estimate's default (deployments.cost) and the gateway's Retry-After (gateway.wake).
+DEFAULT_READY_SECONDS = 300

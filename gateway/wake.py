@@ -20,13 +20,13 @@ from kombu.exceptions import OperationalError
 from redis.exceptions import RedisError
 
 from deployments.budget_flag import OVER_BUDGET_KEY
+from deployments.lifecycle import DEFAULT_READY_SECONDS
 
 log = logging.getLogger(__name__)
 
 WAKE_TASK = "workers.tasks.wake_deployment"
 CLAIM_SECONDS = 60
 OVER_BUDGET_CLAIM_SECONDS = 600  # the budget check's beat interval: a refusal is recorded once per check
-DEFAULT_READY_SECONDS = 300  # deployments.cost's default, for a deployment paused before estimates were kept
 
 
 def ready_in(*, since: float, estimate: int | None, now: float) -> int:
