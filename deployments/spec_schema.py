@@ -32,6 +32,8 @@ def _value_schema(hint) -> dict:
 
 
 def _field_schema(cls, f: Field, stored_path: str) -> dict:
+    """One property: type, nullable, fixed set, bounds, lengths, default, and (a value, not a section) when
+    changing it needs an approver, said in `x-needs-approval` and in words."""
     hint = typing.get_type_hints(cls)[f.name]
     args = typing.get_args(hint)
     nullable = type(None) in args or f.default_factory is not MISSING  # a section: null is its defaults
@@ -64,12 +66,14 @@ def _field_schema(cls, f: Field, stored_path: str) -> dict:
 
 
 def _required(f: Field) -> bool:
+    """A request must give it: it has no default, not even one that follows from another field."""
     about = f.metadata
     return (f.default is MISSING and f.default_factory is MISSING and about["request_default"] is MISSING
             and not about["default_text"])
 
 
 def _component(cls, stored_prefix: str) -> dict:
+    """An object of the request shape: its properties, those it requires, and no other key."""
     properties, required = {}, []
     for key, entry in request_fields(cls).items():
         if isinstance(entry, type):  # a request object over fields stored flat (`model`)
