@@ -6,7 +6,7 @@ import jsonschema
 import pytest
 
 from deployments.lifecycle import Status
-from deployments.spec import DeploymentSpec, request_fields, request_section
+from deployments.spec import DeploymentSpec, request_fields, request_section, spec_parse
 from deployments.spec_diff import FREE_FIELDS
 from tests.factories import DeploymentFactory, local_spec_input, spec_input
 
@@ -53,6 +53,7 @@ VALID = [
 
 @pytest.mark.parametrize("spec", VALID)
 def test_the_served_schema_accepts_the_specs_the_api_accepts(served, spec):
+    spec_parse(spec)
     jsonschema.validate(spec, served)
 
 
