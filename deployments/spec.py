@@ -5,8 +5,10 @@ is only the storage and wire form); `spec_check` applies every rule to a typed s
 re-validated against today's runtimes and instance types as it is. Every error names the field and says what to
 do, so the API can return it as a field-level 400.
 """
+import difflib
 import re
-from dataclasses import asdict, dataclass, field
+import typing
+from dataclasses import MISSING, Field, asdict, dataclass, field, fields, is_dataclass
 
 from deployments.catalog import INSTANCE_TYPES, KNOWN_BROKEN, RUNTIMES, Runtime, runtime_choices_text
 from deployments.model_sources import SourceRoots, not_allowed_message
@@ -29,6 +31,32 @@ KV_TRANSPORTS = ("efa", "tcp")
 SPEC_VERSION = 1
 
 
+MAX_GPUS_PER_NODE = max(i.gpus for i in INSTANCE_TYPES.values())
+
+
+def _field(doc: str, *, bounds: tuple | None = None, choices: tuple | None = None, length: tuple | None = None,
+           request_default=MISSING, default_text: str = "", request_as: tuple | None = None,
+           or_object: type | None = None, stored: str = "", **kwargs) -> Field:
+    """A spec field with what the API's schema says of it (deployments.spec_schema): a line of help, its bounds
+    (which the rules below check: `_bounds`), the fixed set it is one of, its default where the request has one
+    the dataclass does not (`request_default`, or in words: `default_text`), and where the request shape differs
+    from the stored one (`request_as`: the request's key and object it is read from; `or_object`: the object a
+    request may give instead of the value; `stored`: the stored field a request object's field is)."""
+    return field(metadata={"doc": doc, "bounds": bounds, "choices": choices, "length": length,
+                           "request_default": request_default, "default_text": default_text,
+                           "request_as": request_as, "or_object": or_object, "stored": stored}, **kwargs)
+
+
+def _declared(cls, name: str):
+    """What the declaration of a field of `cls` states of it (_field's metadata)."""
+    return next(f.metadata for f in fields(cls) if f.name == name)
+
+
+def _bounds(cls, name: str) -> tuple:
+    """The (low, high) a field of `cls` must lie within."""
+    return _declared(cls, name)["bounds"]
+
+
 class SpecError(Exception):
     """A spec that cannot run; `errors` maps a dotted field path to messages a user can act on."""
 
@@ -39,12 +67,18 @@ class SpecError(Exception):
 
 @dataclass(frozen=True)
 class PoolSpec:
-    instance_type: str
-    nodes: int
-    gpus_per_node: int
-    tensor_parallel_size: int
-    replicas_min: int
-    replicas_max: int
+    """One stage's pool of nodes and the replicas it serves."""
+
+    instance_type: str = _field("The nodes' instance type (the catalog's; `cpu`: the local target).",
+                                choices=tuple(INSTANCE_TYPES))
+    nodes: int = _field("Nodes in the pool.", bounds=(1, 64), request_default=1)
+    gpus_per_node: int = _field("GPUs of each node the pool uses, at most the instance type's.",
+                                bounds=(0, MAX_GPUS_PER_NODE), default_text="all the instance type's GPUs")
+    tensor_parallel_size: int = _field("GPUs each replica spans; it divides gpus_per_node (1 on the CPU runtime).",
+                                       bounds=(1, 64), default_text="gpus_per_node")
+    replicas_min: int = _field("Replicas Ray Serve keeps at least.", bounds=(1, 256), request_default=1)
+    replicas_max: int = _field("Replicas Ray Serve scales up to; replicas_max × tensor_parallel_size GPUs must "
+                               "fit in the pool.", bounds=(1, 256), default_text="replicas_min")
 
     @property
     def gpus(self) -> int:
@@ -53,29 +87,39 @@ class PoolSpec:
 
 @dataclass(frozen=True)
 class EngineSpec:
-    max_model_len: int = 8192
-    dtype: str = "bfloat16"
-    gpu_memory_utilization: float = 0.9
-    kv_connector: str = "NixlConnector"
-    kv_transport: str = "efa"  # KV_TRANSPORTS; not written when it is the default
+    """vLLM's settings for both pools."""
+
+    max_model_len: int = _field("Longest sequence (prompt and output) in tokens.", bounds=(16, 1_048_576),
+                                default=8192)
+    dtype: str = _field("Weights' and activations' type.", choices=DTYPES, default="bfloat16")
+    gpu_memory_utilization: float = _field("Share of each GPU's memory vLLM takes.", bounds=(0.1, 0.98),
+                                           default=0.9)
+    kv_connector: str = _field("How vLLM hands KV from prefill to decode.", choices=KV_CONNECTORS,
+                               default="NixlConnector")
+    kv_transport: str = _field("What KV moves over: `efa` where both pools have it, `tcp` to accept TCP speed.",
+                               choices=KV_TRANSPORTS, default="efa")  # not written when it is the default
 
 
 @dataclass(frozen=True)
 class LoadSpec:
-    requests_per_second: float = 1.0
-    mean_prompt_tokens: int = 1024
-    mean_output_tokens: int = 256
+    """The load the deployment is planned and approved for."""
+
+    requests_per_second: float = _field("Expected requests per second.", bounds=(0, 100_000), default=1.0)
+    mean_prompt_tokens: int = _field("Mean prompt length in tokens, at most engine.max_model_len.",
+                                     bounds=(1, 1_048_576), default=1024)
+    mean_output_tokens: int = _field("Mean output length in tokens.", bounds=(1, 1_048_576), default=256)
 
 
 @dataclass(frozen=True)
 class PauseSpec:
     """When Tandem may pause and wake the deployment by itself; absent from the stored spec means off."""
 
-    idle_minutes: int | None = None  # pause after this long without a request through the gateway
-    wake_on_request: bool = False  # a request to the paused deployment starts a resume
+    idle_minutes: int | None = _field("Pause after this many minutes without a request through the gateway "
+                                      "(null: never).", bounds=(5, 30 * 24 * 60), default=None)
+    wake_on_request: bool = _field("A request to the paused deployment starts a resume.", default=False)
 
 
-IDLE_MINUTES_MIN, IDLE_MINUTES_MAX = 5, 30 * 24 * 60
+IDLE_MINUTES_MIN, IDLE_MINUTES_MAX = _bounds(PauseSpec, "idle_minutes")
 
 
 @dataclass(frozen=True)
@@ -84,22 +128,52 @@ class TargetsSpec:
     it: TTFT at most `ttft_p95_ms`, mean inter-token latency at most `itl_p95_ms` (with share 0.95, exactly
     "p95 under the target"). None: no target for that measure."""
 
-    ttft_p95_ms: float | None = None
-    itl_p95_ms: float | None = None
-    share: float = 0.95
+    ttft_p95_ms: float | None = _field("Time to first token, milliseconds (null: no target).", bounds=(1, 600_000),
+                                       default=None)
+    itl_p95_ms: float | None = _field("Mean inter-token latency, milliseconds (null: no target).",
+                                      bounds=(1, 60_000), default=None)
+    share: float = _field("Share of a window's requests that must meet each target.", bounds=(0.5, 1.0),
+                          default=0.95)
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """The request's `model`, which DeploymentSpec stores as model_id and model_source."""
+
+    id: str = _field("The name clients pass as `model`: 1-128 letters, digits, '.', '_', ':', '/' or '-'.",
+                     length=(1, 128), stored="model_id")
+    source: str = _field("Where the weights are: an s3://bucket/prefix URI, a Hugging Face repo id (org/name), or "
+                         "an absolute path on the nodes (a `ray` cluster only).", length=(1, None),
+                         stored="model_source")
+
+
+@dataclass(frozen=True)
+class RuntimePair:
+    """A runtime named by its Ray and vLLM versions (and accelerator) instead of its key."""
+
+    ray: str = _field("Ray's version.", stored="runtime")
+    vllm: str = _field("vLLM's version.", stored="runtime")
+    accelerator: str | None = _field("gpu or cpu (null: as the prefill pool's instance type).",
+                                     choices=tuple(sorted({r.accelerator for r in RUNTIMES.values()})),
+                                     default=None, stored="runtime")
 
 
 @dataclass(frozen=True)
 class DeploymentSpec:
-    model_id: str
-    model_source: str
-    runtime: str
-    prefill: PoolSpec
-    decode: PoolSpec
-    engine: EngineSpec = field(default_factory=EngineSpec)
-    expected_load: LoadSpec = field(default_factory=LoadSpec)
-    pause: PauseSpec = field(default_factory=PauseSpec)
-    targets: TargetsSpec | None = None  # optional: absent from the stored form when None
+    """What a deployment runs: the model, the runtime, the two pools and their settings."""
+
+    model_id: str = _field("The model's name.", request_as=("model", ModelRef))
+    model_source: str = _field("Where the weights are.", request_as=("model", ModelRef))
+    runtime: str = _field("A runtime by its key, or by its Ray and vLLM versions as an object.",
+                          choices=tuple(RUNTIMES), or_object=RuntimePair)
+    prefill: PoolSpec = _field("The pool that reads prompts and hands their KV to decode.")
+    decode: PoolSpec = _field("The pool that generates the output tokens.")
+    engine: EngineSpec = _field("vLLM's settings (null or absent: the defaults).", default_factory=EngineSpec)
+    expected_load: LoadSpec = _field("The expected load (null or absent: the defaults).", default_factory=LoadSpec)
+    pause: PauseSpec = _field("When Tandem may pause and wake it (null or absent: never).",
+                              default_factory=PauseSpec)
+    # optional: absent from the stored form when None
+    targets: TargetsSpec | None = _field("Latency targets at the gateway (null or absent: none).", default=None)
 
     @property
     def gpus(self) -> int:
@@ -196,12 +270,16 @@ class _Collector:
             return None
         return value
 
-    def number(self, data: dict, key: str, path: str, default):
+    def number(self, data: dict, key: str, path: str, default, *, what: str = "a number"):
         value = data.get(key, default)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            self.add(path, f"Must be a number, got {value!r}.")
+            self.add(path, f"Must be {what}, got {value!r}.")
             return None
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # a JSON integer past any float: out of every range the rules allow
+            self.add(path, f"Must be {what} of a usable size, got one of {len(str(value))} digits.")
+            return None
 
     def within(self, path: str, value, lo, hi) -> bool:
         """False, without a message, for a value whose reading already failed."""
@@ -219,6 +297,60 @@ class _Collector:
         return True
 
 
+# --- the request shape's keys -------------------------------------------------------------------------------
+def request_fields(cls) -> dict[str, Field | type]:
+    """The keys a request gives in a section of the spec (`cls`), in order: each with its field, or, where the
+    request nests what is stored flat (`model`: model_id and model_source), with the dataclass it reads as."""
+    found: dict[str, Field | type] = {}
+    for f in fields(cls):
+        key, nested = f.metadata.get("request_as") or (f.name, f)
+        found[key] = nested
+    return found
+
+
+def request_section(cls, entry: Field | type) -> type | None:
+    """The dataclass a request key of `cls` holds as an object (a section, `model`, the runtime pair), if any."""
+    if isinstance(entry, type):
+        return entry
+    hint = typing.get_type_hints(cls)[entry.name]
+    inner = next((t for t in typing.get_args(hint) if t is not type(None)), hint)
+    if is_dataclass(inner):
+        return inner
+    return entry.metadata.get("or_object")
+
+
+def _request_sections(cls=None, path: str = "") -> dict[str, type]:
+    """Every object of the request shape by its dotted path ("" for the spec itself)."""
+    cls = cls or DeploymentSpec
+    found = {path: cls}
+    for key, entry in request_fields(cls).items():
+        if (inner := request_section(cls, entry)) is not None:
+            found |= _request_sections(inner, f"{path}.{key}" if path else key)
+    return found
+
+
+def _unknown_message(key: str, path: str) -> str:
+    """A key the object at `path` does not have: where it belongs when another object has it, else the key it is
+    closest to, if any."""
+    sections = _request_sections()
+    homes = [f"spec.{p}" if p else "spec" for p, cls in sections.items() if p != path and key in request_fields(cls)]
+    if homes:
+        return f"unknown field; it belongs under {' or '.join(homes)}"
+    close = difflib.get_close_matches(key, request_fields(sections[path]), n=1)
+    return f"unknown field; did you mean {close[0]}?" if close else "unknown field"
+
+
+def _unknown_keys(c: _Collector, data: dict, cls, path: str = "") -> None:
+    """Refuse every key the request shape does not have, at every level: a typo must not be a silent no-op."""
+    known = request_fields(cls)
+    for key, value in data.items():
+        where = f"{path}.{key}" if path else key
+        if key not in known:
+            c.add(where, _unknown_message(key, path))
+        elif isinstance(value, dict) and (inner := request_section(cls, known[key])) is not None:
+            _unknown_keys(c, value, inner, where)
+
+
 # --- reading the request shape (types and defaults) ---------------------------------------------------------
 def _unknown_runtime(c: _Collector, key) -> None:
     c.add("runtime", f"Unknown runtime {key!r}. Supported: {runtime_choices_text()}.")
@@ -232,7 +364,11 @@ def _runtime_read(c: _Collector, data, accelerator_hint: str | None) -> str | No
         _unknown_runtime(c, data)
         return None
     ray, vllm = data.get("ray"), data.get("vllm")
-    accelerator = data.get("accelerator") or accelerator_hint
+    accelerator = data.get("accelerator")
+    if accelerator is not None and not c.one_of("runtime.accelerator", accelerator,
+                                                _declared(RuntimePair, "accelerator")["choices"]):
+        return None
+    accelerator = accelerator or accelerator_hint
     matches = [r for r in RUNTIMES.values() if r.ray == ray and r.vllm == vllm
                and (not accelerator or r.accelerator == accelerator)]
     if matches:
@@ -260,10 +396,10 @@ def _pool_read(c: _Collector, data, prefix: str) -> PoolSpec | None:
     itype = data.get("instance_type")
     instance = INSTANCE_TYPES.get(itype) if isinstance(itype, str) else None
     gpus = c.whole(data, "gpus_per_node", f"{prefix}.gpus_per_node", instance.gpus if instance else 0)
-    rmin = c.whole(data, "replicas_min", f"{prefix}.replicas_min", 1)
+    rmin = c.whole(data, "replicas_min", f"{prefix}.replicas_min", _declared(PoolSpec, "replicas_min")["request_default"])
     return PoolSpec(
         instance_type=itype,
-        nodes=c.whole(data, "nodes", f"{prefix}.nodes", 1),
+        nodes=c.whole(data, "nodes", f"{prefix}.nodes", _declared(PoolSpec, "nodes")["request_default"]),
         gpus_per_node=gpus,
         tensor_parallel_size=c.whole(data, "tensor_parallel_size", f"{prefix}.tensor_parallel_size",
                                      max(gpus or 1, 1)),
@@ -273,7 +409,8 @@ def _pool_read(c: _Collector, data, prefix: str) -> PoolSpec | None:
 
 
 def _section(c: _Collector, data, path: str) -> dict:
-    if not data:
+    """A section's object; null or absent: its defaults."""
+    if data is None:
         return {}
     if not isinstance(data, dict):
         c.add(path, "Must be an object.")
@@ -319,13 +456,9 @@ def _pause_read(c: _Collector, data) -> PauseSpec:
 
 
 def _optional_ms(c: _Collector, data: dict, key: str):
-    value = data.get(key)
-    if value is None:
+    if data.get(key) is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        c.add(f"targets.{key}", f"Must be a number of milliseconds, got {value!r}.")
-        return None
-    return float(value)
+    return c.number(data, key, f"targets.{key}", None, what="a number of milliseconds")
 
 
 def _targets_read(c: _Collector, data) -> TargetsSpec | None:
@@ -389,11 +522,11 @@ def _pool_rules(c: _Collector, pool: PoolSpec, prefix: str, accelerator: str) ->
     nodes, gpus, tp = pool.nodes, pool.gpus_per_node, pool.tensor_parallel_size
     rmin, rmax = pool.replicas_min, pool.replicas_max
     in_range = [  # a list, not all(generator): every out-of-range field gets its message
-        c.within(f"{prefix}.nodes", nodes, 1, 64),
+        c.within(f"{prefix}.nodes", nodes, *_bounds(PoolSpec, "nodes")),
         c.within(f"{prefix}.gpus_per_node", gpus, 0 if not max_gpus else 1, max_gpus),
-        c.within(f"{prefix}.tensor_parallel_size", tp, 1, 64),
-        c.within(f"{prefix}.replicas_min", rmin, 1, 256),
-        c.within(f"{prefix}.replicas_max", rmax, 1, 256),
+        c.within(f"{prefix}.tensor_parallel_size", tp, *_bounds(PoolSpec, "tensor_parallel_size")),
+        c.within(f"{prefix}.replicas_min", rmin, *_bounds(PoolSpec, "replicas_min")),
+        c.within(f"{prefix}.replicas_max", rmax, *_bounds(PoolSpec, "replicas_max")),
     ]
     if not all(in_range):
         return
@@ -415,14 +548,17 @@ def _pool_rules(c: _Collector, pool: PoolSpec, prefix: str, accelerator: str) ->
 
 
 def _engine_and_load_rules(c: _Collector, engine: EngineSpec, load: LoadSpec) -> None:
-    max_len = c.within("engine.max_model_len", engine.max_model_len, 16, 1_048_576)
+    max_len = c.within("engine.max_model_len", engine.max_model_len, *_bounds(EngineSpec, "max_model_len"))
     c.one_of("engine.dtype", engine.dtype, DTYPES)
-    c.within("engine.gpu_memory_utilization", engine.gpu_memory_utilization, 0.1, 0.98)
+    c.within("engine.gpu_memory_utilization", engine.gpu_memory_utilization,
+             *_bounds(EngineSpec, "gpu_memory_utilization"))
     c.one_of("engine.kv_connector", engine.kv_connector, KV_CONNECTORS)
     c.one_of("engine.kv_transport", engine.kv_transport, KV_TRANSPORTS)
-    c.within("expected_load.requests_per_second", load.requests_per_second, 0, 100_000)
-    prompt = c.within("expected_load.mean_prompt_tokens", load.mean_prompt_tokens, 1, 1_048_576)
-    c.within("expected_load.mean_output_tokens", load.mean_output_tokens, 1, 1_048_576)
+    c.within("expected_load.requests_per_second", load.requests_per_second,
+             *_bounds(LoadSpec, "requests_per_second"))
+    prompt = c.within("expected_load.mean_prompt_tokens", load.mean_prompt_tokens,
+                      *_bounds(LoadSpec, "mean_prompt_tokens"))
+    c.within("expected_load.mean_output_tokens", load.mean_output_tokens, *_bounds(LoadSpec, "mean_output_tokens"))
     if max_len and prompt and load.mean_prompt_tokens > engine.max_model_len:
         c.add("expected_load.mean_prompt_tokens",
               f"Longer than engine.max_model_len ({engine.max_model_len}); raise max_model_len or shorten prompts.")
@@ -437,10 +573,10 @@ def _targets_rules(c: _Collector, targets: TargetsSpec | None) -> None:
     if targets is None:
         return
     if targets.ttft_p95_ms is not None:
-        c.within("targets.ttft_p95_ms", targets.ttft_p95_ms, 1, 600_000)
+        c.within("targets.ttft_p95_ms", targets.ttft_p95_ms, *_bounds(TargetsSpec, "ttft_p95_ms"))
     if targets.itl_p95_ms is not None:
-        c.within("targets.itl_p95_ms", targets.itl_p95_ms, 1, 60_000)
-    c.within("targets.share", targets.share, 0.5, 1.0)
+        c.within("targets.itl_p95_ms", targets.itl_p95_ms, *_bounds(TargetsSpec, "itl_p95_ms"))
+    c.within("targets.share", targets.share, *_bounds(TargetsSpec, "share"))
 
 
 def _rules(c: _Collector, *, runtime: str | None, model: tuple | None, prefill: PoolSpec | None,
@@ -480,6 +616,7 @@ def spec_parse(data, *, target_kind: str | None = None, source_roots: SourceRoot
     if not isinstance(data, dict):
         raise SpecError({"spec": ["Must be an object."]})
     c = _Collector()
+    _unknown_keys(c, data, DeploymentSpec)
     prefill_in = data.get("prefill") if isinstance(data.get("prefill"), dict) else {}
     itype = prefill_in.get("instance_type")
     instance = INSTANCE_TYPES.get(itype) if isinstance(itype, str) else None

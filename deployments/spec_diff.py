@@ -8,6 +8,7 @@ parallelism, dtype, memory utilization, the expected load the plan was judged on
 waits. Pure functions over typed specs.
 """
 from dataclasses import asdict, dataclass
+from enum import StrEnum
 
 from deployments.cost import Prices, spec_hourly_usd
 from deployments.serve_config import STAGES
@@ -18,6 +19,24 @@ from deployments.spec import DeploymentSpec
 FREE_FIELDS = frozenset({"engine.max_model_len", "engine.kv_connector",
                          # When Tandem may pause and wake it: pausing only ever lowers what it costs.
                          "pause.idle_minutes", "pause.wake_on_request"})
+
+
+class Approval(StrEnum):
+    """When a change of a field needs an approver (the API's schema states it of each field: x-needs-approval)."""
+
+    ALWAYS = "always"
+    NEVER = "never"
+    OUTSIDE_APPROVED_RANGE = "outside_approved_range"  # replica bounds: only when outside the approved range
+
+
+def field_approval(field: str) -> Approval:
+    """When a change of `field` (a dotted path of the stored spec) needs an approver."""
+    stage, _, leaf = field.partition(".")
+    if field in FREE_FIELDS or stage == "targets":
+        return Approval.NEVER
+    if stage in STAGES and leaf in ("replicas_min", "replicas_max"):
+        return Approval.OUTSIDE_APPROVED_RANGE
+    return Approval.ALWAYS
 
 
 @dataclass(frozen=True)
@@ -57,13 +76,12 @@ def spec_changes(old: DeploymentSpec, new: DeploymentSpec) -> list[FieldChange]:
     for field in before | after:
         if before.get(field) == after.get(field):
             continue
-        stage, _, leaf = field.partition(".")
-        if field in FREE_FIELDS or stage == "targets":
-            needs = False
-        elif stage in STAGES and leaf in ("replicas_min", "replicas_max"):
+        approval = field_approval(field)
+        if approval == Approval.OUTSIDE_APPROVED_RANGE:
+            stage, _, leaf = field.partition(".")
             needs = not _replicas_within(old, new, stage, leaf)
         else:
-            needs = True
+            needs = approval == Approval.ALWAYS
         changes.append(FieldChange(field, before.get(field), after.get(field), needs))
     return changes
 

@@ -14,6 +14,7 @@ from tandemctl.config import settings_load
 from tandemctl.errors import CliError
 from tandemctl.manifest import manifests_load
 from tandemctl.output import change_line, cost_line, emit, note
+from tandemctl.spec_schema import SpecSchema
 
 PENDING = "pending_approval"
 
@@ -105,6 +106,23 @@ def cmd_diff(api: Client, args) -> int:
     if args.output != "table":
         emit(found, args.output)
     return errors.CHANGES if any(p["outcome"] != "unchanged" for p in found) else errors.OK
+
+
+def cmd_validate(api: Client, args) -> int:
+    """Check each manifest's spec against the schema the server serves, writing nothing (for CI): every problem
+    as `FILE: spec.PATH: why`. Exit INVALID when a manifest is not valid."""
+    schema = SpecSchema(api.schema())
+    found = [{"manifest": m.source, "deployment": m.ref, "problems": schema.problems(m.spec)}
+             for m in manifests_load(args.file)]
+    if args.output != "table":
+        emit(found, args.output)
+    else:
+        for f in found:
+            for problem in f["problems"]:
+                print(f"{f['manifest']}: {problem}")
+    bad = sum(bool(f["problems"]) for f in found)
+    note(f"{len(found) - bad} of {len(found)} manifest(s) valid" + (f"; {bad} not" if bad else ""))
+    return errors.INVALID if bad else errors.OK
 
 
 def cmd_apply(api: Client, args) -> int:
@@ -397,6 +415,9 @@ def parser() -> argparse.ArgumentParser:
                    help="print what apply would do (the server's dry run) and change nothing; exit 0")
     c = command("diff", cmd_diff, "what apply would do: each changed field old → new and whether it needs "
                 "approval; exit 0 when nothing would change, 10 when something would", ref=False)
+    c.add_argument("-f", "--file", required=True)
+    c = command("validate", cmd_validate, "check manifests against the server's schema without writing anything "
+                "(for CI); exit 4 when one is not valid", ref=False)
     c.add_argument("-f", "--file", required=True)
     c = command("plan", cmd_plan, "the capacity plan of a manifest's spec, without a request", ref=False)
     c.add_argument("-f", "--file", required=True)

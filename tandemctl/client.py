@@ -59,6 +59,7 @@ class Client:
                                  headers={"Authorization": f"Bearer {token}", "Accept": "application/json",
                                           "User-Agent": "tandemctl"})
         self._checked = False
+        self._schema: dict | None = None
 
     def _request(self, method: str, path: str, **kwargs) -> httpx.Response:
         try:
@@ -66,12 +67,18 @@ class Client:
         except httpx.HTTPError as e:
             raise CliError(f"Cannot reach {self.http.base_url}: {e}", FAILED) from None
 
+    def schema(self) -> dict:
+        """The OpenAPI document the server serves (read once)."""
+        if self._schema is None:
+            response = self._request("GET", SCHEMA_PATH)
+            if response.status_code != 200:
+                raise CliError(_error_message(response), BY_STATUS.get(response.status_code, FAILED))
+            self._schema = response.json()
+        return self._schema
+
     def check_schema(self) -> None:
         """Stop with exit 9 when the server's schema lacks an operation this client uses."""
-        response = self._request("GET", SCHEMA_PATH)
-        if response.status_code != 200:
-            raise CliError(_error_message(response), BY_STATUS.get(response.status_code, FAILED))
-        if missing := operations_missing(response.json()):
+        if missing := operations_missing(self.schema()):
             raise CliError(f"The server at {self.http.base_url} does not offer {', '.join(missing)}: this "
                            "tandemctl and the server disagree on the API; use the tandemctl of the server's version.",
                            SCHEMA_DRIFT)

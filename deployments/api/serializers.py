@@ -20,6 +20,7 @@ from deployments.redaction import internal_redact
 from deployments.services.quota import team_gpus_held
 from deployments.secret_refs import secret_ref_errors
 from deployments.spec import DNS1123_LABEL, dns_label_errors, spec_load
+from deployments.api.spec_field import SpecField
 from deployments.spec_diff import proposal_summary
 
 
@@ -278,12 +279,12 @@ class DeploymentCreateSerializer(serializers.Serializer):
     cluster = serializers.SlugRelatedField(slug_field="name", queryset=Cluster.objects.all())
     name = StrictCharField(max_length=100)
     purpose = StrictCharField(required=False, allow_blank=True, max_length=2000, default="")
-    spec = serializers.JSONField(help_text="The PD spec: model, runtime, prefill, decode, engine, expected_load.")
+    spec = SpecField(help_text="The PD spec: model, runtime, prefill, decode, engine, expected_load, pause, targets.")
 
 
 class DeploymentEditSerializer(serializers.Serializer):
     purpose = StrictCharField(required=False, allow_blank=True, max_length=2000)
-    spec = serializers.JSONField(required=False)
+    spec = SpecField(required=False, help_text="The whole new spec (the fields left out take their defaults).")
 
 
 class FieldChangeSerializer(serializers.Serializer):

@@ -39,7 +39,11 @@ def _locked(deployment: Deployment) -> Deployment:
 
 
 def _validated_spec(data, cluster: Cluster, team: Team) -> DeploymentSpec:
-    return spec_parse(data, target_kind=cluster.kind, source_roots=source_roots_of(cluster=cluster, team=team))
+    """The typed spec of a request's `spec`, or a SpecError whose paths start at `spec.` as the request's do."""
+    try:
+        return spec_parse(data, target_kind=cluster.kind, source_roots=source_roots_of(cluster=cluster, team=team))
+    except SpecError as e:
+        raise SpecError({f"spec.{k}": v for k, v in e.errors.items()}) from None
 
 
 def _recheck(stored: dict, cluster: Cluster, team: Team) -> DeploymentSpec:
@@ -65,7 +69,7 @@ def deployment_request(*, actor, team: Team, cluster: Cluster, name: str, spec: 
     try:
         typed = _validated_spec(spec, cluster, team)
     except SpecError as e:
-        errors.update({f"spec.{k}": v for k, v in e.errors.items()})
+        errors.update(e.errors)
     if errors:
         raise SpecError(errors)
     quota_check(team=team, gpus=quota_gpus(typed, target_kind=cluster.kind))

@@ -334,3 +334,34 @@ def test_approve_shows_the_approver_the_failed_checks_of_the_cluster(transaction
     assert "  subnets: The node subnets span 2 Availability Zones" in run.stderr
     assert "fix: Keep the subnets of one zone." in run.stderr and "subnet-0a1b2c3d4e5f60718" not in run.stderr
     assert Deployment.objects.get(name="chat").status == "approved"
+
+
+@pytest.mark.e2e
+def test_validate_checks_manifests_against_the_served_schema_and_diff_and_apply_refuse_a_misspelled_field(
+        web, tmp_path):
+    """For CI: `validate` reads the schema the server serves and writes nothing; a misspelled or misplaced field
+    is named (exit 4) by validate, diff and apply alike."""
+    cli = dict(token=web["token"], server=web["server"], home=tmp_path)
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    _write_manifest(manifests / "chat.yaml", spec_input())
+    _write_manifest(manifests / "typo.yaml", spec_input(
+        prefill={"instance_type": "g6e.12xlarge", "nodes": 1, "gpus_per_node": 4, "tensor_parallel_size": 4,
+                 "replcas_max": 3}, wake_on_request=True))
+    d = web["deployment"]
+    before = (Deployment.objects.count(), d.events.count(), Deployment.objects.get(pk=d.pk).spec)
+
+    valid = tandemctl("validate", "-f", str(manifests / "chat.yaml"), **cli, check_rc=errors.OK)
+    assert valid.stdout == "" and "1 of 1 manifest(s) valid" in valid.stderr
+    run = tandemctl("validate", "-f", str(manifests), **cli, check_rc=errors.INVALID)
+    typo = manifests / "typo.yaml"
+    assert run.stdout.splitlines() == [
+        f"{typo}: spec.prefill.replcas_max: unknown field; did you mean replicas_max?",
+        f"{typo}: spec.wake_on_request: unknown field; it belongs under spec.pause"]
+    assert "1 of 2 manifest(s) valid; 1 not" in run.stderr
+
+    for command in ("diff", "apply"):
+        refused = tandemctl(command, "-f", str(typo), **cli, check_rc=errors.INVALID)
+        assert "  spec.prefill.replcas_max: unknown field; did you mean replicas_max?" in refused.stderr.splitlines()
+        assert "  spec.wake_on_request: unknown field; it belongs under spec.pause" in refused.stderr.splitlines()
+    assert (Deployment.objects.count(), d.events.count(), Deployment.objects.get(pk=d.pk).spec) == before

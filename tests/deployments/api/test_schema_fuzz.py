@@ -61,6 +61,9 @@ def _schemathesis(web, token: str, config: Path, mode: str, report: Path, phases
         capture_output=True, text=True, timeout=600)
 
 
+# Three runs of about 7,000 cases in all (the typed spec's every field is a case of its own), each with its own 600 s
+# limit: longer than the suite's 300 s per test on a loaded machine.
+@pytest.mark.timeout(1200)
 def test_the_api_keeps_its_schema(world, tmp_path):
     token, deployment_id = world
     # Positive cases: a deployment's paths name the running one, so its actions reach their rules instead of only
