@@ -16,7 +16,7 @@ from deployments.services.events import event_record
 from gateway.config import database_conninfo
 from gateway.routing import Route
 from gateway.store import Store
-from tests.factories import ClusterFactory, DeploymentFactory, TeamFactory
+from tests.factories import ClusterFactory, DeploymentFactory, TeamFactory, spec_restore
 from workers.pipeline import reconcile_pass
 from workers.resync import resync_slice
 
@@ -32,6 +32,7 @@ def one_per_status(transactional_db):
     for status in Status:
         d = DeploymentFactory(team=team, cluster=cluster, status=status, endpoint_url="http://127.0.0.1:9/")
         d.spec["model_id"] = f"model-{status}"
+        spec_restore(d)
         d.save()
         out[status] = d
     return team, out

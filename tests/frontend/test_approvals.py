@@ -94,3 +94,21 @@ def test_a_passing_or_running_cluster_shows_no_failures(signed_in, team_admin, p
     fixed = cluster_check_request(actor=platform_admin, cluster=cluster)
     cluster_check_record(check_id=fixed.pk, lines=[PASSED])
     assert "of its checks" not in signed_in(team_admin).get("/approvals/").content.decode()
+
+
+@pytest.mark.parametrize("leave", ["delete", "pause"])
+def test_a_proposed_update_leaves_the_queue_page_when_its_deployment_is_deleted_or_paused(
+        signed_in, team_admin, team, cluster, member, leave):
+    from deployments.services.actions import deployment_delete, deployment_update
+    from deployments.services.pause import deployment_pause
+    from tests.factories import spec_input
+
+    running = DeploymentFactory(team=team, cluster=cluster, requested_by=member, name="chat-70b",
+                                status=Status.RUNNING)
+    bigger = spec_input(decode={"instance_type": "g6e.12xlarge", "nodes": 2, "gpus_per_node": 4,
+                                "tensor_parallel_size": 4})
+    deployment_update(actor=member, deployment=running, spec=bigger)
+    assert "chat-70b" in signed_in(team_admin).get(QUEUE).content.decode()
+    (deployment_delete if leave == "delete" else deployment_pause)(actor=member, deployment=running)
+    page = signed_in(team_admin).get(QUEUE).content.decode()
+    assert "chat-70b" not in page and "Nothing waits for you" in page

@@ -11,6 +11,7 @@ from deployments.lifecycle import Status
 from deployments.models import Deployment, Event
 from deployments.services.budgets import budgets_check
 from gateway.wake import WAKE_TASK
+from tests.factories import spec_restore
 from tests.gateway.test_errors import CHAT, assert_openai_error, post
 from tests.support.broker import queued
 from workers.tasks import wake_deployment
@@ -32,6 +33,7 @@ def test_a_paused_deployment_answers_503_deployment_paused_and_says_how_to_resum
 def test_requests_to_a_deployment_that_wakes_on_request_start_one_resume(world, gateway, redis_client):
     dep = world.deployment("sleepy", status=Status.PAUSED)
     dep.spec["pause"] = {"idle_minutes": None, "wake_on_request": True}
+    spec_restore(dep)
     dep.ready_estimate_seconds = 95
     dep.save()
     _, raw = world.key()
@@ -61,6 +63,7 @@ def test_a_team_past_its_budget_is_told_a_request_does_not_wake_it_and_the_refus
     world.team.save()
     dep = world.deployment("sleepy", status=Status.PAUSED)
     dep.spec["pause"] = {"idle_minutes": None, "wake_on_request": True}
+    spec_restore(dep)
     dep.save()
     assert budgets_check(now=timezone.now()) == [world.team.slug]  # the beat's pass: warned, and the flag set
     _, raw = world.key()

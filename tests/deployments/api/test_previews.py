@@ -5,6 +5,7 @@ import pytest
 
 from deployments.lifecycle import Status
 from deployments.models import Deployment, Event, Membership
+from deployments.services.spec_store import deployment_proposal_set
 from deployments.spec import spec_parse
 from tests.factories import DeploymentFactory, MembershipFactory, TeamFactory, spec_input
 
@@ -153,8 +154,8 @@ def test_who_may_not_change_it_may_not_preview_a_change(api, team, running):
 
 
 def test_the_preview_compares_with_the_approved_spec_when_an_update_waits(api, member, running, cluster):
-    running.proposed_spec = spec_parse(decode_nodes(2), target_kind=cluster.kind).to_dict()
-    running.proposed_by = member
+    deployment_proposal_set(deployment=running, spec=spec_parse(decode_nodes(2), target_kind=cluster.kind).to_dict(),
+                            by=member)
     running.save()
     api.force_authenticate(member)
     p = api.post(f"/api/v1/deployments/{running.pk}/preview/", {"spec": decode_nodes(3)}, format="json").json()
