@@ -8,8 +8,7 @@ from dataclasses import dataclass
 
 from django.db.models import Q
 
-from deployments.cost import (TIMELINE_KEYS, daily_rows, provisioned_segments, ready_estimate_seconds, spec_hourly_usd,
-                              timeline_marks)
+from deployments.cost import TIMELINE_KEYS, daily_rows, provisioned_segments, ready_estimate_seconds, timeline_marks
 from deployments.lifecycle import BILLED
 from deployments.models import Deployment, Event, Team
 
@@ -90,8 +89,9 @@ def team_month_to_date_usd(*, team: Team, now: dt.datetime) -> float:
 
 
 def deployment_hourly_usd(d: Deployment) -> float:
-    """What the deployment costs per hour now: its pools' price while they are provisioned, else nothing."""
-    return spec_hourly_usd(d.spec, cluster_prices(d.cluster)) if d.status in BILLED else 0.0
+    """What the deployment costs per hour now: its pools' price (stored with its spec) while they are provisioned,
+    else nothing."""
+    return d.hourly_usd if d.status in BILLED else 0.0
 
 
 def deployment_spend_usd(*, deployment: Deployment, since: dt.datetime, until: dt.datetime) -> float:

@@ -4,7 +4,7 @@ Callers (the spec writers in deployments.services.actions, the status writer) se
 transaction and save the fields returned, so a fact can never disagree with the spec it was derived from.
 """
 from deployments.cost import spec_hourly_usd
-from deployments.lifecycle import proposal_waits
+from deployments.lifecycle import LIVE, proposal_waits
 from deployments.models import Deployment
 from deployments.spec import DeploymentSpec, spec_facts
 from deployments.spend import cluster_prices
@@ -19,6 +19,14 @@ def deployment_spec_set(*, deployment: Deployment, spec: DeploymentSpec) -> list
     for name, value in facts.items():
         setattr(deployment, name, value)
     return ["spec", *facts]
+
+
+def cluster_deployments_reprice(*, cluster) -> None:
+    """Store again the price per hour of the cluster's live deployments after its own prices changed (in the
+    cluster edit's transaction)."""
+    for d in Deployment.objects.filter(cluster=cluster, status__in=LIVE).select_for_update(of=("self",)):
+        d.cluster = cluster  # the edited row, not the one stored before the edit
+        d.save(update_fields=deployment_spec_set(deployment=d, spec=d.spec_typed))
 
 
 def deployment_proposal_set(*, deployment: Deployment, spec: dict | None, by) -> list[str]:
