@@ -91,7 +91,9 @@ def team_month_to_date_usd(*, team: Team, now: dt.datetime) -> float:
 def deployment_hourly_usd(d: Deployment) -> float:
     """What the deployment costs per hour now: its pools' price (stored with its spec) while they are provisioned,
     else nothing."""
-    return d.hourly_usd if d.status in BILLED else 0.0
+    if d.status not in BILLED:
+        return 0.0
+    return d.hourly_usd or 0.0
 
 
 def deployment_spend_usd(*, deployment: Deployment, since: dt.datetime, until: dt.datetime) -> float:

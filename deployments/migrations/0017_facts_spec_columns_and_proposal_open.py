@@ -18,7 +18,6 @@ FACTS_NOT_NULL = {
     "decode_instance_type": models.CharField(max_length=64),
     "decode_nodes": models.PositiveIntegerField(),
     "decode_gpus_per_node": models.PositiveIntegerField(),
-    "hourly_usd": models.FloatField(),
 }
 
 
@@ -59,6 +58,7 @@ class Migration(migrations.Migration):
         migrations.AddField(model_name="deployment", name="proposal_open", field=models.BooleanField(default=False)),
         migrations.AddField(model_name="deployment", name="idle_minutes",
                             field=models.PositiveIntegerField(blank=True, null=True)),
+        migrations.AddField(model_name="deployment", name="hourly_usd", field=models.FloatField(blank=True, null=True)),
         *[migrations.AddField(model_name="deployment", name=name, field=_nullable(field))
           for name, field in FACTS_NOT_NULL.items()],
         migrations.RunPython(backfill, migrations.RunPython.noop),

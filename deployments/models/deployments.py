@@ -46,8 +46,9 @@ class Deployment(models.Model):
     decode_instance_type = models.CharField(max_length=64)
     decode_nodes = models.PositiveIntegerField()
     decode_gpus_per_node = models.PositiveIntegerField()
-    # USD per hour of the approved spec's nodes at the cluster's own prices, while they are provisioned.
-    hourly_usd = models.FloatField()
+    # USD per hour of the approved spec's nodes at the cluster's own prices, while they are provisioned (null: an
+    # instance type nobody prices).
+    hourly_usd = models.FloatField(null=True, blank=True)
     generation = models.PositiveIntegerField(default=1)
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING_APPROVAL)
     status_reason = models.TextField(blank=True)
