@@ -13,6 +13,7 @@ def bench_world(scenarios: dict[str, str], mock_port: int, *, cold_keys: int = 0
 
     from deployments.models import Cluster, Deployment, Membership, Team
     from deployments.services.api_keys import api_key_create
+    from deployments.services.spec_store import deployment_spec_set
     from deployments.spec import spec_parse
 
     tag = uuid.uuid4().hex[:6]
@@ -27,10 +28,11 @@ def bench_world(scenarios: dict[str, str], mock_port: int, *, cold_keys: int = 0
             "model": {"id": model, "source": "s3://models/bench"}, "runtime": {"ray": "2.60.0", "vllm": "0.29.0"},
             "prefill": {"instance_type": "g6e.12xlarge", "nodes": 1, "gpus_per_node": 4, "tensor_parallel_size": 4},
             "decode": {"instance_type": "g6e.12xlarge", "nodes": 1, "gpus_per_node": 4, "tensor_parallel_size": 4},
-            "engine": {"max_model_len": 8192}}, target_kind="kubernetes").to_dict()
-        Deployment.objects.create(team=team, name=f"{name}-{tag}", cluster=cluster, requested_by=user, spec=spec,
-                                  status="running", endpoint_url=f"http://127.0.0.1:{mock_port}" +
-                                  (f"/o/{options}" if options else ""))
+            "engine": {"max_model_len": 8192}}, target_kind="kubernetes")
+        d = Deployment(team=team, name=f"{name}-{tag}", cluster=cluster, requested_by=user, status="running",
+                       endpoint_url=f"http://127.0.0.1:{mock_port}" + (f"/o/{options}" if options else ""))
+        deployment_spec_set(deployment=d, spec=spec)
+        d.save()
         models[name] = model
     _, raw = api_key_create(actor=user, team=team, name="bench")
     _, limited = api_key_create(actor=user, team=team, name="bench-limited", requests_per_minute=10_000_000,

@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -113,6 +114,7 @@ class Bench:
         from deployments.lifecycle import Status
         from deployments.models import AccessToken, Cluster, Deployment, Membership, Team
         from deployments.services.credentials import credential_mint
+        from deployments.services.spec_store import deployment_proposal_set, deployment_spec_set
         from deployments.spec import spec_parse
         from tests.factories import spec_input
         from tests.support.k8s_emulator import kubeconfig_text
@@ -137,7 +139,8 @@ class Bench:
                                            config={"namespace_prefix": f"c{i:02d}-",
                                                    "model_sources": {"s3": ["s3://models"]}})
                     for i in range(self.args.clusters)]
-        spec = spec_parse(spec_input(), target_kind="kubernetes").to_dict()
+        spec = spec_parse(spec_input(), target_kind="kubernetes")
+        update = replace(spec, engine=replace(spec.engine, max_model_len=4096)).to_dict()
         n, approvals = self.args.deployments, self.args.approvals
         pending = approvals + PENDING_LEFT
         rows = []
@@ -145,13 +148,15 @@ class Bench:
             t = i % len(teams)
             status = Status.PENDING_APPROVAL if i < pending else Status.RUNNING
             proposed = status == Status.RUNNING and i % PROPOSED_EVERY == 0
-            rows.append(Deployment(
+            d = Deployment(
                 team=teams[t], cluster=clusters[(i // len(teams)) % len(clusters)], name=f"d{i:05d}",
-                requested_by=members[t], spec=spec, status=status, generation=1,
+                requested_by=members[t], status=status, generation=1,
                 observed_generation=0 if status == Status.PENDING_APPROVAL else 1,
-                proposed_spec=spec | {"engine": spec["engine"] | {"max_model_len": 4096}} if proposed else None,
-                proposed_by=members[t] if status == Status.PENDING_APPROVAL or proposed else None,
-                endpoint_url="" if status == Status.PENDING_APPROVAL else f"http://d{i}.svc:8000"))
+                endpoint_url="" if status == Status.PENDING_APPROVAL else f"http://d{i}.svc:8000")
+            deployment_spec_set(deployment=d, spec=spec)  # the row as the services write it, facts included
+            deployment_proposal_set(deployment=d, spec=update if proposed else None,
+                                    by=members[t] if status == Status.PENDING_APPROVAL or proposed else None)
+            rows.append(d)
         Deployment.objects.bulk_create(rows, batch_size=2000)
         with connection.cursor() as cursor:  # spread over 30 days, as a busy installation's rows are
             cursor.execute("UPDATE deployments_deployment SET created_at = now() - mod(id, 43200) * interval '1 minute'"

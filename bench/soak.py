@@ -122,7 +122,7 @@ class Soak:
 
         def update_deployment(gap: float):
             close_old_connections()
-            d = Deployment.objects.get(spec__model_id=self.world["models"]["paced"])
+            d = Deployment.objects.get(model_id=self.world["models"]["paced"])
             d.endpoint_url = re.sub(r"gap=[0-9.]+", f"gap={gap}", d.endpoint_url)
             d.save(update_fields=["endpoint_url", "updated_at"])
 

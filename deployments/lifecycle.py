@@ -80,6 +80,10 @@ STARTING = frozenset({S.APPROVED, S.PROVISIONING})
 # A spec change is accepted: a pending request is edited, a running or failed one is updated.
 EDITABLE = frozenset({S.PENDING_APPROVAL, S.RUNNING, S.FAILED})
 UPDATABLE = EDITABLE - {S.PENDING_APPROVAL}
+# A proposed update of the approved spec is decided (approved, rejected or withdrawn) only in these. The status
+# writer drops one when the deployment leaves them: a deployment on its way out, pausing or starting again has
+# nothing an approver could approve, and the proposal would wait in the queue for ever.
+DECIDES_PROPOSAL = UPDATABLE
 # Once its deletion was asked for (`Deployment.delete_requested_at`), a deployment only goes on out: a deletion that
 # failed is retried as a deletion, never back to provisioning, an update or a pause (and a resume over the quota).
 DELETION = frozenset({S.DELETING, S.DELETED, S.FAILED})
@@ -93,6 +97,13 @@ def retry_status(*, delete_requested: bool) -> str:
     """Where a retry of a failed deployment goes: back to deleting when it failed on its way out, else to approved
     (the reconciler starts again from what exists)."""
     return S.DELETING if delete_requested else S.APPROVED
+
+
+def proposal_waits(*, status: str, proposed: bool) -> bool:
+    """A proposed update waits for an approver (stored as `Deployment.proposal_open`, which the approvals queue
+    reads): there is one, and the deployment is where it can be decided."""
+    return proposed and status in DECIDES_PROPOSAL
+
 
 # What a deployment on its way back (resumed, woken, retried) is expected to take to serve when it has no history
 # to go by: the ready estimate's default (deployments.cost) and the gateway's Retry-After (gateway.wake).

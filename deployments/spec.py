@@ -220,6 +220,17 @@ def spec_load(stored) -> DeploymentSpec:
         raise SpecError({"spec": [f"The stored spec is malformed ({type(e).__name__}: {e})."]}) from None
 
 
+def spec_facts(spec: DeploymentSpec) -> dict:
+    """The facts other layers read from a deployment's approved spec, as `Deployment` columns (the gateway's SQL,
+    quota, idle pause, search): stored beside the spec when it is written, so the spec's JSON is read only here."""
+    return {
+        "model_id": spec.model_id, "model_source": spec.model_source, "max_model_len": spec.engine.max_model_len,
+        "wake_on_request": spec.pause.wake_on_request, "idle_minutes": spec.pause.idle_minutes,
+        **{f"{stage}_{name}": getattr(spec.pool(stage), name)
+           for stage in ("prefill", "decode") for name in ("instance_type", "nodes", "gpus_per_node")},
+    }
+
+
 def spec_request_shape(spec: DeploymentSpec) -> dict:
     """The request shape (what spec_parse reads) of a typed spec, for a change Tandem proposes through the same
     path as a person's."""

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from django.db.models import Q
 
 from deployments.cost import (TIMELINE_KEYS, cluster_prices, daily_rows, provisioned_segments, ready_estimate_seconds,
-                              spec_hourly_usd, timeline_marks)
+                              timeline_marks)
 from deployments.lifecycle import BILLED
 from deployments.models import Deployment, Event, Team
 
@@ -84,11 +84,11 @@ def team_month_to_date_usd(*, team: Team, now: dt.datetime) -> float:
 
 
 def deployment_hourly_usd(d: Deployment) -> float:
-    """What the deployment costs per hour now: its pools' price while they are provisioned, else nothing (nor for
-    an instance type nobody prices, as its timeline is charged)."""
+    """What the deployment costs per hour now: its pools' price (stored with its spec) while they are provisioned,
+    else nothing."""
     if d.status not in BILLED:
         return 0.0
-    return spec_hourly_usd(d.spec_typed, prices=cluster_prices(d.cluster)) or 0.0
+    return d.hourly_usd or 0.0
 
 
 def deployment_spend_usd(*, deployment: Deployment, since: dt.datetime, until: dt.datetime) -> float:

@@ -31,10 +31,8 @@ SELECT key_id FROM deployments_apikey WHERE revoked_at IS NULL AND (expires_at I
 """
 
 TEAM_DEPLOYMENTS_SQL = """
-SELECT d.id, d.name, d.spec->>'model_id' AS model_id, d.status, d.endpoint_url,
-       (d.spec->'engine'->>'max_model_len')::int AS max_model_len, d.updated_at,
-       c.name AS cluster_name, c.kind AS cluster_kind, c.secret_ref AS cluster_secret_ref,
-       COALESCE((d.spec->'pause'->>'wake_on_request')::boolean, false) AS wake_on_request,
+SELECT d.id, d.name, d.model_id, d.status, d.endpoint_url, d.max_model_len, d.updated_at,
+       c.name AS cluster_name, c.kind AS cluster_kind, c.secret_ref AS cluster_secret_ref, d.wake_on_request,
        d.ready_estimate_seconds, EXTRACT(EPOCH FROM d.status_changed_at) AS status_changed_at,
        (d.conditions @> '[{"type": "EndpointReady", "reason": "ConformancePending"}]'
         AND NOT d.conditions @> '[{"type": "ConformancePassed"}]') AS checking,

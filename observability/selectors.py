@@ -53,7 +53,7 @@ def fleet_windows(spec: DeploymentSpec, *, user=None, team=None, now: dt.datetim
     per stage. Named are the deployments the user can see, or those of `team` (the advisor's lines, which the
     team reads and its events keep); any other only as another team's."""
     until = now.replace(minute=0, second=0, microsecond=0)
-    running = Deployment.objects.filter(status=Status.RUNNING, spec__model_source=spec.model_source) \
+    running = Deployment.objects.filter(status=Status.RUNNING, model_source=spec.model_source) \
         .select_related("team")
     if user is not None:
         visible = set(deployments_visible_to(user).values_list("id", flat=True))

@@ -3,7 +3,8 @@ import factory
 from django.contrib.auth import get_user_model
 
 from deployments.models import Cluster, Deployment, Membership, Team
-from deployments.spec import spec_parse
+from deployments.services.spec_store import deployment_proposal_set, deployment_spec_set
+from deployments.spec import spec_load, spec_parse
 
 
 def spec_input(**overrides) -> dict:
@@ -85,3 +86,20 @@ class DeploymentFactory(factory.django.DjangoModelFactory):
     # As deployment_request writes it: a request waiting for approval names its author.
     proposed_by = factory.LazyAttribute(lambda o: o.requested_by if o.status == "pending_approval" else None)
     spec = factory.LazyAttribute(lambda o: spec_parse(spec_input(), target_kind=o.cluster.kind).to_dict())
+
+    @classmethod
+    def _create(cls, model_class, *args, **kwargs):
+        """Stored as the services store one: the spec's facts and whether a proposed update waits are written with
+        them (deployments.services.spec_store)."""
+        proposed_spec, proposed_by = kwargs.pop("proposed_spec", None), kwargs.pop("proposed_by", None)
+        d = model_class(*args, **kwargs)
+        deployment_spec_set(deployment=d, spec=spec_load(d.spec))
+        deployment_proposal_set(deployment=d, spec=proposed_spec, by=proposed_by)
+        d.save()
+        return d
+
+
+def spec_restore(d: Deployment) -> None:
+    """Store again the facts of a spec a test edited in place (`d.spec[...] = ...`), as every spec writer does
+    with the spec it stores; the caller saves."""
+    deployment_spec_set(deployment=d, spec=spec_load(d.spec))

@@ -28,7 +28,8 @@ from deployments.services.access_tokens import access_token_create
 from deployments.services.actions import deployment_approve, deployment_request, deployment_update
 from deployments.services.api_keys import api_key_create
 from tests.conftest import EMULATOR_TOKEN
-from tests.factories import MODEL_SOURCES, ClusterFactory, DeploymentFactory, MembershipFactory, TeamFactory, spec_input
+from tests.factories import (MODEL_SOURCES, ClusterFactory, DeploymentFactory, MembershipFactory, TeamFactory, spec_input,
+                             spec_restore)
 from tests.support.k8s_emulator import EmulatorThread, KubeRayEmulator, kubeconfig_text
 from tests.support.processes import (MinuteClock, Worker, start_gateway, start_mock_upstream, start_web, wait_for,
                                      wait_for_idle_workers, worker_environment)
@@ -136,6 +137,7 @@ def served(fleet, team, *, options: str = "", model: str = "m") -> Deployment:
     """A running deployment whose endpoint is the mock upstream (streams paced by `options`)."""
     d = DeploymentFactory(team=team, status=Status.RUNNING)
     d.spec["model_id"] = model
+    spec_restore(d)
     d.endpoint_url = fleet.mock.base_url + (f"/o/{options}" if options else "")
     d.save()
     return d

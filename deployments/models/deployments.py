@@ -6,8 +6,8 @@ from deployments.lifecycle import TERMINAL, Status
 from deployments.quota_rules import quota_gpus
 from deployments.spec import DeploymentSpec, spec_load
 
-# Waits for an approver: a request, or a proposed update of a running or failed one (the queue and its index).
-AWAITING_APPROVAL = models.Q(status=Status.PENDING_APPROVAL) | models.Q(proposed_spec__isnull=False)
+# Waits for an approver: a request, or a proposed update that can be decided (the queue and its index).
+AWAITING_APPROVAL = models.Q(status=Status.PENDING_APPROVAL) | models.Q(proposal_open=True)
 
 
 class Deployment(models.Model):
@@ -28,6 +28,27 @@ class Deployment(models.Model):
     # is checked against this person at approval time. Null when nothing waits.
     proposed_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True,
                                     related_name="+")
+    # A proposed update waits for an approver (deployments.lifecycle.proposal_waits): written with `proposed_spec`,
+    # and cleared with it by the status writer when the deployment leaves the statuses where it can be decided.
+    proposal_open = models.BooleanField(default=False)
+    # Facts of the approved spec that other layers filter and join on (the gateway's SQL, quota, idle pause,
+    # search, cost), so that only deployments.spec reads the spec's JSON: written with `spec`, in the same
+    # transaction, by deployments.services.spec_store (deployments.spec.spec_facts derives them). No defaults: a
+    # row written any other way fails rather than serving under an empty model id.
+    model_id = models.CharField(max_length=128)
+    model_source = models.TextField()
+    max_model_len = models.PositiveIntegerField()
+    wake_on_request = models.BooleanField()
+    idle_minutes = models.PositiveIntegerField(null=True, blank=True)
+    prefill_instance_type = models.CharField(max_length=64)
+    prefill_nodes = models.PositiveIntegerField()
+    prefill_gpus_per_node = models.PositiveIntegerField()
+    decode_instance_type = models.CharField(max_length=64)
+    decode_nodes = models.PositiveIntegerField()
+    decode_gpus_per_node = models.PositiveIntegerField()
+    # USD per hour of the approved spec's nodes at the cluster's own prices, while they are provisioned (null: an
+    # instance type nobody prices).
+    hourly_usd = models.FloatField(null=True, blank=True)
     generation = models.PositiveIntegerField(default=1)
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING_APPROVAL)
     status_reason = models.TextField(blank=True)
@@ -90,7 +111,3 @@ class Deployment(models.Model):
     def quota_gpus(self) -> int:
         """GPUs the approved spec holds against the team's quota on this deployment's cluster."""
         return quota_gpus(self.spec_typed, target_kind=self.cluster.kind)
-
-    @property
-    def model_id(self) -> str:
-        return self.spec_typed.model_id

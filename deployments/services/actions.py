@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from deployments.errors import ActionError, Conflict, NotAllowed, StatusMoved
 from deployments.event_kinds import EventKind, status_kind
-from deployments.lifecycle import UNSETTLED, UPDATABLE, Status, can_transition, retry_status
+from deployments.lifecycle import UNSETTLED, UPDATABLE, Status, can_transition, proposal_waits, retry_status
 from deployments.model_sources import source_roots_of
 from deployments.models import Cluster, Deployment, Team
 from deployments.outcomes import Outcome, UpdateOutcome, update_outcome
@@ -22,6 +22,7 @@ from deployments.services.budgets import budget_require_approver
 from deployments.services.events import event_record
 from deployments.services.node_groups import nodegroup_quota_check
 from deployments.services.quota import quota_check
+from deployments.services.spec_store import deployment_proposal_set, deployment_spec_set
 from deployments.services.status import deployment_reconcile_request
 from deployments.spec import DeploymentSpec, SpecError, name_errors, spec_check, spec_load, spec_parse
 from deployments.spec_diff import changes_needing_approval
@@ -73,17 +74,16 @@ def deployment_request(*, actor, team: Team, cluster: Cluster, name: str, spec: 
     if errors:
         raise SpecError(errors)
     quota_check(team=team, gpus=quota_gpus(typed, target_kind=cluster.kind))
-    parsed = typed.to_dict()
+    deployment = Deployment(team=team, cluster=cluster, name=name, requested_by=actor, proposed_by=actor,
+                            purpose=purpose)
+    deployment_spec_set(deployment=deployment, spec=typed)
     try:
         with transaction.atomic():
-            deployment = Deployment.objects.create(
-                team=team, cluster=cluster, name=name, requested_by=actor, proposed_by=actor, spec=parsed,
-                purpose=purpose,
-            )
+            deployment.save()
     except IntegrityError:
         raise Conflict(f"Team {team.slug} already has a deployment named {name!r}.", field="name") from None
     event_record(kind=EventKind.REQUESTED, deployment=deployment, actor=actor,
-                 after={"name": name, "cluster": cluster.name, "spec": parsed})
+                 after={"name": name, "cluster": cluster.name, "spec": deployment.spec})
     return deployment
 
 
@@ -102,18 +102,28 @@ def deployment_edit(*, actor, deployment: Deployment, spec: dict | None = None, 
     if new_spec == d.spec and new_purpose == d.purpose:
         return d
     quota_check(team=d.team, gpus=quota_gpus(typed, target_kind=d.cluster.kind), exclude_id=d.pk)
+    spec_fields = []
     if new_spec != d.spec:
         d.generation += 1
         d.proposed_by = actor  # whoever changed what waits is one of its authors: four-eyes counts them
-    d.spec, d.purpose = new_spec, new_purpose
-    d.save(update_fields=["spec", "purpose", "generation", "proposed_by", "updated_at"])
+        spec_fields = deployment_spec_set(deployment=d, spec=typed)
+    d.purpose = new_purpose
+    d.save(update_fields=[*spec_fields, "purpose", "generation", "proposed_by", "updated_at"])
     event_record(kind=EventKind.EDITED, deployment=d, actor=actor, before=before,
                  after={"spec": new_spec, "purpose": new_purpose})
     return d
 
 
 def _proposal_waits(d: Deployment) -> bool:
-    return d.proposed_spec is not None and d.status in UPDATABLE
+    return d.proposal_open
+
+
+def _proposal_drop(*, d: Deployment, actor, kind: EventKind, message: str = "") -> None:
+    """The proposed update waits no more (rejected, withdrawn, or dropped as the deployment moved): cleared, and
+    the event keeps what it was."""
+    before = d.proposed_spec
+    d.save(update_fields=[*deployment_proposal_set(deployment=d, spec=None, by=None), "updated_at"])
+    event_record(kind=kind, deployment=d, actor=actor, message=message, before={"proposed_spec": before})
 
 
 def _authors(d: Deployment) -> set[int]:
@@ -162,8 +172,10 @@ def deployment_approve(*, actor, deployment: Deployment, generation: int, propos
         proposed = _recheck(d.proposed_spec, d.cluster, d.team)
         quota_check(team=team, gpus=quota_gpus(proposed, target_kind=d.cluster.kind), exclude_id=d.pk)
         before, proposer = d.spec, d.proposed_by
-        d.spec, d.proposed_spec, d.proposed_by, d.generation = d.proposed_spec, None, None, d.generation + 1
-        d.save(update_fields=["spec", "proposed_spec", "proposed_by", "generation", "updated_at"])
+        fields = deployment_spec_set(deployment=d, spec=proposed) + deployment_proposal_set(deployment=d, spec=None,
+                                                                                            by=None)
+        d.generation += 1
+        d.save(update_fields=[*fields, "generation", "updated_at"])
         event_record(kind=EventKind.UPDATE_APPROVED, deployment=d, actor=actor, message=comment,
                      before={"spec": before},
                      after={"spec": d.spec, "proposed_by": proposer.get_username() if proposer else None})
@@ -189,10 +201,7 @@ def deployment_reject(*, actor, deployment: Deployment, generation: int, propose
     _require_approver(actor=actor, deployment=d)
     _require_reviewed(deployment=d, generation=generation, proposed_hash=proposed_hash)
     if _proposal_waits(d):
-        before, d.proposed_spec, d.proposed_by = d.proposed_spec, None, None
-        d.save(update_fields=["proposed_spec", "proposed_by", "updated_at"])
-        event_record(kind=EventKind.UPDATE_REJECTED, deployment=d, actor=actor, message=comment,
-                     before={"proposed_spec": before})
+        _proposal_drop(d=d, actor=actor, kind=EventKind.UPDATE_REJECTED, message=comment)
         return d
     if d.status != Status.PENDING_APPROVAL:
         raise Conflict(f"Nothing to reject: the deployment is {d.status}.")
@@ -206,9 +215,7 @@ def deployment_withdraw(*, actor, deployment: Deployment) -> Deployment:
     d = _locked(deployment)
     _require_editor(actor=actor, deployment=d)
     if _proposal_waits(d):
-        before, d.proposed_spec, d.proposed_by = d.proposed_spec, None, None
-        d.save(update_fields=["proposed_spec", "proposed_by", "updated_at"])
-        event_record(kind=EventKind.UPDATE_WITHDRAWN, deployment=d, actor=actor, before={"proposed_spec": before})
+        _proposal_drop(d=d, actor=actor, kind=EventKind.UPDATE_WITHDRAWN)
         return d
     if d.status != Status.PENDING_APPROVAL:
         raise Conflict(f"Only a pending request can be withdrawn; this one is {d.status}. Delete it instead.")
@@ -291,8 +298,10 @@ def _require_no_other_proposal(*, actor, d: Deployment) -> None:
 def _update_apply(*, actor, d: Deployment, new_spec: dict, message: str = "") -> Deployment:
     """Apply a change that needs no approval: the new spec runs at the next generation."""
     before, dropped = d.spec, d.proposed_spec
-    d.spec, d.proposed_spec, d.proposed_by, d.generation = new_spec, None, None, d.generation + 1
-    d.save(update_fields=["spec", "proposed_spec", "proposed_by", "generation", "updated_at"])
+    fields = deployment_spec_set(deployment=d, spec=spec_load(new_spec)) + deployment_proposal_set(deployment=d,
+                                                                                                   spec=None, by=None)
+    d.generation += 1
+    d.save(update_fields=[*fields, "generation", "updated_at"])
     if dropped:
         message = " ".join(filter(None, [message, "Replaces the update that was waiting for approval."]))
     event_record(kind=EventKind.UPDATED, deployment=d, actor=actor, before={"spec": before, "proposed_spec": dropped},
@@ -326,8 +335,7 @@ def _update_propose(*, actor, d: Deployment, typed: DeploymentSpec, fields: list
     gpus, now = quota_gpus(typed, target_kind=d.cluster.kind), d.quota_gpus
     if gpus > now:
         quota_check(team=d.team, gpus=gpus, exclude_id=d.pk)
-    d.proposed_spec, d.proposed_by = new_spec, actor
-    d.save(update_fields=["proposed_spec", "proposed_by", "updated_at"])
+    d.save(update_fields=[*deployment_proposal_set(deployment=d, spec=new_spec, by=actor), "updated_at"])
     event_record(kind=EventKind.UPDATE_REQUESTED, deployment=d, actor=actor, before={"spec": d.spec},
                  after={"proposed_spec": new_spec, "needs_approval": fields},
                  message=f"Changes {', '.join(fields)}: waiting for approval; the approved spec keeps running.")
@@ -377,6 +385,10 @@ def deployment_transition(*, deployment: Deployment, to: str, actor=None, reason
         d.save(update_fields=["status", "status_reason", "status_changed_at", "delete_requested_at", "updated_at"])
         event_record(kind=event_kind or status_kind(to), deployment=d, actor=actor, message=reason,
                      before=before, after={"status": to, "reason": reason})
+        if d.proposed_spec is not None and not proposal_waits(status=to, proposed=True):
+            _proposal_drop(d=d, actor=actor, kind=EventKind.UPDATE_WITHDRAWN,
+                           message=f"Dropped: the deployment is {to} now, where an update cannot be decided; ask "
+                                   "for it again once it runs.")
         route_change_announce(deployment=d)
         if to in UNSETTLED:
             _enqueue_reconcile(d.pk)

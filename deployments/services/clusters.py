@@ -9,6 +9,7 @@ from deployments.permissions import is_platform_admin
 from deployments.secret_refs import secret_ref_errors
 from deployments.services.cluster_checks import cluster_check_request
 from deployments.services.events import event_record
+from deployments.services.spec_store import cluster_deployments_reprice
 
 
 @transaction.atomic
@@ -52,6 +53,8 @@ def cluster_update(*, actor, cluster: Cluster, config: dict | None = None, secre
     for k, v in changes.items():
         setattr(cluster, k, v)
     cluster.save(update_fields=list(changes))
+    if "config" in changes:  # its `prices` may have changed: what its deployments cost an hour follows them
+        cluster_deployments_reprice(cluster=cluster)
     event_record(kind=EventKind.CLUSTER_UPDATED, actor=actor, before=before, after=after,
                  message="Secret reference changed." if "secret_ref" in changes else "")
     cluster_check_request(actor=actor, cluster=cluster)  # the preflight reruns against the new settings

@@ -70,7 +70,7 @@ def deployment_wake(*, deployment_id: int) -> Deployment | None:
     already on its way back is left alone). A quota that no longer fits, or a team past its budget, is
     recorded, not raised."""
     d = Deployment.objects.select_related("team", "cluster").filter(pk=deployment_id).first()
-    if d is None or d.status != Status.PAUSED or not d.spec_typed.pause.wake_on_request:
+    if d is None or d.status != Status.PAUSED or not d.wake_on_request:
         return None
     try:
         return deployment_resume(actor=None, deployment=d, event_kind=EventKind.WOKEN,
@@ -86,14 +86,14 @@ def deployments_pause_idle(*, now: dt.datetime,
     for that long, recording why; `last_requests(ids)` says when each last had one (the gateway's records, which
     the domain does not import). Returns the ids paused."""
     paused = []
-    candidates = list(Deployment.objects.filter(status=Status.RUNNING, spec__pause__idle_minutes__isnull=False)
+    candidates = list(Deployment.objects.filter(status=Status.RUNNING, idle_minutes__isnull=False)
                       .select_related("team", "cluster"))
     last_request_at = last_requests([d.pk for d in candidates]) if candidates else {}
     for d in candidates:
-        idle = d.spec_typed.pause.idle_minutes
+        idle = d.idle_minutes
         # Since the last request, or since it started running when none came after that.
         last = max(filter(None, (last_request_at.get(d.pk), d.status_changed_at)))
-        if idle is None or now - last < dt.timedelta(minutes=idle):
+        if now - last < dt.timedelta(minutes=idle):
             continue
         try:
             deployment_pause(actor=None, deployment=d, event_kind=EventKind.IDLE_PAUSED,

@@ -1,6 +1,5 @@
 """GPU quota: what a team holds, and the check made at request and at approval."""
 from django.db.models import Count
-from django.db.models.fields.json import KT
 
 from deployments.errors import QuotaExceeded
 from deployments.lifecycle import HOLDS_QUOTA
@@ -8,9 +7,9 @@ from deployments.models import Deployment, Team
 from deployments.quota_rules import pools_quota_gpus
 from deployments.serve_config import STAGES
 
-# What the count depends on, per stage: deployments alike in these are counted once, times how many there are.
-_POOL_FIELDS = {f"{stage}_{field}": KT(f"spec__{stage}__{field}")
-                for stage in STAGES for field in ("instance_type", "nodes", "gpus_per_node")}
+# What the count depends on, per stage (the spec's facts stored on the row): deployments alike in these are
+# counted once, times how many there are.
+_POOL_FIELDS = [f"{stage}_{field}" for stage in STAGES for field in ("instance_type", "nodes", "gpus_per_node")]
 
 
 def teams_gpus_held(*, team_ids, exclude_id: int | None = None) -> dict[int, int]:
@@ -20,10 +19,10 @@ def teams_gpus_held(*, team_ids, exclude_id: int | None = None) -> dict[int, int
     qs = Deployment.objects.filter(team_id__in=team_ids, status__in=HOLDS_QUOTA)
     if exclude_id is not None:
         qs = qs.exclude(pk=exclude_id)
-    rows = qs.values("team_id", "cluster__kind", **_POOL_FIELDS).annotate(n=Count("id")).order_by()
+    rows = qs.values("team_id", "cluster__kind", *_POOL_FIELDS).annotate(n=Count("id")).order_by()
     held = dict.fromkeys(team_ids, 0)
     for row in rows:
-        pools = {stage: (row[f"{stage}_instance_type"], int(row[f"{stage}_nodes"]), int(row[f"{stage}_gpus_per_node"]))
+        pools = {stage: (row[f"{stage}_instance_type"], row[f"{stage}_nodes"], row[f"{stage}_gpus_per_node"])
                  for stage in STAGES}
         held[row["team_id"]] += row["n"] * pools_quota_gpus(pools, target_kind=row["cluster__kind"])
     return held

@@ -46,7 +46,7 @@ def _failures(d, lines, admin: bool) -> list[dict]:
 
 def _item(d, team_held: int, fleet) -> dict:
     """One request or proposed update as an approver reviews it; `team_held` is what its team holds in all."""
-    is_update = d.proposed_spec is not None
+    is_update = d.proposal_open
     spec = spec_load(d.proposed_spec) if is_update else d.spec_typed
     kind, prices = d.cluster.kind, cluster_prices(d.cluster)  # what the team is charged at, so the approver sees it
     plan, note = planning.plan_for_stored(spec, source_roots=source_roots_of(cluster=d.cluster, team=d.team),

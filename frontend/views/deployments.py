@@ -47,7 +47,7 @@ def deployment_list(request):
     if cluster:
         qs = qs.filter(cluster__name=cluster)
     if q:
-        qs = qs.filter(Q(name__icontains=q) | Q(spec__model_id__icontains=q))
+        qs = qs.filter(Q(name__icontains=q) | Q(model_id__icontains=q))
     page = Paginator(qs.order_by("-created_at", "-id"), LIST_PAGE_SIZE).get_page(request.GET.get("page"))
     rows = [{"d": d, "gpus": d.quota_gpus} for d in page]
     context = {

@@ -10,7 +10,8 @@ from deployments.lifecycle import (BILLED, EDITABLE, HOLDS_QUOTA, LIVE, PAUSABLE
                                    TERMINAL, TRANSITIONS, UNSETTLED, Status)
 from deployments.services.actions import deployment_transition
 from deployments.services.status import RECONCILE_TASK
-from tests.factories import DeploymentFactory
+from deployments.spec import spec_parse
+from tests.factories import DeploymentFactory, spec_input
 from tests.support.broker import queued
 
 ALLOWED = {
@@ -127,3 +128,23 @@ def test_the_status_writer_records_when_a_deletion_was_first_requested():
     deployment_transition(deployment=d, to="deleting", reason="retried")
     d.refresh_from_db()
     assert d.delete_requested_at == first
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("current", "new"), sorted((a, b) for a, b in ALLOWED if a in ("running", "failed")))
+def test_a_proposed_update_survives_a_move_only_to_where_it_can_still_be_decided(current, new, member):
+    """An update is decided while the deployment runs or has failed; any other move drops it with an event that
+    keeps it, so the approvals queue never holds what nobody can approve."""
+    bigger = spec_input(decode={"instance_type": "g6e.12xlarge", "nodes": 2, "gpus_per_node": 4,
+                                "tensor_parallel_size": 4})
+    d = DeploymentFactory(status=current, proposed_spec=spec_parse(bigger, target_kind="kubernetes").to_dict(),
+                          proposed_by=member)
+    assert d.proposal_open
+    deployment_transition(deployment=d, to=new, reason="table test")
+    d.refresh_from_db()
+    if (current, new) == ("running", "failed"):
+        assert (d.proposal_open, d.proposed_spec["decode"]["nodes"], d.proposed_by) == (True, 2, member)
+        assert not d.events.filter(kind="update_withdrawn").exists()
+    else:
+        assert (d.proposal_open, d.proposed_spec, d.proposed_by) == (False, None, None)
+        assert d.events.get(kind="update_withdrawn").before["proposed_spec"]["decode"]["nodes"] == 2

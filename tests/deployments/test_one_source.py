@@ -3,6 +3,7 @@ formats in `deployments.credential_format`, the gateways' channels in `deploymen
 These tests read what the gateway's SQL, the reconciler and the scraper actually select, and scan the code for a
 second definition (or, for event kinds, a writer that does not use the declared one)."""
 import ast
+import re
 import asyncio
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from deployments.services.events import event_record
 from gateway.config import database_conninfo
 from gateway.routing import Route
 from gateway.store import Store
-from tests.factories import ClusterFactory, DeploymentFactory, TeamFactory
+from tests.factories import ClusterFactory, DeploymentFactory, TeamFactory, spec_restore
 from workers.pipeline import reconcile_pass
 from workers.resync import resync_slice
 
@@ -32,6 +33,7 @@ def one_per_status(transactional_db):
     for status in Status:
         d = DeploymentFactory(team=team, cluster=cluster, status=status, endpoint_url="http://127.0.0.1:9/")
         d.spec["model_id"] = f"model-{status}"
+        spec_restore(d)
         d.save()
         out[status] = d
     return team, out
@@ -283,3 +285,67 @@ def test_the_audit_trail_refuses_a_kind_not_declared(db):
     with pytest.raises(ValueError):
         event_record(kind="team_note", team=team)
     assert event_record(kind=EventKind.TEAM_UPDATED, team=team).kind == "team_updated"
+
+
+# --- The spec's JSON: read only by deployments.spec; everyone else reads the facts stored beside it ---
+
+# An ORM path into the spec's JSON (`spec__model_id`, `deployment__spec__pause__idle_minutes`, "-spec__x" in an
+# order_by), and a SQL path into it (`d.spec->>'model_id'`, `spec -> 'engine'`).
+ORM_SPEC_PATH = re.compile(r"-?(?:\w+__)?spec__\w+")
+SQL_SPEC_PATH = re.compile(r"\bspec\s*->")
+
+
+def spec_json_reads(sources: dict[str, str]) -> list[str]:
+    """Each place in `sources` ({name: text}, Python or a template) that reads the spec's JSON by path: a keyword
+    or a string that is an ORM lookup into it, or a SQL JSON path on it."""
+    found = []
+    for name, text in sources.items():
+        if not name.endswith(".py"):
+            found += [f"{name}:{n}" for n, line in enumerate(text.splitlines(), 1)
+                      if ORM_SPEC_PATH.search(line) or SQL_SPEC_PATH.search(line)]
+            continue
+        for node in ast.walk(ast.parse(text, name)):
+            if isinstance(node, ast.Call):
+                found += [f"{name}:{node.lineno} {k.arg}" for k in node.keywords
+                          if k.arg and ORM_SPEC_PATH.fullmatch(k.arg)]
+            elif (value := _string_of(node)) is not None and (
+                    ORM_SPEC_PATH.fullmatch(value) or SQL_SPEC_PATH.search(value)):
+                found.append(f"{name}:{node.lineno} {value.strip()[:40]!r}")
+    return found
+
+
+def _string_of(node) -> str | None:
+    """A string constant's text; an f-string's with each placeholder read as `x` (`f"spec__{stage}__nodes"`)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(v.value if isinstance(v, ast.Constant) else "x" for v in node.values)
+    return None
+
+
+def test_only_the_spec_module_reads_the_spec_json_by_path():
+    """The gateway, quota, idle pause, search and the queue read `Deployment`'s stored facts
+    (deployments.spec.spec_facts), so a second reading of the JSON cannot drift from the spec's own."""
+    sources = {str(p.relative_to(ROOT)): p.read_text() for p in _python_files()
+               if p != ROOT / "deployments" / "spec.py"}
+    sources |= {str(p.relative_to(ROOT)): p.read_text() for app in APPS for p in (ROOT / app).rglob("*.html")}
+    assert spec_json_reads(sources) == []
+
+
+def test_the_scan_finds_a_spec_json_path_in_a_lookup_a_string_sql_or_a_template():
+    code = '''
+from django.db.models import F, Q
+from django.db.models.fields.json import KT
+
+Deployment.objects.filter(spec__model_id="m")
+Deployment.objects.exclude(Q(spec__pause__idle_minutes__isnull=True))
+Event.objects.filter(deployment__spec__model_source="s3://x")
+rows = qs.values(prefill=KT("spec__prefill__nodes")).order_by(F("spec__engine__max_model_len"))
+POOLS = {stage: KT(f"spec__{stage}__nodes") for stage in STAGES}
+SQL = "SELECT d.spec->>'model_id' FROM deployments_deployment d"
+qs.filter(proposed_spec__isnull=False, model_id="m").order_by("-created_at")
+"spec: the approved spec, and spec_facts its facts"
+'''
+    template = '{% if d.proposal_open %}<code>{{ d.model_id }}</code>{% endif %}\n{{ d|lookup:"spec__model_id" }}\n'
+    assert sorted(line.split(" ", 1)[0] for line in spec_json_reads({"m.py": code, "t.html": template})) == [
+        "m.py:10", "m.py:5", "m.py:6", "m.py:7", "m.py:8", "m.py:8", "m.py:9", "t.html:2"]

@@ -6,6 +6,7 @@ from django.urls import reverse
 
 from deployments.lifecycle import Status
 from deployments.services.cluster_checks import cluster_check_record, cluster_check_request
+from deployments.services.spec_store import deployment_proposal_set
 from deployments.spec import spec_parse
 from deployments.spend import deployment_hourly_usd
 from tests.deployments.services.test_cluster_checks import PASSED, SUBNETS_FAILED
@@ -103,12 +104,28 @@ def test_the_queue_shows_the_hourly_cost_the_team_would_be_charged_at_the_cluste
     cluster.config = {**cluster.config, "prices": {"g6e.12xlarge": 8.0}}  # the cluster's reserved price
     cluster.save()
     running = DeploymentFactory(team=team, cluster=cluster, requested_by=member, name="held", status=Status.RUNNING)
-    running.proposed_spec = spec_parse(spec_input(decode={"instance_type": "g6e.12xlarge", "nodes": 2,
-                                                          "gpus_per_node": 4, "tensor_parallel_size": 4}),
-                                       target_kind=cluster.kind).to_dict()
-    running.proposed_by = member
-    running.save()
+    bigger = spec_parse(spec_input(decode={"instance_type": "g6e.12xlarge", "nodes": 2, "gpus_per_node": 4,
+                                           "tensor_parallel_size": 4}), target_kind=cluster.kind).to_dict()
+    running.save(update_fields=deployment_proposal_set(deployment=running, spec=bigger, by=member))
     assert deployment_hourly_usd(running) == 16.0  # what cost charges for it now
     page = signed_in(team_admin).get(QUEUE).content.decode()
     assert "<div><dt>Hourly cost</dt><dd>$16.00</dd></div>" in page  # the new request: two nodes at $8
     assert "<tr data-cost><td>Hourly cost</td><td>$16.00</td><td><strong>$24.00</strong></td></tr>" in page
+
+
+@pytest.mark.parametrize("leave", ["delete", "pause"])
+def test_a_proposed_update_leaves_the_queue_page_when_its_deployment_is_deleted_or_paused(
+        signed_in, team_admin, team, cluster, member, leave):
+    from deployments.services.actions import deployment_delete, deployment_update
+    from deployments.services.pause import deployment_pause
+    from tests.factories import spec_input
+
+    running = DeploymentFactory(team=team, cluster=cluster, requested_by=member, name="chat-70b",
+                                status=Status.RUNNING)
+    bigger = spec_input(decode={"instance_type": "g6e.12xlarge", "nodes": 2, "gpus_per_node": 4,
+                                "tensor_parallel_size": 4})
+    deployment_update(actor=member, deployment=running, spec=bigger)
+    assert "chat-70b" in signed_in(team_admin).get(QUEUE).content.decode()
+    (deployment_delete if leave == "delete" else deployment_pause)(actor=member, deployment=running)
+    page = signed_in(team_admin).get(QUEUE).content.decode()
+    assert "chat-70b" not in page and "Nothing waits for you" in page

@@ -8,7 +8,7 @@ import pytest
 from deployments.lifecycle import Status
 from deployments.models import Cluster, Membership
 from deployments.services.api_keys import api_key_create
-from tests.factories import ClusterFactory, DeploymentFactory, MembershipFactory, TeamFactory
+from tests.factories import ClusterFactory, DeploymentFactory, MembershipFactory, TeamFactory, spec_restore
 from tests.support.processes import MinuteClock, Proc, start_mock_upstream, wait_for
 from tests.support.processes import start_gateway as support_start_gateway
 from usage.models import RequestRecord
@@ -140,6 +140,7 @@ def world(transactional_db, redis_client, mock_upstream):
             dep.spec["model_id"] = model
             if max_model_len:
                 dep.spec["engine"]["max_model_len"] = max_model_len
+            spec_restore(dep)
             dep.endpoint_url = endpoint if endpoint is not None else (
                 mock_upstream.base_url + (f"/o/{options}" if options else ""))
             dep.save()

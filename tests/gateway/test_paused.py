@@ -11,6 +11,7 @@ from deployments.lifecycle import Status
 from deployments.models import Deployment, Event
 from deployments.services.budgets import budgets_check
 from gateway.wake import WAKE_TASK
+from tests.factories import spec_restore
 from tests.gateway.test_errors import CHAT, assert_openai_error, post
 from tests.support.broker import queued
 from tests.support.processes import wait_for
@@ -21,6 +22,7 @@ def sleeping(world, model: str, *, ready_estimate_seconds: int | None = None):
     """A paused deployment whose spec lets a request wake it."""
     dep = world.deployment(model, status=Status.PAUSED)
     dep.spec["pause"] = {"idle_minutes": None, "wake_on_request": True}
+    spec_restore(dep)
     dep.ready_estimate_seconds = ready_estimate_seconds
     dep.save()
     return dep

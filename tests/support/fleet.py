@@ -4,6 +4,7 @@ from django.test.utils import CaptureQueriesContext
 
 from deployments.lifecycle import Status
 from deployments.services.events import event_record
+from deployments.services.spec_store import deployment_proposal_set
 from tests.factories import ClusterFactory, DeploymentFactory, UserFactory
 
 
@@ -16,7 +17,8 @@ def grow(*, teams, to: int) -> None:
     for i in range(Deployment.objects.count(), to):
         d = DeploymentFactory(team=teams[i % len(teams)], cluster=clusters[i % 2])
         if i % 3 == 0:
-            d.status, d.proposed_spec, d.proposed_by = Status.RUNNING, d.spec, UserFactory()
+            d.status = Status.RUNNING
+            deployment_proposal_set(deployment=d, spec=d.spec, by=UserFactory())
             d.save()
         event_record(kind="requested", deployment=d, actor=d.requested_by, after={"name": d.name})
 

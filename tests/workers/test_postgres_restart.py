@@ -16,7 +16,7 @@ from deployments.models import Membership
 from deployments.services.access_tokens import access_token_create
 from deployments.services.actions import deployment_request
 from deployments.services.api_keys import api_key_create
-from tests.factories import DeploymentFactory, MembershipFactory, TeamFactory, spec_input
+from tests.factories import DeploymentFactory, MembershipFactory, TeamFactory, spec_input, spec_restore
 from tests.support.private_pg import PrivatePostgres
 from tests.support import processes
 from tests.support.processes import (ROOT, Worker, start_gateway, start_mock_upstream, start_web, stop_at_end,
@@ -47,6 +47,7 @@ def test_web_gateway_worker_and_beat_recover_from_a_postgresql_restart(
     mock = stop_at_end(start_mock_upstream(tmp_path))
     served = DeploymentFactory(team=team, status=Status.RUNNING, endpoint_url=mock.base_url)
     served.spec["model_id"] = "m"
+    spec_restore(served)
     served.save()
     pending = deployment_request(actor=member, team=team, cluster=k8s_cluster, name="llama", spec=spec_input())
     in_flight = deployment_request(actor=member, team=team, cluster=k8s_cluster, name="mistral", spec=spec_input())

@@ -3,7 +3,9 @@ decision is bound to what was reviewed, and four-eyes at decision time."""
 import pytest
 
 from deployments.catalog import INSTANCE_TYPES
+from deployments.event_kinds import EventKind
 from deployments.models import Deployment, Membership
+from deployments.selectors import deployments_awaiting_approval_by
 from tests.factories import DeploymentFactory, MembershipFactory, spec_input
 
 pytestmark = pytest.mark.django_db
@@ -196,3 +198,22 @@ def test_an_approver_demoted_after_opening_it_cannot_approve(api, member, team_a
     assert api.post(url(running, "approve"), decision(body), format="json").status_code == 403
     running.refresh_from_db()
     assert running.proposed_spec is not None and running.spec != running.proposed_spec, "approved anyway"
+
+
+@pytest.mark.parametrize("leave, to", [("delete", "deleting"), ("pause", "pausing")])
+def test_a_proposed_update_is_dropped_when_the_deployment_is_deleted_or_paused(api, member, team_admin, running,
+                                                                                leave, to):
+    """Nobody can decide an update of a deployment that is going away or pausing: it leaves the queue at once
+    instead of waiting there for ever with approve, reject and withdraw all refused."""
+    api.force_authenticate(member)
+    r = api.patch(url(running), {"spec": spec_input(prefill=pool(instance_type="p5.48xlarge"))}, format="json")
+    assert r.json()["proposed_spec"] is not None and list(deployments_awaiting_approval_by(team_admin)) == [running]
+    r = api.delete(url(running)) if leave == "delete" else api.post(url(running, "pause"))
+    assert r.status_code == 202 and r.json()["status"] == to
+    body = seen_by(api, team_admin, running)
+    assert (body["proposed_spec"], body["proposed_spec_hash"], body["proposal"]) == (None, None, None)
+    assert list(deployments_awaiting_approval_by(team_admin)) == []
+    dropped = running.events.get(kind=EventKind.UPDATE_WITHDRAWN)
+    assert dropped.before["proposed_spec"]["prefill"]["instance_type"] == "p5.48xlarge" and dropped.actor == member
+    assert dropped.message == f"Dropped: the deployment is {to} now, where an update cannot be decided; ask for it " \
+                              "again once it runs."

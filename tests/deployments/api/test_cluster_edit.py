@@ -3,8 +3,10 @@ preflight names. Name and kind stay, the config is checked as at registration, t
 secret reference, and the preflight runs again."""
 import pytest
 
+from deployments.catalog import INSTANCE_TYPES
+from deployments.lifecycle import Status
 from deployments.models import Cluster, ClusterCheck, Event
-from tests.factories import ClusterFactory
+from tests.factories import ClusterFactory, DeploymentFactory
 
 pytestmark = pytest.mark.django_db
 ZONE_A, ZONE_B = "subnet-0aaa1111bbbb22223", "subnet-0ccc3333dddd44445"
@@ -88,3 +90,15 @@ def test_an_edit_that_changes_nothing_records_nothing(api, platform_admin, eks):
 def test_an_unknown_cluster_is_a_404(api, platform_admin):
     api.force_authenticate(platform_admin)
     assert api.patch("/api/v1/clusters/nowhere/", {"config": CONFIG}, format="json").status_code == 404
+
+
+def test_the_clusters_own_prices_set_what_its_running_deployments_cost_an_hour_from_then_on(
+        api, platform_admin, member, team, eks):
+    running = DeploymentFactory(team=team, cluster=eks, requested_by=member, status=Status.RUNNING)
+    api.force_authenticate(member)
+    on_demand = api.get(f"/api/v1/deployments/{running.pk}/cost/").json()["hourly_usd"]
+    assert on_demand == pytest.approx(2 * INSTANCE_TYPES["g6e.12xlarge"].hourly_usd, abs=1e-3)
+    api.force_authenticate(platform_admin)
+    assert api.patch(URL, {"config": {**CONFIG, "prices": {"g6e.12xlarge": 7.5}}}, format="json").status_code == 200
+    api.force_authenticate(member)
+    assert api.get(f"/api/v1/deployments/{running.pk}/cost/").json()["hourly_usd"] == 15.0

@@ -5,9 +5,11 @@ import pytest
 
 from deployments.lifecycle import Status
 from deployments.models import Deployment, Event, Membership
+from deployments.services.clusters import cluster_update
+from deployments.services.spec_store import deployment_proposal_set
 from deployments.services.status import RECONCILE_TASK
 from deployments.spec import spec_parse
-from tests.factories import DeploymentFactory, MembershipFactory, TeamFactory, spec_input
+from tests.factories import DeploymentFactory, MembershipFactory, TeamFactory, UserFactory, spec_input
 from tests.support.broker import queued
 
 pytestmark = pytest.mark.django_db
@@ -155,8 +157,8 @@ def test_who_may_not_change_it_may_not_preview_a_change(api, team, running):
 
 
 def test_the_preview_compares_with_the_approved_spec_when_an_update_waits(api, member, running, cluster):
-    running.proposed_spec = spec_parse(decode_nodes(2), target_kind=cluster.kind).to_dict()
-    running.proposed_by = member
+    deployment_proposal_set(deployment=running, spec=spec_parse(decode_nodes(2), target_kind=cluster.kind).to_dict(),
+                            by=member)
     running.save()
     api.force_authenticate(member)
     p = api.post(f"/api/v1/deployments/{running.pk}/preview/", {"spec": decode_nodes(3)}, format="json").json()
@@ -168,8 +170,9 @@ def test_the_preview_compares_with_the_approved_spec_when_an_update_waits(api, m
 
 def test_previews_and_the_proposal_show_the_price_the_team_is_charged_on_a_cluster_with_its_own_prices(
         api, member, team, cluster, running):
-    cluster.config = {**cluster.config, "prices": {"g6e.12xlarge": 8.0}}  # the cluster's reserved price
-    cluster.save()
+    # The cluster's reserved price, set as a platform admin sets it (the edit re-prices its live deployments).
+    cluster_update(actor=UserFactory(is_staff=True, is_superuser=True), cluster=cluster,
+                   config={**cluster.config, "prices": {"g6e.12xlarge": 8.0}})
     api.force_authenticate(member)
     charged = api.get(f"/api/v1/deployments/{running.pk}/cost/").json()["hourly_usd"]
     assert charged == 16.0  # two nodes at the cluster's $8, not the catalog's $10.493

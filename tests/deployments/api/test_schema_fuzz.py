@@ -14,6 +14,7 @@ from deployments.models import AccessToken, Membership
 from deployments.services.api_keys import api_key_create
 from deployments.services.credentials import credential_mint
 from deployments.services.events import event_record
+from deployments.services.spec_store import deployment_proposal_set
 from deployments.spec import spec_parse
 from tests.factories import ClusterFactory, DeploymentFactory, MembershipFactory, UserFactory, spec_input
 from tests.support.processes import start_web
@@ -34,7 +35,7 @@ def world(transactional_db, redis_client):
     DeploymentFactory(team=team, cluster=cluster, requested_by=admin)
     running = DeploymentFactory(team=team, cluster=cluster, requested_by=admin, name="running", status=Status.RUNNING)
     proposed = spec_parse(spec_input(engine={"max_model_len": 4096}), target_kind=cluster.kind).to_dict()
-    running.proposed_spec, running.proposed_by = proposed, admin
+    deployment_proposal_set(deployment=running, spec=proposed, by=admin)
     running.save()
     event_record(kind=EventKind.TEAM_UPDATED, team=team, actor=admin, message="an event of the team, of no deployment")
     api_key_create(actor=admin, team=team, name="fuzz-key")
