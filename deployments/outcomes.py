@@ -33,7 +33,7 @@ class UpdateOutcome:
     @property
     def waits_for_approval(self) -> bool:
         """A request waits as a whole; a running or failed deployment while a proposed update of it does."""
-        return self.deployment.status == Status.PENDING_APPROVAL or self.deployment.proposed_spec is not None
+        return self.deployment.awaits_approval
 
 
 def update_outcome(*, outcome: Outcome, deployment: Deployment, before: DeploymentSpec, after: DeploymentSpec,

@@ -64,7 +64,7 @@ class RecommendationApplyView(APIView):
         d = recommendation_apply(actor=request.user, deployment=_deployment(request, pk), rec_id=rec_id,
                                  window=_window(request), now=timezone.now())
         return Response({"deployment": d.pk, "status": d.status, "generation": d.generation,
-                         "proposed": d.proposed_spec is not None})
+                         "proposed": d.proposal_open})
 
 
 def _run_json(run: ConformanceRun | None) -> dict | None:

@@ -241,7 +241,7 @@ class DeploymentSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
     def get_cluster_check_failures(self, d) -> list[dict]:
-        if d.status != Status.PENDING_APPROVAL and d.proposed_spec is None:
+        if not d.awaits_approval:
             return []
         if "cluster_check_failures" not in self.context:  # once for a whole page: two queries, however long
             page = self.parent.instance if isinstance(self.parent, serializers.ListSerializer) else [d]

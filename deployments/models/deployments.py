@@ -103,6 +103,12 @@ class Deployment(models.Model):
         return spec_load(self.spec)
 
     @property
+    def awaits_approval(self) -> bool:
+        """Something of it waits for an approver: the request itself, or a proposed update where it can be
+        decided (`proposal_open`); the approvals queue's own condition (AWAITING_APPROVAL), for one row."""
+        return self.status == Status.PENDING_APPROVAL or self.proposal_open
+
+    @property
     def proposed_spec_hash(self) -> str | None:
         """Names the proposed update an approver reviewed: approve and reject must echo it back."""
         return None if self.proposed_spec is None else content_hash(self.proposed_spec)

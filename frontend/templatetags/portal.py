@@ -5,8 +5,15 @@ from django import template
 from django.utils.html import format_html, format_html_join
 
 from frontend.spec_form import choices_for
+from frontend.views.status import TONES
 
 register = template.Library()
+
+
+@register.filter
+def status_tone(status) -> str:
+    """A status badge's tone: the one table of them (frontend.views.status.TONES), never restated in a template."""
+    return TONES.get(status, "mute")
 
 
 @register.filter

@@ -49,7 +49,7 @@ def deployment_recommendation_apply(request, pk: int, rec_id: str):
     except ActionError as e:
         messages.error(request, e.message)
     else:
-        messages.success(request, "Update proposed: it waits for an admin's approval." if d.proposed_spec
+        messages.success(request, "Update proposed: it waits for an admin's approval." if d.proposal_open
                          else "Update applied: the deployment is rolling it out.")
     return redirect("frontend:deployment-detail", pk=d.pk)
 

@@ -12,7 +12,7 @@ TONES = {
 def deployment_state(d) -> dict:
     """Badge tone, whether work is in flight, and how often the status panel should poll."""
     in_flight = d.status in UNSETTLED
-    waiting = d.status == Status.PENDING_APPROVAL or d.proposal_open
+    waiting = d.awaits_approval
     poll = "every 2s" if in_flight else ("every 5s" if waiting and d.status not in TERMINAL else None)
     return {"tone": TONES.get(d.status, "mute"), "in_flight": in_flight, "settled": poll is None, "poll": poll,
             "label": Status(d.status).label}

@@ -34,6 +34,15 @@ def test_list_shows_team_deployments_with_badges(signed_in, member, deployment):
     assert 'hx-headers=\'{"X-CSRFToken": "' in page  # CSRF for every htmx request
 
 
+def test_a_paused_deployment_reads_the_same_in_the_list_as_on_its_page(signed_in, member, team, cluster):
+    """The list's badge and the detail page's status panel take their tone from one table: a paused deployment
+    waits for a wake on both (the list's own copy once showed it as work in flight)."""
+    DeploymentFactory(team=team, cluster=cluster, requested_by=member, name="sleepy", status=Status.PAUSED)
+    page = signed_in(member).get(reverse("frontend:deployments")).content.decode()
+    row = page[page.index(">sleepy<"):]
+    assert row[:row.index("</tr>")].count('class="badge wait"') == 1
+
+
 def test_list_empty_state_says_what_to_do(signed_in, member):
     page = signed_in(member).get(reverse("frontend:deployments")).content.decode()
     assert "No deployments yet" in page and "Request your first deployment" in page
