@@ -35,6 +35,23 @@ def condition_get(conditions: list[dict], type: str) -> dict | None:
     return next((c for c in conditions if c.get("type") == type), None)
 
 
+# Whether the gateway lets users' keys in (stored as Deployment.endpoint_access, which the gateway reads).
+OPEN, CHECKING, CLOSED = "open", "checking", "closed"
+
+
+def endpoint_access(conditions: list[dict]) -> tuple[str, str]:
+    """(access, message) for users' keys, from the conditions: `checking` while a deployment's first conformance
+    run is pending (a later generation's re-check keeps it open), `closed` while KV does not move over the EFA
+    the spec asked for (with EndpointReady's message, which users are shown), else `open`. Tandem's own service
+    keys reach it regardless."""
+    ready = condition_get(conditions, "EndpointReady") or {}
+    if ready.get("reason") == KV_NOT_ON_EFA:
+        return CLOSED, ready.get("message") or "KV does not move over the EFA its spec asks for."
+    if ready.get("reason") == "ConformancePending" and condition_get(conditions, "ConformancePassed") is None:
+        return CHECKING, ""
+    return OPEN, ""
+
+
 def conformance_passed(*, passed: bool, summary: str, pd_health: dict | None) -> dict:
     """ConformancePassed's status, reason and message from a recorded run: the checks decide; an unhealthy PD
     probe adds its findings to the message; KV off the EFA that was asked for fails it whatever the checks say."""

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 from yarl import URL
 
+from deployments.conditions import CHECKING, CLOSED
 from deployments.lifecycle import SERVING, STARTING, Status
 from deployments.secret_refs import SecretRefError, secret_resolve
 from gateway.cache import MISSING, AsyncCache
@@ -66,7 +67,8 @@ class Route:
         return cls(deployment_id=row["id"], name=row["name"], model_id=row["model_id"], status=row["status"],
                    max_model_len=row["max_model_len"], urls=urls, headers=headers,
                    created=int(row["updated_at"].timestamp()) if row.get("updated_at") else 0, problem=problem,
-                   checking=bool(row.get("checking")), closed=row.get("closed_reason") or "",
+                   checking=row.get("endpoint_access") == CHECKING,
+                   closed=row.get("endpoint_access_message", "") if row.get("endpoint_access") == CLOSED else "",
                    wake_on_request=bool(row.get("wake_on_request")),
                    ready_estimate=row.get("ready_estimate_seconds"),
                    status_changed_at=float(row.get("status_changed_at") or 0))

@@ -6,7 +6,6 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from deployments.conditions import KV_NOT_ON_EFA
 from deployments.lifecycle import LIVE
 from gateway import metrics
 from gateway.errors import store_unavailable
@@ -34,11 +33,7 @@ TEAM_DEPLOYMENTS_SQL = """
 SELECT d.id, d.name, d.model_id, d.status, d.endpoint_url, d.max_model_len, d.updated_at,
        c.name AS cluster_name, c.kind AS cluster_kind, c.secret_ref AS cluster_secret_ref, d.wake_on_request,
        d.ready_estimate_seconds, EXTRACT(EPOCH FROM d.status_changed_at) AS status_changed_at,
-       (d.conditions @> '[{"type": "EndpointReady", "reason": "ConformancePending"}]'
-        AND NOT d.conditions @> '[{"type": "ConformancePassed"}]') AS checking,
-       (SELECT cond->>'message' FROM jsonb_array_elements(d.conditions) cond
-        WHERE cond->>'type' = 'EndpointReady'
-          AND cond->>'reason' = '""" + KV_NOT_ON_EFA + """' LIMIT 1) AS closed_reason
+       d.endpoint_access, d.endpoint_access_message
 FROM deployments_deployment d JOIN deployments_cluster c ON c.id = d.cluster_id
 WHERE d.team_id = %s AND d.status = ANY(%s)
 ORDER BY d.created_at DESC

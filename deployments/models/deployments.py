@@ -1,6 +1,7 @@
 from django.conf import settings
 from django.db import models
 
+from deployments.conditions import CHECKING, CLOSED, OPEN
 from deployments.hashing import content_hash
 from deployments.lifecycle import TERMINAL, Status
 from deployments.quota_rules import quota_gpus
@@ -54,6 +55,10 @@ class Deployment(models.Model):
     status_reason = models.TextField(blank=True)
     observed_generation = models.PositiveIntegerField(default=0)
     conditions = models.JSONField(default=list, blank=True)
+    # Whether users' keys may reach it (deployments.conditions.endpoint_access), written with the conditions it
+    # follows from (services.status.deployment_observe) and read by the gateway; the message says why it is closed.
+    endpoint_access = models.CharField(max_length=10, default=OPEN, choices=[(a, a) for a in (OPEN, CHECKING, CLOSED)])
+    endpoint_access_message = models.TextField(blank=True)
     endpoint_url = models.URLField(blank=True, help_text="Where the gateway sends this deployment's traffic.")
     applied_hash = models.CharField(max_length=64, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

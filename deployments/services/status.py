@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from controlplane.redis_client import redis_client
 
-from deployments.conditions import condition_set
+from deployments.conditions import condition_set, endpoint_access
 from deployments.models import Deployment
 from deployments.redaction import internal_redact
 from deployments.services.announcements import route_change_announce
@@ -23,8 +23,8 @@ QUEUED_SECONDS = 120
 
 OBSERVATION_TIMES = {"serving_seen_at"}
 # What the gateway routes by, of what is observed: a change opens or closes the endpoint (a conformance result sets
-# ConformancePassed and EndpointReady), so every gateway is told at once.
-ROUTED = {"conditions", "endpoint_url"}
+# ConformancePassed and EndpointReady, and with them `endpoint_access`), so every gateway is told at once.
+ROUTED = {"endpoint_access", "endpoint_access_message", "endpoint_url"}
 
 
 @transaction.atomic
@@ -43,6 +43,8 @@ def deployment_observe(*, deployment_id: int, condition_updates: dict[str, dict]
             update = update | {"message": internal_redact(update.get("message", ""), cluster=d.cluster)}
             conditions = condition_set(conditions, type=type, now=timezone.now(), **update)
         fields["conditions"] = conditions
+    if "conditions" in fields:
+        fields["endpoint_access"], fields["endpoint_access_message"] = endpoint_access(fields["conditions"])
     changed = {k: v for k, v in fields.items() if getattr(d, k) != v}
     if not changed:
         return False

@@ -12,6 +12,7 @@ from openai import OpenAI
 
 from deployments.models import ApiKey
 from deployments.services.api_keys import api_key_create
+from deployments.services.status import deployment_observe
 from gateway.ratelimit import SYNC_S
 from tests.gateway.conftest import start_gateway
 from tests.support.processes import free_port, wait_for
@@ -216,7 +217,7 @@ def test_users_wait_for_the_first_conformance_run_while_tandem_checks_the_endpoi
     d = world.deployment("m")
     d.conditions = condition_set([], type="EndpointReady", status=False, reason="ConformancePending",
                                  generation=d.generation, now=timezone.now())
-    d.save()
+    deployment_observe(deployment_id=d.pk, conditions=d.conditions)  # through their one writer
     _, raw = world.key()
     error = assert_openai_error(post(gateway, raw, {"model": "m", **CHAT}), 503, "endpoint_checking")
     assert "checking its OpenAI behaviour" in error["message"]
@@ -227,7 +228,7 @@ def test_users_wait_for_the_first_conformance_run_while_tandem_checks_the_endpoi
     # The run finished (a failed check opens it too, with a warning on the deployment).
     d.conditions = condition_set(d.conditions, type="ConformancePassed", status=False, reason="ChecksFailed",
                                  generation=d.generation, now=timezone.now())
-    d.save()
+    deployment_observe(deployment_id=d.pk, conditions=d.conditions)  # through their one writer
     wait_for(lambda: post(gateway, raw, {"model": "m", **CHAT}).status_code == 200, timeout=6)
 
 
@@ -242,7 +243,7 @@ def test_a_key_named_like_tandems_service_key_gets_nothing_special(world, gatewa
     d = world.deployment("m")
     d.conditions = condition_set([], type="EndpointReady", status=False, reason="ConformancePending",
                                  generation=d.generation, now=timezone.now())
-    d.save()
+    deployment_observe(deployment_id=d.pk, conditions=d.conditions)  # through their one writer
     leaver = get_user_model().objects.create_user("leaver")
     world.team.memberships.create(user=leaver, role="admin")
     key, raw = api_key_create(actor=leaver, team=world.team, name="tandem-conformance", team_key=True)
@@ -302,7 +303,7 @@ def test_a_deployment_whose_kv_is_not_on_the_efa_asked_for_stays_closed_saying_w
     ready = endpoint_ready(d.conditions, generation=d.generation, answers=True)
     d.conditions = condition_set(d.conditions, type="EndpointReady", generation=d.generation, now=timezone.now(),
                                  **ready)
-    d.save()
+    deployment_observe(deployment_id=d.pk, conditions=d.conditions)  # through their one writer
     _, raw = world.key()
     error = assert_openai_error(post(gateway, raw, {"model": "m", **CHAT}), 503, "kv_not_on_efa")
     assert "NIXL instantiated UCX, not LIBFABRIC: KV moves over TCP" in error["message"]
@@ -316,5 +317,5 @@ def test_a_deployment_whose_kv_is_not_on_the_efa_asked_for_stays_closed_saying_w
                                  **fixed)
     d.conditions = condition_set(d.conditions, type="EndpointReady", generation=d.generation, now=timezone.now(),
                                  **endpoint_ready(d.conditions, generation=d.generation, answers=True))
-    d.save()
+    deployment_observe(deployment_id=d.pk, conditions=d.conditions)  # through their one writer
     wait_for(lambda: post(gateway, raw, {"model": "m", **CHAT}).status_code == 200, timeout=6, what="the fixed one open")

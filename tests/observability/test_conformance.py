@@ -9,7 +9,7 @@ from django.utils import timezone
 from deployments.conditions import condition_set
 from deployments.models import ApiKey, Event
 from deployments.services.credentials import credential_check
-from deployments.services.status import RECONCILE_TASK
+from deployments.services.status import RECONCILE_TASK, deployment_observe
 from deployments.spec import spec_parse
 from observability.conformance.runner import conformance_run_for_deployment, conformance_runs_prune
 from observability.models import ConformanceRun
@@ -60,9 +60,10 @@ def ray_deployment(team):
         d = DeploymentFactory(team=team, cluster=cluster, status="running",
                               spec=spec_parse(local_spec_input(), target_kind="ray").to_dict())
         # As the reconciler leaves it: Serve answers, users wait for this run.
-        d.conditions = condition_set([], type="EndpointReady", status=False, reason="ConformancePending",
-                                     generation=d.generation, now=timezone.now())
-        d.save()
+        deployment_observe(deployment_id=d.pk, conditions=condition_set(
+            [], type="EndpointReady", status=False, reason="ConformancePending", generation=d.generation,
+            now=timezone.now()))
+        d.refresh_from_db()
         if not isinstance(upstream, str):
             upstream.metrics_bodies[:] = [as_application_of(b, d) for b in upstream.metrics_bodies]
         return d

@@ -10,8 +10,8 @@ from deployments.lifecycle import Status
 from deployments.models import Deployment, Membership
 from deployments.services.actions import deployment_approve, deployment_delete, deployment_request, deployment_update
 from deployments.services.quota import team_gpus_held
+from deployments.services.status import deployment_observe
 from tests.factories import MembershipFactory, TeamFactory, spec_input
-from tests.support.processes import Worker, wait_for
 
 pytestmark = pytest.mark.e2e
 RS_WRITES = ("POST", "PUT", "PATCH", "DELETE")
@@ -90,10 +90,9 @@ def test_a_lost_conformance_run_is_started_again_so_users_are_not_held_back_for_
         d = wait_for(lambda: _ready(d), timeout=60, what="EndpointReady")
         # As if the first run's task had died before recording anything: no run, no result, users held back.
         d.conformance_runs.all().delete()
-        d.conditions = condition_set([c for c in d.conditions if c["type"] != "ConformancePassed"],
-                                     type="EndpointReady", status=False, reason="ConformancePending",
-                                     generation=d.generation, now=timezone.now())
-        d.save(update_fields=["conditions"])
+        deployment_observe(deployment_id=d.pk, conditions=condition_set(
+            [c for c in d.conditions if c["type"] != "ConformancePassed"], type="EndpointReady", status=False,
+            reason="ConformancePending", generation=d.generation, now=timezone.now()))
         time.sleep(4)  # past the limit since the run was asked for
         d.events.all().delete()  # history only: the pipeline decides from the row
         resync_deployments.delay()  # what beat does every 30 s
