@@ -18,8 +18,7 @@ _TIMELINE = Q(after__has_key=TIMELINE_KEYS[0]) | Q(after__has_key=TIMELINE_KEYS[
 
 def cluster_prices(cluster) -> dict:
     """The cluster's own USD per node-hour by instance type (reserved or spot), from its config."""
-    prices = (cluster.config or {}).get("prices")
-    return prices if isinstance(prices, dict) else {}
+    return cluster.config_typed.prices
 
 
 def month_bounds(month: str | None, *, now: dt.datetime) -> tuple[dt.datetime, dt.datetime]:

@@ -104,7 +104,9 @@ def reconcile_pass(deployment_id: int, *, fence=lambda: None) -> float | None:
             fail_if_stuck(d.pk, str(e))
             return _backoff(d.transient_errors, e.retry_after)
         except PermanentError as e:
-            end = _End(move=(Status.FAILED, str(e)))
+            _write(p)  # what it applied and said; the conditions stay as the last finished pass wrote them
+            _move(p, Status.FAILED, str(e))
+            return None
         # 9 write, then move: a pass that raised no transient error ends their run.
         _write(p, condition_updates=p.updates, transient_errors=0, **end.fields)
         if end.move:
@@ -215,15 +217,16 @@ def _apply_if_changed(p: _Pass, target) -> Observed:
 
 
 def _serve_status(p: _Pass, target, observed: Observed) -> _End | None:
-    """8 derive, from Serve: how the pass ends while the application is not RUNNING; None once it is."""
+    """8 derive, from Serve: how the pass ends while the application is not RUNNING (failed, when Serve could not
+    deploy it); None once it is."""
     d = p.d
     p.note(EventKind.SERVE_STATUS, f"{observed.serve_status or 'Unknown'}: {observed.message}".rstrip(": "))
     p.cond("ServeRunning", observed.serve_status == "RUNNING", observed.serve_status or "Unknown", observed.message)
     if observed.serve_status == "DEPLOY_FAILED":
         # Leave nothing half-deployed behind: the reason is kept on the deployment, and retry re-applies.
         p.step(EventKind.TEARDOWN, lambda: target.teardown(d))
-        raise PermanentError(f"Ray Serve could not deploy the application: {observed.message} "
-                             "The application was removed; fix the spec, then retry.")
+        return _End(move=(Status.FAILED, f"Ray Serve could not deploy the application: {observed.message} "
+                                         "The application was removed; fix the spec, then retry."))
     if observed.serve_status != "RUNNING":
         return _End(fields={"endpoint_url": observed.endpoint_url}, wait=settings.TANDEM_RECONCILE_REQUEUE_SECONDS)
     return None
