@@ -151,8 +151,10 @@ def fail_if_stuck(deployment_id: int, last_reason: str) -> bool:
 def _run(p: _Pass) -> _End:
     """Steps 2 to 8 of the pass, each a function; the caller makes the one write (9)."""
     target = target_for(p.d.cluster)
-    if p.d.status in (Status.DELETING, Status.PAUSING):
-        return _wind_down(p, target)
+    if p.d.status == Status.DELETING:
+        return _delete(p, target)
+    if p.d.status == Status.PAUSING:
+        return _pause(p, target)
     _validate(p)
     if not _node_pools(p, target):
         return _End(wait=settings.TANDEM_RECONCILE_REQUEUE_SECONDS)
@@ -160,14 +162,17 @@ def _run(p: _Pass) -> _End:
     return _serve_status(p, target, observed) or _endpoint(p, target, observed)
 
 
-def _wind_down(p: _Pass, target) -> _End:
-    """2 deletion, and pause: the serving part goes; a paused deployment, its keys and history stay."""
+def _delete(p: _Pass, target) -> _End:
+    """2 deletion: everything the deployment created goes."""
+    if not p.step(EventKind.TEARDOWN, lambda: target.teardown(p.d)).ready:
+        return _End(wait=settings.TANDEM_RECONCILE_REQUEUE_SECONDS)
+    return _End(fields={"endpoint_url": "", "applied_hash": "", "conditions": []},
+                move=(Status.DELETED, "Everything the deployment created is gone."))
+
+
+def _pause(p: _Pass, target) -> _End:
+    """2b pause: the serving part goes; the deployment, its keys and history stay."""
     d = p.d
-    if d.status == Status.DELETING:
-        if not p.step(EventKind.TEARDOWN, lambda: target.teardown(d)).ready:
-            return _End(wait=settings.TANDEM_RECONCILE_REQUEUE_SECONDS)
-        return _End(fields={"endpoint_url": "", "applied_hash": "", "conditions": []},
-                    move=(Status.DELETED, "Everything the deployment created is gone."))
     step = p.step(EventKind.PAUSE, lambda: target.pause(d))
     if not step.ready:
         return _End(wait=settings.TANDEM_RECONCILE_REQUEUE_SECONDS)
