@@ -43,6 +43,9 @@ class RayConfig(_Common):
 class _KubeConfig(_Common):
     namespace_prefix: str = "tandem-"
     hf_token_refs: dict = field(default_factory=dict)  # team slug → secret reference to its Hugging Face token
+    # Team slug → the IAM role its Ray pods assume (IRSA): an eks cluster's setting (ONLY_ON), read by the
+    # kubernetes driver both kinds share.
+    team_roles: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -68,19 +71,20 @@ class EksConfig(_KubeConfig):
     capacity_reservation_ids: dict = field(default_factory=dict)  # instance type → reservation id
     # Node groups not ACTIVE this long after provisioning began fail the deployment.
     provisioning_deadline_minutes: int = 45
-    team_roles: dict = field(default_factory=dict)  # team slug → the IAM role its Ray pods assume (IRSA)
 
 
 ClusterConfig = RayConfig | KubernetesConfig | EksConfig
 CONFIG_CLASSES: dict[str, type[ClusterConfig]] = {"eks": EksConfig, "kubernetes": KubernetesConfig, "ray": RayConfig}
-KNOWN_KEYS = {kind: {f.name for f in fields(cls)} for kind, cls in CONFIG_CLASSES.items()}
+ONLY_ON = {"team_roles": "eks"}  # settings of a shared dataclass that one kind alone may be given
+FIELDS = {kind: {f.name for f in fields(cls)} for kind, cls in CONFIG_CLASSES.items()}
+KNOWN_KEYS = {kind: {k for k in names if ONLY_ON.get(k, kind) == kind} for kind, names in FIELDS.items()}
 
 
 def cluster_config_of(kind: str, config: dict | None) -> ClusterConfig:
     """The typed config of a cluster of this kind, defaults filled in. Stored configs were checked by
-    `cluster_config_errors` when written; a key this kind does not know is left out."""
+    `cluster_config_errors` when written; a key its dataclass does not have is left out."""
     cls = CONFIG_CLASSES[kind]
-    given = {k: v for k, v in (config or {}).items() if k in KNOWN_KEYS[kind]}
+    given = {k: v for k, v in (config or {}).items() if k in FIELDS[kind]}
     if "subnet_ids" in given and isinstance(given["subnet_ids"], list):
         given["subnet_ids"] = tuple(given["subnet_ids"])
     return cls(**given)

@@ -6,13 +6,13 @@ kubernetes driver annotates the team's Ray service account with `eks.amazonaws.c
 without an entry gets no AWS identity (its pods can read no S3 weights). `manage.py tandem_team_policy` prints the
 policy for a platform admin to attach to that role.
 """
-from deployments.cluster_config import EksConfig
+from deployments.cluster_config import EksConfig, KubernetesConfig
 from deployments.model_sources import s3_parts, source_roots_for
 
 IRSA_ANNOTATION = "eks.amazonaws.com/role-arn"
 
 
-def team_role_arn(config: EksConfig, team_slug: str) -> str | None:
+def team_role_arn(config: EksConfig | KubernetesConfig, team_slug: str) -> str | None:
     """The IAM role a team's Ray pods assume on this cluster, or None."""
     return config.team_roles.get(team_slug)
 

@@ -21,7 +21,6 @@ from deployments.lifecycle import Status
 from deployments.services.node_groups import NODEGROUPS_PER_CLUSTER
 from deployments.serve_config import STAGES
 from deployments.spec import PoolSpec
-from deployments.team_roles import team_role_arn
 from workers import clients
 from workers.targets.base import PermanentError, Step, TransientError
 from workers.targets.eks_launch_template import launch_template_data
@@ -228,10 +227,6 @@ class EksTarget(KubernetesTarget):
 
     def node_selectors(self, deployment) -> dict[str, dict]:
         return {s: {NODEGROUP_LABEL: self.nodegroup_name(deployment, s)} for s in STAGES}
-
-    def team_role(self, deployment) -> str:
-        """The IAM role the team's Ray pods assume (IRSA), from the cluster's `team_roles`; "" for none."""
-        return team_role_arn(self.config, deployment.team.slug) or ""
 
     def _require_owned(self, deployment, ng: dict, *, doing: str) -> None:
         """Refuse to touch a node group whose deployment-id tag is not this deployment's, naming both owners."""

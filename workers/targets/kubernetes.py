@@ -30,6 +30,7 @@ from deployments.manifests import (DEPLOYMENT_LABEL, HASH_ANNOTATION, MANAGED_BY
                                   RAY_CLUSTER_HASH_ANNOTATION, TEAM_LABEL, endpoint_url, manifests_build, manifests_hash,
                                   namespace_guards_build, namespace_name)
 from deployments.secret_refs import SecretRefError, secret_resolve
+from deployments.team_roles import team_role_arn
 from workers import clients
 from workers.targets.base import Observed, PermanentError, Step, Target, TransientError
 from workers.targets.serve_status import serve_app_message
@@ -141,8 +142,8 @@ class KubernetesTarget(Target):
 
     # --- the contract ---------------------------------------------------------------------------------
     def team_role(self, deployment) -> str:
-        """The IAM role the team's Ray pods assume (IRSA); "" for none (team roles are an eks cluster's)."""
-        return ""
+        """The IAM role the team's Ray pods assume (IRSA), from the cluster's `team_roles`; "" for none."""
+        return team_role_arn(self.config, deployment.team.slug) or ""
 
     def desired(self, deployment) -> tuple[list[dict], str]:
         namespace, team_slug = self.namespace(deployment), deployment.team.slug
