@@ -15,7 +15,7 @@ EKS_NAME = re.compile(r"^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$")
 URL = re.compile(r"^https?://[^\s/]+(/[^\s]*)?$")
 SUBNET_ID = re.compile(r"^subnet-[0-9a-f]{8,17}$")
 RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{17}$")
-KUBE_CONTEXT = re.compile(r"^\S(.{0,251}\S)?$")  # a kubeconfig context's name, as kubectl config get-contexts shows it
+KUBE_CONTEXT = re.compile(r"^\S(.{0,251}\S)?$")  # a kubeconfig context's name (kubectl config get-contexts)
 CAPACITY_TYPES = ("ON_DEMAND", "SPOT", "CAPACITY_BLOCK")  # botocore's eks CapacityTypes
 PREFIX_MAX = 20  # a DNS-1123 label of at most this, then an optional '-' before the team or deployment name
 
@@ -41,6 +41,8 @@ class RayConfig(_Common):
 
 @dataclass(frozen=True)
 class _KubeConfig(_Common):
+    """What both kinds the kubernetes driver serves may say."""
+
     namespace_prefix: str = "tandem-"
     hf_token_refs: dict = field(default_factory=dict)  # team slug → secret reference to its Hugging Face token
     # Team slug → the IAM role its Ray pods assume (IRSA): an eks cluster's setting (ONLY_ON), read by the
