@@ -1,5 +1,8 @@
-"""What each kind of cluster needs in its (non-secret) config."""
+"""What each kind of cluster needs in its (non-secret) config: one frozen dataclass per kind, its defaults
+declared once here, parsed once from the stored JSON (`cluster_config_of`, `Cluster.config_typed`) and read
+through that by every driver, check and report."""
 import re
+from dataclasses import dataclass, field, fields
 
 from deployments.catalog import INSTANCE_TYPES
 from deployments.model_sources import model_sources_errors
@@ -12,20 +15,81 @@ EKS_NAME = re.compile(r"^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$")
 URL = re.compile(r"^https?://[^\s/]+(/[^\s]*)?$")
 SUBNET_ID = re.compile(r"^subnet-[0-9a-f]{8,17}$")
 RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{17}$")
+KUBE_CONTEXT = re.compile(r"^\S(.{0,251}\S)?$")  # a kubeconfig context's name (kubectl config get-contexts)
 CAPACITY_TYPES = ("ON_DEMAND", "SPOT", "CAPACITY_BLOCK")  # botocore's eks CapacityTypes
-# Node groups not ACTIVE this long after provisioning began fail the deployment (`provisioning_deadline_minutes`).
-PROVISIONING_DEADLINE_MINUTES = 45
 PREFIX_MAX = 20  # a DNS-1123 label of at most this, then an optional '-' before the team or deployment name
 
-KNOWN_KEYS = {
-    "eks": {"region", "cluster_name", "role_arn", "nodegroup_prefix", "namespace_prefix", "aws_endpoint_url",
-            "subnet_ids", "node_role_arn", "kubernetes_endpoint_url", "metrics_url", "prometheus_url",
-            "model_sources", "prices", "capacity_type", "capacity_reservation_ids", "provisioning_deadline_minutes",
-            "team_roles", "hf_token_refs"},
-    "kubernetes": {"context", "namespace_prefix", "metrics_url", "prometheus_url", "model_sources", "prices",
-                   "hf_token_refs"},
-    "ray": {"dashboard_url", "serve_url", "metrics_url", "prometheus_url", "model_sources", "prices"},
-}
+
+@dataclass(frozen=True)
+class _Common:
+    """What every kind may say. A required setting's empty default only stands for "absent": the checks refuse a
+    config without it, so no reader ever sees it."""
+
+    metrics_url: str = ""  # Ray's metrics export, comma-separated URLs (one per node)
+    prometheus_url: str = ""  # a Prometheus server that scrapes Ray; preferred over metrics_url
+    model_sources: dict = field(default_factory=dict)  # where each team may load weights from
+    prices: dict = field(default_factory=dict)  # USD per node-hour where it is not the on-demand price
+
+
+@dataclass(frozen=True)
+class RayConfig(_Common):
+    """An existing Ray cluster, reached through its dashboard."""
+
+    dashboard_url: str = ""  # required
+    serve_url: str = ""  # the Serve HTTP proxy; "": the dashboard's host, port 8000
+
+
+@dataclass(frozen=True)
+class _KubeConfig(_Common):
+    """What both kinds the kubernetes driver serves may say."""
+
+    namespace_prefix: str = "tandem-"
+    hf_token_refs: dict = field(default_factory=dict)  # team slug → secret reference to its Hugging Face token
+    # Team slug → the IAM role its Ray pods assume (IRSA): an eks cluster's setting (ONLY_ON), read by the
+    # kubernetes driver both kinds share.
+    team_roles: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class KubernetesConfig(_KubeConfig):
+    """Any Kubernetes with KubeRay, reached through a kubeconfig."""
+
+    context: str | None = None  # the kubeconfig's context; None: its current one
+
+
+@dataclass(frozen=True)
+class EksConfig(_KubeConfig):
+    """An EKS cluster: Tandem creates its node groups."""
+
+    region: str = ""  # required
+    cluster_name: str = ""  # required
+    role_arn: str = ""  # assumed for every AWS call on this cluster; "": the worker's own role
+    node_role_arn: str = ""  # required
+    subnet_ids: tuple = ()  # required
+    nodegroup_prefix: str = "tandem-"
+    aws_endpoint_url: str | None = None  # None: AWS itself
+    kubernetes_endpoint_url: str | None = None  # None: the endpoint EKS reports
+    capacity_type: str = "ON_DEMAND"
+    capacity_reservation_ids: dict = field(default_factory=dict)  # instance type → reservation id
+    # Node groups not ACTIVE this long after provisioning began fail the deployment.
+    provisioning_deadline_minutes: int = 45
+
+
+ClusterConfig = RayConfig | KubernetesConfig | EksConfig
+CONFIG_CLASSES: dict[str, type[ClusterConfig]] = {"eks": EksConfig, "kubernetes": KubernetesConfig, "ray": RayConfig}
+ONLY_ON = {"team_roles": "eks"}  # settings of a shared dataclass that one kind alone may be given
+FIELDS = {kind: {f.name for f in fields(cls)} for kind, cls in CONFIG_CLASSES.items()}
+KNOWN_KEYS = {kind: {k for k in names if ONLY_ON.get(k, kind) == kind} for kind, names in FIELDS.items()}
+
+
+def cluster_config_of(kind: str, config: dict | None) -> ClusterConfig:
+    """The typed config of a cluster of this kind, defaults filled in. Stored configs were checked by
+    `cluster_config_errors` when written; a key its dataclass does not have is left out."""
+    cls = CONFIG_CLASSES[kind]
+    given = {k: v for k, v in (config or {}).items() if k in FIELDS[kind]}
+    if "subnet_ids" in given and isinstance(given["subnet_ids"], list):
+        given["subnet_ids"] = tuple(given["subnet_ids"])
+    return cls(**given)
 
 
 def cluster_config_errors(kind: str | None, config: dict) -> list[str]:
@@ -36,6 +100,7 @@ def cluster_config_errors(kind: str | None, config: dict) -> list[str]:
         return ["Must be an object."]
     errors = [f"Unknown setting {k!r} for a {kind} cluster; known: {', '.join(sorted(KNOWN_KEYS[kind]))}."
               for k in config if k not in KNOWN_KEYS[kind]]
+    typed = cluster_config_of(kind, config)
 
     def need(key, pattern, what):
         value = config.get(key)
@@ -60,11 +125,13 @@ def cluster_config_errors(kind: str | None, config: dict) -> list[str]:
         # EKS requires both for every managed node group it creates.
         need("node_role_arn", ROLE_ARN, "the node group IAM role ARN (arn:aws:iam::123456789012:role/name), required: "
              "EKS creates no node group without one.")
-        errors += _eks_errors(config)
+        errors += _eks_errors(typed)
         maybe_prefix("nodegroup_prefix")
         maybe("aws_endpoint_url", URL, "an http(s) URL.")
         # Reach the API server through a tunnel or proxy instead of the endpoint EKS reports (and tests).
         maybe("kubernetes_endpoint_url", URL, "an http(s) URL.")
+    if kind == "kubernetes":
+        maybe("context", KUBE_CONTEXT, "the name of a context in the cluster's kubeconfig.")
     if kind in ("eks", "kubernetes"):
         maybe_prefix("namespace_prefix")
         if "hf_token_refs" in config:  # each team's Hugging Face token, copied into its namespace (gated models)
@@ -83,19 +150,19 @@ def cluster_config_errors(kind: str | None, config: dict) -> list[str]:
     return errors
 
 
-def _eks_errors(config: dict) -> list[str]:
+def _eks_errors(config: EksConfig) -> list[str]:
     """Subnets, capacity, deadline and team roles of an `eks` cluster."""
     errors = []
-    subnets = config.get("subnet_ids")
-    if not isinstance(subnets, list) or not subnets or not all(isinstance(s, str) and SUBNET_ID.match(s)
+    subnets = config.subnet_ids
+    if not isinstance(subnets, tuple) or not subnets or not all(isinstance(s, str) and SUBNET_ID.match(s)
                                                                  for s in subnets):
         errors.append("subnet_ids: a list of private subnet ids (subnet-0123456789abcdef0) in one Availability Zone, "
                       "required: EKS creates no node group without subnets, and EFA and KV traffic do not cross "
                       "zones.")
-    capacity = config.get("capacity_type", "ON_DEMAND")
+    capacity = config.capacity_type
     if capacity not in CAPACITY_TYPES:
         errors.append(f"capacity_type: one of {', '.join(CAPACITY_TYPES)}.")
-    reservations = config.get("capacity_reservation_ids", {})
+    reservations = config.capacity_reservation_ids
     if not isinstance(reservations, dict) or not all(
             t in INSTANCE_TYPES and isinstance(r, str) and RESERVATION_ID.match(r) for t, r in reservations.items()):
         errors.append("capacity_reservation_ids: an object of instance type → capacity reservation id "
@@ -103,10 +170,10 @@ def _eks_errors(config: dict) -> list[str]:
     elif capacity == "CAPACITY_BLOCK" and not reservations:
         errors.append("capacity_reservation_ids: CAPACITY_BLOCK needs the capacity block's reservation id for each "
                       "instance type Tandem may launch on it.")
-    deadline = config.get("provisioning_deadline_minutes", PROVISIONING_DEADLINE_MINUTES)
+    deadline = config.provisioning_deadline_minutes
     if isinstance(deadline, bool) or not isinstance(deadline, int) or not 5 <= deadline <= 24 * 60:
         errors.append("provisioning_deadline_minutes: whole minutes between 5 and 1440.")
-    roles = config.get("team_roles", {})
+    roles = config.team_roles
     if not isinstance(roles, dict) or not all(isinstance(t, str) and not dns_label_errors(t) and isinstance(r, str)
                                               and ROLE_ARN.match(r) for t, r in roles.items()):
         errors.append("team_roles: an object of team slug → the IAM role ARN its Ray pods assume (IRSA), e.g. "

@@ -109,11 +109,7 @@ ON_DEMAND = Prices()
 def cluster_prices(cluster) -> Prices:
     """The prices a cluster's deployments are charged at (its config's `prices` are checked on save:
     deployments.cluster_config.prices_errors)."""
-    own = (cluster.config or {}).get("prices")
-    if not isinstance(own, dict):
-        return ON_DEMAND
-    return Prices(own={t: float(usd) for t, usd in own.items()
-                       if isinstance(usd, (int, float)) and not isinstance(usd, bool)})
+    return Prices(own={t: float(usd) for t, usd in cluster.config_typed.prices.items()})
 
 
 def spec_hourly_usd(spec: DeploymentSpec, *, prices: Prices) -> float | None:

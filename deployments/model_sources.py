@@ -77,15 +77,15 @@ class SourceRoots:
         return "; ".join(parts) if parts else "none"
 
 
-def source_roots_for(config: dict, team_slug: str) -> SourceRoots:
-    """The roots a team may use on a cluster with this config: the cluster-wide ones and the team's own."""
-    declared = (config or {}).get("model_sources") or {}
+def source_roots_for(declared: dict, team_slug: str) -> SourceRoots:
+    """The roots a team may use on a cluster that declares these `model_sources`: the cluster-wide ones and the
+    team's own."""
     own = (declared.get("teams") or {}).get(team_slug) or {}
     return SourceRoots(**{k: tuple(dict.fromkeys([*(declared.get(k) or []), *(own.get(k) or [])])) for k in KINDS})
 
 
 def source_roots_of(*, cluster, team) -> SourceRoots:
-    return source_roots_for(cluster.config, team.slug)
+    return source_roots_for(cluster.config_typed.model_sources, team.slug)
 
 
 def not_allowed_message(roots: SourceRoots) -> str:

@@ -21,8 +21,8 @@ KEPT_SCHEMES = ("s3://", "hf://")
 def _literals(cluster) -> list[str]:
     """Strings of this cluster's config and secret reference that name something internal."""
     found = []
-    for value in (cluster.config or {}).values():
-        for item in value if isinstance(value, list) else [value]:
+    for value in vars(cluster.config_typed).values():
+        for item in value if isinstance(value, tuple) else [value]:
             if not isinstance(item, str):
                 continue
             if "://" in item:  # its host too: messages name it without the scheme (ARNs, subnets: patterns)

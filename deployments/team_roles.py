@@ -6,21 +6,22 @@ kubernetes driver annotates the team's Ray service account with `eks.amazonaws.c
 without an entry gets no AWS identity (its pods can read no S3 weights). `manage.py tandem_team_policy` prints the
 policy for a platform admin to attach to that role.
 """
+from deployments.cluster_config import EksConfig, KubernetesConfig
 from deployments.model_sources import s3_parts, source_roots_for
 
 IRSA_ANNOTATION = "eks.amazonaws.com/role-arn"
 
 
-def team_role_arn(config: dict, team_slug: str) -> str | None:
+def team_role_arn(config: EksConfig | KubernetesConfig, team_slug: str) -> str | None:
     """The IAM role a team's Ray pods assume on this cluster, or None."""
-    return ((config or {}).get("team_roles") or {}).get(team_slug)
+    return config.team_roles.get(team_slug)
 
 
-def team_weights_policy(config: dict, team_slug: str) -> dict:
+def team_weights_policy(config: EksConfig, team_slug: str) -> dict:
     """Read access to exactly the S3 roots the team may load weights from on this cluster (`model_sources`: the
     cluster-wide ones and the team's own): GetObject under each root's prefix, ListBucket limited to it."""
     reads, lists = [], {}
-    for root in source_roots_for(config, team_slug).s3:
+    for root in source_roots_for(config.model_sources, team_slug).s3:
         parts = s3_parts(root)
         if parts is None:
             continue

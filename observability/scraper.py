@@ -21,11 +21,11 @@ class ScrapeError(Exception):
 def metrics_source(cluster: Cluster) -> tuple[str, list[str]] | None:
     """("prometheus", [api base]) when the cluster names a Prometheus, ("text", [urls]) for Ray's metrics
     export (one URL per node, comma-separated), or None when it has neither."""
-    config = cluster.config or {}
-    if config.get("prometheus_url"):
-        return "prometheus", [config["prometheus_url"].rstrip("/")]
-    if config.get("metrics_url"):
-        return "text", [u.strip() for u in config["metrics_url"].split(",") if u.strip()]
+    config = cluster.config_typed
+    if config.prometheus_url:
+        return "prometheus", [config.prometheus_url.rstrip("/")]
+    if config.metrics_url:
+        return "text", [u.strip() for u in config.metrics_url.split(",") if u.strip()]
     return None
 
 

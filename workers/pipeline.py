@@ -3,6 +3,8 @@ import datetime as dt
 import logging
 import random
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.utils import timezone
@@ -22,7 +24,7 @@ from deployments.spec import SpecError, spec_check
 from observability.models import ConformanceRun
 from observability.tasks import run_conformance
 from workers.targets import target_for
-from workers.targets.base import PermanentError, Step, TransientError
+from workers.targets.base import Observed, PermanentError, Step, TransientError
 
 log = logging.getLogger(__name__)
 MAX_BACKOFF = 60.0
@@ -34,13 +36,27 @@ class LockLost(Exception):
     """The pass no longer holds the deployment's reconcile lock (workers.reconcile): it must not touch the target."""
 
 
+@dataclass
+class _End:
+    """How a pass ends: the observed fields it writes with the conditions it set, the status it then moves to,
+    what follows once it has (a conformance run) and the seconds until the next pass (None: settled)."""
+
+    fields: dict = field(default_factory=dict)
+    move: tuple[str, str] | None = None
+    then: Callable[[], None] | None = None
+    wait: float | None = None
+
+
 class _Pass:
-    """State for one pass: the deployment, the conditions it sets and the step events."""
+    """State for one pass: the deployment and what the pass writes once, at its end: the conditions it set, the
+    hash it applied and what each step last said."""
 
     def __init__(self, d: Deployment, fence):
         self.d = d
         self.fence = fence  # raises LockLost; run before each step, since steps call the target
         self.updates: dict[str, dict] = {}  # the conditions this pass set, merged into the row when written
+        self.applied: dict = {}  # {"applied_hash": ...} once this pass applied: written however the pass ends
+        self.said = dict(d.step_messages)  # {event kind: message}, as event_record stored it
 
     def cond(self, type, ok, reason, message=""):
         self.updates[type] = {"status": ok, "reason": reason, "message": message, "generation": self.d.generation}
@@ -55,10 +71,12 @@ class _Pass:
         return result
 
     def note(self, kind: EventKind, message: str, *, duration_ms: int | None = None) -> None:
-        """Record an event unless the last event of this kind said the same (passes repeat; events do not)."""
-        last = self.d.events.filter(kind=kind).order_by("-created_at", "-id").values_list("message", flat=True).first()
-        if last != internal_redact(message, cluster=self.d.cluster):  # as event_record stores it
+        """Record an event unless this step said the same last time (passes repeat; events do not). What it said
+        is kept on the row, not read back from the event log, which is history and may be pruned."""
+        stored = internal_redact(message, cluster=self.d.cluster)  # as event_record stores it
+        if self.said.get(kind.value) != stored:
             event_record(kind=kind, deployment=self.d, message=message, duration_ms=duration_ms)
+            self.said[kind.value] = stored
 
 
 def _backoff(attempt: int, hint: float | None) -> float:
@@ -77,19 +95,29 @@ def reconcile_pass(deployment_id: int, *, fence=lambda: None) -> float | None:
     p = _Pass(d, fence)
     try:
         try:
-            return _run(p)
+            end = _run(p)
         except TransientError as e:
-            # Counted on the row (the event is history): `d` is the row as this pass found it.
-            deployment_observe(deployment_id=d.pk, transient_errors=d.transient_errors + 1)
+            # Counted on the row (the event is history): `d` is the row as this pass found it. The pass did not
+            # finish looking, so it writes no condition.
+            _write(p, transient_errors=d.transient_errors + 1)
             event_record(kind=EventKind.TRANSIENT_ERROR, deployment=d, message=str(e))
             fail_if_stuck(d.pk, str(e))
             return _backoff(d.transient_errors, e.retry_after)
         except PermanentError as e:
+            _write(p)  # what it applied and said; the conditions stay as the last finished pass wrote them
             _move(p, Status.FAILED, str(e))
             return None
+        # 9 write, then move: a pass that raised no transient error ends their run.
+        _write(p, condition_updates=p.updates, transient_errors=0, **end.fields)
+        if end.move:
+            _move(p, *end.move)
+        if end.then:
+            end.then()
+        return end.wait
     except StatusMoved as e:
         # A user moved it while this pass ran (paused or deleted it): the pass that change enqueued, waiting for
         # this one's lock, acts on the new status and undoes what this one applied meanwhile.
+        _write(p)  # what it applied and said, so that pass neither forgets the hash nor repeats the events
         log.info("reconcile of deployment %s stopped: %s", d.pk, e)
         return None
 
@@ -120,98 +148,118 @@ def fail_if_stuck(deployment_id: int, last_reason: str) -> bool:
     return True
 
 
-def _run(p: _Pass) -> float | None:
+def _run(p: _Pass) -> _End:
+    """Steps 2 to 8 of the pass, each a function; the caller makes the one write (9)."""
+    target = target_for(p.d.cluster)
+    if p.d.status == Status.DELETING:
+        return _delete(p, target)
+    if p.d.status == Status.PAUSING:
+        return _pause(p, target)
+    _validate(p)
+    if not _node_pools(p, target):
+        return _End(wait=settings.TANDEM_RECONCILE_REQUEUE_SECONDS)
+    observed = _apply_if_changed(p, target)
+    return _serve_status(p, target, observed) or _endpoint(p, target, observed)
+
+
+def _delete(p: _Pass, target) -> _End:
+    """2 deletion: everything the deployment created goes."""
+    if not p.step(EventKind.TEARDOWN, lambda: target.teardown(p.d)).ready:
+        return _End(wait=settings.TANDEM_RECONCILE_REQUEUE_SECONDS)
+    return _End(fields={"endpoint_url": "", "applied_hash": "", "conditions": []},
+                move=(Status.DELETED, "Everything the deployment created is gone."))
+
+
+def _pause(p: _Pass, target) -> _End:
+    """2b pause: the serving part goes; the deployment, its keys and history stay."""
     d = p.d
-    target = target_for(d.cluster)
-    requeue = settings.TANDEM_RECONCILE_REQUEUE_SECONDS
+    step = p.step(EventKind.PAUSE, lambda: target.pause(d))
+    if not step.ready:
+        return _End(wait=settings.TANDEM_RECONCILE_REQUEUE_SECONDS)
+    # No condition of the serving part carries over: a resume is checked again before users get it.
+    p.cond("ServeRunning", False, "Paused", step.message)
+    return _End(fields={"applied_hash": "", "conditions": [], "ready_estimate_seconds": deployment_ready_estimate(d)},
+                move=(Status.PAUSED, "Paused: nothing of it runs and it holds no quota. Resume it to serve again."))
 
-    if d.status == Status.DELETING:  # 2 deletion
-        step = p.step(EventKind.TEARDOWN, lambda: target.teardown(d))
-        if not step.ready:
-            _write(p)
-            return requeue
-        _write(p, endpoint_url="", applied_hash="", conditions=[])
-        _move(p, Status.DELETED, "Everything the deployment created is gone.")
-        return None
 
-    if d.status == Status.PAUSING:  # 2b pause: the serving part goes; the deployment, its keys and history stay
-        step = p.step(EventKind.PAUSE, lambda: target.pause(d))
-        if not step.ready:
-            _write(p)
-            return requeue
-        # No condition of the serving part carries over: a resume is checked again before users get it.
-        p.cond("ServeRunning", False, "Paused", step.message)
-        _write(p, applied_hash="", conditions=[], ready_estimate_seconds=deployment_ready_estimate(d))
-        _move(p, Status.PAUSED, "Paused: nothing of it runs and it holds no quota. Resume it to serve again.")
-        return None
-
-    try:  # 3 validate
+def _validate(p: _Pass) -> None:
+    """3 validate: a spec the cluster can no longer run fails the deployment; an approved one starts provisioning."""
+    d = p.d
+    try:
         spec_check(d.spec_typed, target_kind=d.cluster.kind,
                    source_roots=source_roots_of(cluster=d.cluster, team=d.team))
     except SpecError as e:
         raise PermanentError(f"The spec is no longer valid: {e}") from None
     p.cond("Approved", True, "Approved")
     if d.status == Status.APPROVED:
-        d = _move(p, Status.PROVISIONING, "Provisioning started.")
+        _move(p, Status.PROVISIONING, "Provisioning started.")
 
-    pools = p.step(EventKind.NODE_POOLS, lambda: target.ensure_node_pools(d))  # 4 node pools
+
+def _node_pools(p: _Pass, target) -> bool:
+    """4 build what the application runs on: True once the node pools are ready."""
+    pools = p.step(EventKind.NODE_POOLS, lambda: target.ensure_node_pools(p.d))
     p.cond("NodePoolsReady", pools.ready, "Ready" if pools.ready else "Waiting", pools.message)
-    if not pools.ready:
-        _write(p)
-        return requeue
+    return pools.ready
 
-    desired, desired_hash = target.desired(d)  # 5 desired
-    observed = target.observe(d, desired)  # 6 observe (built once: the pass compares with it twice)
-    if not observed.exists or observed.applied_hash != desired_hash:  # 7 apply
+
+def _apply_if_changed(p: _Pass, target) -> Observed:
+    """5 build the desired application, 6 observe it (once: compared twice), 7 apply only when the cluster lacks
+    it or holds another spec hash; returns what the cluster has now."""
+    d = p.d
+    desired, desired_hash = target.desired(d)
+    observed = target.observe(d, desired)
+    if not observed.exists or observed.applied_hash != desired_hash:
         if d.status == Status.RUNNING:
             reason = "The application disappeared from the cluster; re-deploying." if not observed.exists \
                 else "The cluster drifted from the spec; re-applying."
             d = _move(p, Status.PROVISIONING, reason)
         target.preflight(d)
         p.step(EventKind.APPLIED, lambda: _apply(target, d, desired))
-        deployment_observe(deployment_id=d.pk, applied_hash=desired_hash)
+        p.applied = {"applied_hash": desired_hash}
         observed = target.observe(d, desired)
     p.cond("Applied", True, "Applied", f"spec hash {desired_hash[:12]}")
+    return observed
 
-    serve_ok = observed.serve_status == "RUNNING"  # 8 derive
+
+def _serve_status(p: _Pass, target, observed: Observed) -> _End | None:
+    """8 derive, from Serve: how the pass ends while the application is not RUNNING (failed, when Serve could not
+    deploy it); None once it is."""
+    d = p.d
     p.note(EventKind.SERVE_STATUS, f"{observed.serve_status or 'Unknown'}: {observed.message}".rstrip(": "))
-    p.cond("ServeRunning", serve_ok, observed.serve_status or "Unknown", observed.message)
+    p.cond("ServeRunning", observed.serve_status == "RUNNING", observed.serve_status or "Unknown", observed.message)
     if observed.serve_status == "DEPLOY_FAILED":
-        _write(p)
         # Leave nothing half-deployed behind: the reason is kept on the deployment, and retry re-applies.
         p.step(EventKind.TEARDOWN, lambda: target.teardown(d))
-        raise PermanentError(f"Ray Serve could not deploy the application: {observed.message} "
-                             "The application was removed; fix the spec, then retry.")
-    if not serve_ok:
-        _write(p, endpoint_url=observed.endpoint_url)
-        return requeue
+        return _End(move=(Status.FAILED, f"Ray Serve could not deploy the application: {observed.message} "
+                                         "The application was removed; fix the spec, then retry."))
+    if observed.serve_status != "RUNNING":
+        return _End(fields={"endpoint_url": observed.endpoint_url}, wait=settings.TANDEM_RECONCILE_REQUEUE_SECONDS)
+    return None
+
+
+def _endpoint(p: _Pass, target, observed: Observed) -> _End:
+    """8 derive, from the endpoint and its conformance run: whether users get it, and whether it starts serving."""
+    d = p.d
     answers = p.step(EventKind.ENDPOINT, lambda: target.endpoint_answers(d, observed))
     checked = _conformance_checked(p)
     ready = endpoint_ready(checked, generation=d.generation, answers=answers.ready, message=answers.message)
     p.cond("EndpointReady", ready["status"], ready["reason"], ready["message"])
-    starts_serving = answers.ready and d.status != Status.RUNNING  # provisioning or updating: serving from now
-    # Users wait on the run of a pending endpoint: if its task failed or was lost, run it again, not wait for ever.
-    overdue = (answers.ready and not starts_serving and ready["reason"] == "ConformancePending"
-               and _conformance_overdue(d))
-    requested = {"conformance_requested_at": timezone.now()} if starts_serving or overdue else {}
+    fields = {"endpoint_url": observed.endpoint_url,
+              "observed_generation": d.generation if answers.ready else d.observed_generation}
+    if not answers.ready:
+        return _End(fields=fields, wait=settings.TANDEM_RECONCILE_REQUEUE_SECONDS)
+    now = timezone.now()
     # Seen serving by this pass, on the cluster as it is now (not what the row said): `tandem_demo` waits on it. When
     # it starts serving, else at most once a SERVING_SEEN_EVERY: a steady deployment's passes mostly write nothing.
-    now = timezone.now()
-    stale = d.serving_seen_at is None or now - d.serving_seen_at >= SERVING_SEEN_EVERY
-    seen = {"serving_seen_at": now} if answers.ready and (starts_serving or stale) else {}
-    _write(p, endpoint_url=observed.endpoint_url, observed_generation=d.generation if answers.ready else d.observed_generation,
-           **requested, **seen)
-    if not answers.ready:
-        return requeue
-    if starts_serving:
-        _move(p, Status.RUNNING, "Serving.")
-        _conformance_enqueue(d.pk)
-    elif overdue:
-        event_record(kind=EventKind.CONFORMANCE_REQUEUED, deployment=d,
-                     message=f"No conformance result {settings.TANDEM_CONFORMANCE_OVERDUE_SECONDS} s after the "
-                             "run was started; running the suite again.")
-        _conformance_enqueue(d.pk)
-    return None
+    if d.status != Status.RUNNING or d.serving_seen_at is None or now - d.serving_seen_at >= SERVING_SEEN_EVERY:
+        fields["serving_seen_at"] = now
+    if d.status != Status.RUNNING:  # provisioning or updating: serving from now
+        return _End(fields=fields | {"conformance_requested_at": now}, move=(Status.RUNNING, "Serving."),
+                    then=lambda: _conformance_enqueue(d.pk))
+    # Users wait on the run of a pending endpoint: if its task failed or was lost, run it again, not wait for ever.
+    if ready["reason"] == "ConformancePending" and _conformance_overdue(d):
+        return _End(fields=fields | {"conformance_requested_at": now}, then=lambda: _conformance_requeue(d))
+    return _End(fields=fields)
 
 
 def _conformance_checked(p: _Pass) -> list[dict]:
@@ -235,6 +283,14 @@ def _conformance_overdue(d: Deployment) -> bool:
     return requested is None or (timezone.now() - requested).total_seconds() > limit
 
 
+def _conformance_requeue(d: Deployment) -> None:
+    """Run the suite again for an endpoint whose run never reported, saying so in the deployment's history."""
+    event_record(kind=EventKind.CONFORMANCE_REQUEUED, deployment=d,
+                 message=f"No conformance result {settings.TANDEM_CONFORMANCE_OVERDUE_SECONDS} s after the "
+                         "run was started; running the suite again.")
+    _conformance_enqueue(d.pk)
+
+
 def _conformance_enqueue(deployment_id: int) -> None:
     """Check the endpoint's OpenAI behaviour through the gateway each time it (re)starts serving."""
     run_conformance.delay(deployment_id)
@@ -246,6 +302,6 @@ def _apply(target, d, desired) -> Step:
     return Step(ready=True, message=f"Applied generation {d.generation}{detail}")
 
 
-def _write(p: _Pass, **fields) -> None:  # 9 write status if changed
-    # Only a pass that raised no transient error gets here (one that does counts it instead): the run ends.
-    deployment_observe(deployment_id=p.d.pk, condition_updates=p.updates, transient_errors=0, **fields)
+def _write(p: _Pass, **fields) -> None:
+    """9 the pass's one write of what it observed (deployments.services.status writes only what changed)."""
+    deployment_observe(deployment_id=p.d.pk, step_messages=p.said, **(p.applied | fields))

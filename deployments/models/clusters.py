@@ -1,6 +1,8 @@
 from django.conf import settings
 from django.db import models
 
+from deployments.cluster_config import ClusterConfig, cluster_config_of
+
 
 class Cluster(models.Model):
     """A registered target: an EKS cluster, any Kubernetes with KubeRay, or an existing Ray cluster.
@@ -25,6 +27,11 @@ class Cluster(models.Model):
 
     def __str__(self):
         return f"{self.name} ({self.kind})"
+
+    @property
+    def config_typed(self) -> ClusterConfig:
+        """`config` as its kind's dataclass, defaults filled in: what every reader of the config reads."""
+        return cluster_config_of(self.kind, self.config)
 
 
 class ClusterCheck(models.Model):

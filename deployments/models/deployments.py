@@ -68,6 +68,9 @@ class Deployment(models.Model):
     # the backoff) and when the conformance run the endpoint waits for was last started.
     transient_errors = models.PositiveIntegerField(default=0)
     conformance_requested_at = models.DateTimeField(null=True, blank=True)
+    # What each step of the reconcile pipeline last said ({event kind: message as its event stored it}): a pass
+    # records a step's event only when its outcome differs, and passes repeat.
+    step_messages = models.JSONField(default=dict, blank=True)
     # Seconds a resume is expected to take to serving, from this deployment's own history (deployments.cost),
     # written when it pauses: the gateway's Retry-After for a request that wakes it.
     ready_estimate_seconds = models.PositiveIntegerField(null=True, blank=True)

@@ -5,6 +5,7 @@ import json
 
 from django.core.management import call_command
 
+from deployments.cluster_config import cluster_config_of
 from deployments.team_roles import team_role_arn, team_weights_policy
 from tests.factories import ClusterFactory, TeamFactory
 
@@ -47,7 +48,8 @@ def test_capacity_deadline_and_team_roles_are_checked_at_registration(api, platf
 
 
 def test_a_teams_pod_role_may_read_only_its_own_and_the_shared_weights():
-    config = {**EKS, "model_sources": SOURCES, "team_roles": {"ml": "arn:aws:iam::123456789012:role/tandem-ml"}}
+    config = cluster_config_of("eks", {**EKS, "model_sources": SOURCES,
+                                       "team_roles": {"ml": "arn:aws:iam::123456789012:role/tandem-ml"}})
     policy = team_weights_policy(config, "ml")
     reads = [s for s in policy["Statement"] if s["Action"] == ["s3:GetObject"]]
     assert [r for s in reads for r in s["Resource"]] == ["arn:aws:s3:::acme-models/shared/*", "arn:aws:s3:::acme-ml/*"]
@@ -65,7 +67,7 @@ def test_the_policy_command_prints_the_teams_policy(db):
     out = io.StringIO()
     call_command("tandem_team_policy", "eks-prod", "vision", stdout=out, stderr=io.StringIO())
     policy = json.loads(out.getvalue())
-    assert policy == team_weights_policy({**EKS, "model_sources": SOURCES}, "vision")
+    assert policy == team_weights_policy(cluster_config_of("eks", {**EKS, "model_sources": SOURCES}), "vision")
     assert policy["Statement"][0]["Resource"] == ["arn:aws:s3:::acme-models/shared/*", "arn:aws:s3:::acme-vision/v1/*"]
 
 

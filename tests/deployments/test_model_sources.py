@@ -94,7 +94,7 @@ def test_an_update_to_another_teams_weights_is_refused(api, team_b_member, share
     api.force_authenticate(team_b_member)
     spec = local_spec_input(model={"id": "tiny-llama", "source": f"{disk}/team-a/weights"})
     r = api.patch(f"/api/v1/deployments/{d.pk}/", {"spec": spec}, format="json")
-    assert r.status_code == 400 and "model.source" in r.json()["errors"]
+    assert r.status_code == 400 and "spec.model.source" in r.json()["errors"]  # named as a create names it
 
 
 def _stored(team, cluster, source, status):

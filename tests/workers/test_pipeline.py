@@ -5,6 +5,8 @@ import time
 
 import psycopg
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from deployments.conditions import condition_get
 from deployments.lifecycle import Status
@@ -137,3 +139,30 @@ def test_a_pass_asked_for_while_another_holds_the_lock_comes_back_shortly(approv
 
 def test_the_domain_asks_for_passes_by_the_name_the_reconcile_task_registers_under():
     assert reconcile_deployment.name == RECONCILE_TASK
+
+
+@pytest.fixture
+def answering(serving):
+    """Running, its conformance run passed and the endpoint open: a steady deployment."""
+    ConformanceRun.objects.create(deployment=serving, generation=serving.generation, passed=True,
+                                  started_at=serving.updated_at, base_url="http://gw/v1", model=MODEL)
+    reconcile_pass(serving.pk)
+    assert _ready(serving)["reason"] == "Answering"
+    return _row(serving)
+
+
+def _writes(queries) -> list[str]:
+    return [q["sql"] for q in queries if q["sql"].split(None, 1)[0].upper() in ("INSERT", "UPDATE", "DELETE")]
+
+
+def test_a_pass_over_an_unchanged_running_deployment_writes_nothing(answering):
+    with CaptureQueriesContext(connection) as queries:
+        assert reconcile_pass(answering.pk) is None
+    assert _writes(queries.captured_queries) == []
+    assert _row(answering).updated_at == answering.updated_at
+
+
+def test_what_a_step_last_said_is_kept_on_the_row_so_a_pruned_event_log_brings_no_repeats(answering):
+    answering.events.all().delete()  # history only: pruning it must not make passes say it all again
+    reconcile_pass(answering.pk)
+    assert list(answering.events.values_list("kind", flat=True)) == []

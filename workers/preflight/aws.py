@@ -35,7 +35,7 @@ class AwsChecks:
     def _aws_client(self, service: str, *, attempts: int | None = None):
         """A client on the driver's own session (the worker's identity, or the cluster's role_arn assumed)."""
         return clients.aws_client(self.target.session, service,
-                                  endpoint_url=self.cluster.config.get("aws_endpoint_url"), attempts=attempts)
+                                  endpoint_url=self.target.config.aws_endpoint_url, attempts=attempts)
 
     def _aws(self, doing: str, fn: Callable, **kwargs) -> dict:
         try:
@@ -74,12 +74,12 @@ class AwsChecks:
         principal = caller
         if ":assumed-role/" in caller:  # the session of a role: simulate the role
             account = caller.split(":")[4]
-            principal = self.cluster.config.get("role_arn") or \
+            principal = self.target.config.role_arn or \
                 f"arn:aws:iam::{account}:role/{caller.split(':assumed-role/')[1].split('/')[0]}"
         return self._simulate("driver-iam", principal, DRIVER_ACTIONS, DRIVER_CONTEXT)
 
     def node_role_iam(self) -> CheckLine:
-        role = self.cluster.config.get("node_role_arn")
+        role = self.target.config.node_role_arn
         if not role:
             return CheckLine("node-role-iam", FAIL, "The cluster has no node_role_arn: EKS refuses node groups "
                              "without a node role.", "Register the cluster with node_role_arn (docs/install.md, 2).")
@@ -92,13 +92,13 @@ class AwsChecks:
         return line
 
     def _s3_sources(self) -> list[str]:
-        sources = self.cluster.config.get("model_sources") or {}
+        sources = self.target.config.model_sources
         uris = list(sources.get("s3") or []) + [u for t in (sources.get("teams") or {}).values()
                                                   for u in t.get("s3") or []]
         return sorted(set(uris))
 
     def subnets(self) -> CheckLine:
-        ids = list(self.cluster.config.get("subnet_ids") or [])
+        ids = list(self.target.config.subnet_ids)
         fix = "Register the cluster with subnet_ids: private subnets of one Availability Zone."
         if not ids:
             return CheckLine("subnets", FAIL, "The cluster has no subnet_ids.", fix)

@@ -147,7 +147,7 @@ class KubernetesChecks:
                 for n in self._nodes()]
         if real or not self.is_eks:
             return real
-        prefix = self.cluster.config.get("nodegroup_prefix", "tandem-")
+        prefix = self.target.config.nodegroup_prefix
         return [(name, {"node.kubernetes.io/instance-type": name, "kubernetes.io/os": "linux",
                         "kubernetes.io/arch": "amd64", NODEGROUP_LABEL: f"{prefix}d1-prefill", POOL_LABEL: "prefill",
                         "eks.amazonaws.com/capacityType": "ON_DEMAND"},
@@ -267,7 +267,7 @@ class KubernetesChecks:
 
     def team_namespaces(self) -> CheckLine:
         core = k8s.CoreV1Api(self.target.api)
-        prefix = self.cluster.config.get("namespace_prefix", "tandem-")
+        prefix = self.target.config.namespace_prefix
         exist, creatable, problems = 0, 0, []
         for slug in Team.objects.order_by("slug").values_list("slug", flat=True):
             name = namespace_name(prefix=prefix, team_slug=slug)

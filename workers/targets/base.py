@@ -40,6 +40,11 @@ class Target:
     def __init__(self, cluster):
         self.cluster = cluster
 
+    @property
+    def config(self):
+        """The cluster's typed config (deployments.cluster_config), as it is now."""
+        return self.cluster.config_typed
+
     def ensure_node_pools(self, deployment) -> Step:
         return Step(ready=True, message="No node pools to manage on this target.")
 

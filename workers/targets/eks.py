@@ -17,7 +17,6 @@ from botocore.exceptions import BotoCoreError, ClientError, ConnectionError as B
 from django.utils import timezone as dj_timezone
 
 from deployments.catalog import INSTANCE_TYPES, InstanceType
-from deployments.cluster_config import PROVISIONING_DEADLINE_MINUTES
 from deployments.lifecycle import Status
 from deployments.services.node_groups import NODEGROUPS_PER_CLUSTER
 from deployments.serve_config import STAGES
@@ -75,7 +74,7 @@ def aws_error(e: Exception, *, doing: str) -> Exception:
 
 def efa_security_group_name(cluster) -> str:
     """Tandem's EFA security group in the cluster's VPC (one per cluster; the preflight reads it too)."""
-    return f"{cluster.config.get('nodegroup_prefix', 'tandem-')}efa"
+    return f"{cluster.config_typed.nodegroup_prefix}efa"
 
 
 def nodegroup_taints(instance: InstanceType) -> list[dict]:
@@ -132,21 +131,21 @@ class EksTarget(KubernetesTarget):
 
     @property
     def region(self) -> str:
-        return self.cluster.config["region"]
+        return self.config.region
 
     @property
     def eks_name(self) -> str:
-        return self.cluster.config["cluster_name"]
+        return self.config.cluster_name
 
     @property
     def session(self):
         """The worker's own AWS session, or the cluster's `role_arn` assumed through STS."""
         if self._session is None:
             session = clients.aws_session(region=self.region)
-            if role := self.cluster.config.get("role_arn"):
+            if role := self.config.role_arn:
                 try:
                     session = clients.aws_assumed_session(session, role_arn=role, region=self.region,
-                                                          endpoint_url=self.cluster.config.get("aws_endpoint_url"))
+                                                          endpoint_url=self.config.aws_endpoint_url)
                 except (ClientError, BotoCoreError) as e:
                     raise aws_error(e, doing=f"assuming {role}") from None
             self._session = session
@@ -156,14 +155,14 @@ class EksTarget(KubernetesTarget):
     def eks(self):
         if self._eks is None:
             self._eks = clients.aws_client(self.session, "eks",
-                                           endpoint_url=self.cluster.config.get("aws_endpoint_url"))
+                                           endpoint_url=self.config.aws_endpoint_url)
         return self._eks
 
     @property
     def ec2(self):
         if self._ec2 is None:
             self._ec2 = clients.aws_client(self.session, "ec2",
-                                           endpoint_url=self.cluster.config.get("aws_endpoint_url"))
+                                           endpoint_url=self.config.aws_endpoint_url)
         return self._ec2
 
     def _aws(self, doing: str, fn, *, tolerate: str = "", **kwargs):
@@ -200,10 +199,10 @@ class EksTarget(KubernetesTarget):
     def build_api(self):
         """Endpoint and CA from DescribeCluster, a fresh STS-presigned bearer token; no kubeconfig, no CLI."""
         info = self._active_cluster()
-        host = self.cluster.config.get("kubernetes_endpoint_url") or info["endpoint"]
+        host = self.config.kubernetes_endpoint_url or info["endpoint"]
         try:
             token = clients.eks_bearer_token(session=self.session, cluster_name=self.eks_name, region=self.region,
-                                             sts_endpoint_url=self.cluster.config.get("aws_endpoint_url"))
+                                             sts_endpoint_url=self.config.aws_endpoint_url)
         except BotoCoreError as e:
             raise aws_error(e, doing="signing the EKS token") from None
         return clients.kubernetes_api_from_token(host=host, token=token,
@@ -217,7 +216,7 @@ class EksTarget(KubernetesTarget):
         when that group's deployment-id tag is its own, rather than paying for a second set of GPU nodes."""
         key = (deployment.pk, stage)
         if key not in self._names:
-            prefix = self.cluster.config.get("nodegroup_prefix", "tandem-")
+            prefix = self.config.nodegroup_prefix
             name = f"{prefix}d{deployment.pk}-{stage}"
             legacy = f"{prefix}{deployment.team.slug}-{deployment.name}"[: 63 - len(stage) - 1] + f"-{stage}"
             if self._describe(name) is None and (old := self._describe(legacy)) is not None \
@@ -264,7 +263,7 @@ class EksTarget(KubernetesTarget):
         """The configured subnets after DescribeSubnets: private, in one Availability Zone (EFA does not cross
         zones, and prefill and decode move KV between them); an EFA pool gets exactly one, the first listed."""
         if self._subnets is None:
-            ids = list(self.cluster.config.get("subnet_ids") or [])
+            ids = list(self.config.subnet_ids)
             found = self._aws("describing the node subnets", self.ec2.describe_subnets, SubnetIds=ids)["Subnets"]
             by_id = {s["SubnetId"]: s for s in found}
             self._subnets = [by_id[i] for i in ids]
@@ -320,8 +319,8 @@ class EksTarget(KubernetesTarget):
 
     def _capacity(self, instance_type: str) -> tuple[str, str | None]:
         """The node group's capacityType and the capacity reservation its launch template targets."""
-        capacity = self.cluster.config.get("capacity_type", "ON_DEMAND")
-        reservation = (self.cluster.config.get("capacity_reservation_ids") or {}).get(instance_type)
+        capacity = self.config.capacity_type
+        reservation = self.config.capacity_reservation_ids.get(instance_type)
         if capacity == "CAPACITY_BLOCK" and not reservation:
             raise PermanentError(f"The cluster's capacity_type is CAPACITY_BLOCK but its capacity_reservation_ids "
                                  f"names no reservation for {instance_type}; add the capacity block's id for it.")
@@ -357,7 +356,7 @@ class EksTarget(KubernetesTarget):
                   tolerate="InvalidPlacementGroup.Unknown", GroupName=name)
 
     def _create_nodegroup(self, deployment, stage: str, name: str) -> None:
-        missing = [k for k in ("node_role_arn", "subnet_ids") if not self.cluster.config.get(k)]
+        missing = [k for k in ("node_role_arn", "subnet_ids") if not getattr(self.config, k)]
         if missing:  # a cluster registered before they were required
             raise PermanentError(f"Cluster {self.cluster.name} has no {' or '.join(missing)} in its config; EKS "
                                  "creates no node group without them. A platform admin adds them to the cluster, "
@@ -383,7 +382,7 @@ class EksTarget(KubernetesTarget):
             "taints": taints,
             "tags": _tags(deployment),
             "subnets": subnets,
-            "nodeRole": self.cluster.config["node_role_arn"],
+            "nodeRole": self.config.node_role_arn,
         }
         self._aws(f"creating node group {name}", self.eks.create_nodegroup,
                   tolerate="ResourceInUseException", **kwargs)  # else a previous pass (or a killed worker) asked
@@ -429,7 +428,7 @@ class EksTarget(KubernetesTarget):
         updates: its node groups may be serving the previous generation, and deleting them would stop it."""
         if deployment.status != Status.PROVISIONING:
             return None
-        deadline = self.cluster.config.get("provisioning_deadline_minutes", PROVISIONING_DEADLINE_MINUTES)
+        deadline = self.config.provisioning_deadline_minutes
         waited = (dj_timezone.now() - deployment.status_changed_at).total_seconds() / 60
         return deadline if waited > deadline else None
 

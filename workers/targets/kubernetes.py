@@ -30,6 +30,7 @@ from deployments.manifests import (DEPLOYMENT_LABEL, HASH_ANNOTATION, MANAGED_BY
                                   RAY_CLUSTER_HASH_ANNOTATION, TEAM_LABEL, endpoint_url, manifests_build, manifests_hash,
                                   namespace_guards_build, namespace_name)
 from deployments.secret_refs import SecretRefError, secret_resolve
+from deployments.team_roles import team_role_arn
 from workers import clients
 from workers.targets.base import Observed, PermanentError, Step, Target, TransientError
 from workers.targets.serve_status import serve_app_message
@@ -110,7 +111,7 @@ class KubernetesTarget(Target):
     def build_api(self) -> k8s.ApiClient:
         """The API client for this cluster (the eks driver overrides this)."""
         return clients.kubernetes_api_from_kubeconfig(secret_ref=self.cluster.secret_ref,
-                                                      context=self.cluster.config.get("context"))
+                                                      context=self.config.context)
 
     def _call(self, doing: str, fn: Callable, *args, **kwargs):
         try:
@@ -132,7 +133,7 @@ class KubernetesTarget(Target):
 
     # --- names ----------------------------------------------------------------------------------------
     def namespace(self, deployment) -> str:
-        prefix = self.cluster.config.get("namespace_prefix", "tandem-")
+        prefix = self.config.namespace_prefix
         return namespace_name(prefix=prefix, team_slug=deployment.team.slug)
 
     def node_selectors(self, deployment) -> dict[str, dict] | None:
@@ -142,7 +143,7 @@ class KubernetesTarget(Target):
     # --- the contract ---------------------------------------------------------------------------------
     def team_role(self, deployment) -> str:
         """The IAM role the team's Ray pods assume (IRSA), from the cluster's `team_roles`; "" for none."""
-        return (self.cluster.config.get("team_roles") or {}).get(deployment.team.slug, "")
+        return team_role_arn(self.config, deployment.team.slug) or ""
 
     def desired(self, deployment) -> tuple[list[dict], str]:
         namespace, team_slug = self.namespace(deployment), deployment.team.slug
@@ -300,7 +301,7 @@ class KubernetesTarget(Target):
         """Copy the team's Hugging Face token (the cluster's `hf_token_refs`, resolved here and nowhere else) into
         the Secret its Ray pods read HF_TOKEN from. Written without reading the Secret back, so the driver needs
         no right to read secrets: created, or replaced when it exists. Nothing is done for a team without one."""
-        ref = (self.cluster.config.get("hf_token_refs") or {}).get(deployment.team.slug)
+        ref = self.config.hf_token_refs.get(deployment.team.slug)
         if not ref:
             return []
         try:

@@ -63,16 +63,16 @@ class RayTarget(Target):
     @property
     def http(self) -> httpx.Client:
         if self._http is None:
-            self._http = clients.ray_dashboard_client(base_url=self.cluster.config["dashboard_url"],
+            self._http = clients.ray_dashboard_client(base_url=self.config.dashboard_url,
                                                       secret_ref=self.cluster.secret_ref)
         return self._http
 
     @property
     def serve_url(self) -> str:
         """Where Serve's HTTP proxy answers: the configured serve_url, else the dashboard's host on 8000."""
-        if url := self.cluster.config.get("serve_url"):
+        if url := self.config.serve_url:
             return url.rstrip("/")
-        host = urlsplit(self.cluster.config["dashboard_url"]).hostname
+        host = urlsplit(self.config.dashboard_url).hostname
         return f"http://{host}:8000"
 
     def _request(self, method: str, doing: str, **kwargs) -> httpx.Response:
@@ -129,7 +129,7 @@ class RayTarget(Target):
         """
         spec = deployment.spec_typed
         source = spec.model_source
-        if not source.startswith("/") or urlsplit(self.cluster.config["dashboard_url"]).hostname not in LOOPBACK:
+        if not source.startswith("/") or urlsplit(self.config.dashboard_url).hostname not in LOOPBACK:
             return
         # Read only inside the model sources the cluster allows the team (by real path, as the spec was checked).
         roots = source_roots_of(cluster=self.cluster, team=deployment.team)

@@ -19,9 +19,11 @@ class Command(BaseCommand):
         t = Team.objects.filter(slug=team).first()
         if c is None or t is None:
             raise CommandError(f"No cluster {cluster!r}" if c is None else f"No team {team!r}")
-        policy = team_weights_policy(c.config, t.slug)
+        if c.kind != Cluster.Kind.EKS:
+            raise CommandError(f"Cluster {cluster} is a {c.kind} cluster: team roles (IRSA) are for eks clusters.")
+        policy = team_weights_policy(c.config_typed, t.slug)
         if not policy["Statement"]:
             raise CommandError(f"Cluster {cluster} lets team {team} read no S3 weights (model_sources).")
-        if team_role_arn(c.config, t.slug) is None:
+        if team_role_arn(c.config_typed, t.slug) is None:
             self.stderr.write(f"Note: cluster {cluster} names no role for {team} in team_roles yet.")
         self.stdout.write(json.dumps(policy, indent=2))
