@@ -27,6 +27,7 @@ def _nullable(field):
 
 
 def backfill(apps, schema_editor):
+    from deployments.cluster_config import cluster_config_of
     from deployments.lifecycle import proposal_waits
     from deployments.services.spec_store import deployment_proposal_set, deployment_spec_set
     from deployments.spec import spec_load
@@ -34,6 +35,8 @@ def backfill(apps, schema_editor):
     Deployment = apps.get_model("deployments", "Deployment")
     Event = apps.get_model("deployments", "Event")
     for d in Deployment.objects.select_related("cluster").iterator(chunk_size=500):
+        # What the Cluster model's `config_typed` answers (a historical model has none of its properties).
+        d.cluster.config_typed = cluster_config_of(d.cluster.kind, d.cluster.config)
         fields = deployment_spec_set(deployment=d, spec=spec_load(d.spec))
         dropped = d.proposed_spec
         if dropped is not None and not proposal_waits(status=d.status, proposed=True):
