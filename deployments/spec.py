@@ -621,6 +621,15 @@ def spec_check(spec: DeploymentSpec, *, target_kind: str | None = None,
     return spec
 
 
+def spec_parse_field(data, *, target_kind: str | None = None,
+                     source_roots: SourceRoots | None = None) -> DeploymentSpec:
+    """spec_parse of a request's `spec` field: each error's path starts at `spec.`, as the request names it."""
+    try:
+        return spec_parse(data, target_kind=target_kind, source_roots=source_roots)
+    except SpecError as e:
+        raise SpecError({k if k == "spec" else f"spec.{k}": v for k, v in e.errors.items()}) from None
+
+
 def spec_parse(data, *, target_kind: str | None = None, source_roots: SourceRoots | None = None) -> DeploymentSpec:
     """Validate raw input (the API's `spec` object) into a DeploymentSpec, or raise SpecError. With a cluster, its
     kind and the model sources it allows the team (None: not checked here, e.g. a plan without a cluster)."""

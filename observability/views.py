@@ -3,7 +3,7 @@ from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import status
+from rest_framework import serializers, status
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -12,9 +12,10 @@ from deployments.cost import ON_DEMAND, Prices, cluster_prices
 from deployments.model_sources import SourceRoots, source_roots_of
 from deployments.models import Cluster
 from deployments.selectors import deployments_visible_to, teams_visible_to
-from deployments.spec import SpecError
+from deployments.api.spec_field import SpecField
+from deployments.spec import SpecError, spec_parse_field
 from observability.models import ConformanceRun
-from observability.planner import plan_for_spec
+from observability.planner import plan_with_facts
 from observability.selectors import fleet_reader
 from observability.rollups import WINDOWS, latency_series
 from observability.services.advice import deployment_advice, recommendation_apply
@@ -110,19 +111,37 @@ def _plan_cluster(request, body: dict) -> tuple[SourceRoots | None, Prices]:
     return source_roots_of(cluster=cluster, team=team), cluster_prices(cluster)
 
 
+class PlanRequest(serializers.Serializer):
+    """POST /api/v1/plans/'s body."""
+
+    spec = SpecField(help_text="A request-shaped spec, as POST /api/v1/deployments/ takes it.")
+    model_facts = serializers.DictField(
+        required=False, allow_null=True,
+        help_text="The model's facts (num_layers, hidden_size, num_attention_heads, num_key_value_heads, ...); "
+                  "without them, read from its config.json where the cluster allows the team its source.")
+    team = serializers.CharField(required=False, help_text="A team of yours: with `cluster`, whose model sources "
+                                                           "and prices the plan uses.")
+    cluster = serializers.CharField(required=False, help_text="A registered cluster: with `team`.")
+    assumed_itl_ms = serializers.FloatField(
+        required=False, default=30.0, min_value=0.1, max_value=10_000,
+        error_messages={k: "A number of milliseconds between 0.1 and 10000." for k in ("invalid", "min_value",
+                                                                                        "max_value")},
+        help_text="The inter-token latency the throughput figures assume, in milliseconds.")
+
+
 class PlanView(APIView):
     """The capacity plan for a PD spec: {"spec": <request-shaped spec>, "model_facts": {...} | null, "team": slug,
     "cluster": name}. Without model_facts, the facts come from the model's config.json when its source is a local
     path the cluster allows the team (deployments.model_sources); team and cluster are needed for that. With them the
     cost is at that cluster's prices, as its deployments are charged; without, at the catalog's on-demand ones."""
 
-    @extend_schema(request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
+    @extend_schema(request=PlanRequest, responses=OpenApiTypes.OBJECT)
     def post(self, request):
-        body = request.data if isinstance(request.data, dict) else {}
-        itl = body.get("assumed_itl_ms", 30.0)
-        if isinstance(itl, bool) or not isinstance(itl, (int, float)) or not 0.1 <= itl <= 10_000:
-            raise SpecError({"assumed_itl_ms": ["A number of milliseconds between 0.1 and 10000."]})
-        source_roots, prices = _plan_cluster(request, body)
-        return Response(plan_for_spec(body.get("spec"), body.get("model_facts"), assumed_itl_ms=float(itl),
-                                      source_roots=source_roots, prices=prices,
-                                      fleet=fleet_reader(user=request.user, now=timezone.now())))
+        body = PlanRequest(data=request.data)
+        body.is_valid(raise_exception=True)
+        source_roots, prices = _plan_cluster(request, body.validated_data)
+        spec = spec_parse_field(body.validated_data["spec"], source_roots=source_roots)
+        return Response(plan_with_facts(spec, body.validated_data.get("model_facts"),
+                                        assumed_itl_ms=body.validated_data["assumed_itl_ms"],
+                                        source_roots=source_roots, prices=prices,
+                                        fleet=fleet_reader(user=request.user, now=timezone.now())))

@@ -398,6 +398,7 @@ def parser() -> argparse.ArgumentParser:
                              help="Tandem's URL (default: $TANDEM_URL, the config file, http://127.0.0.1:8800)")
         parser_.add_argument("-o", "--output", choices=["table", "json", "yaml"],
                              default="table" if default is None else default)
+    p.set_defaults(needs_token=True)  # every command but validate acts as someone
     sub = p.add_subparsers(dest="command", required=True)
 
     def command(name, func, help_, *, aliases=(), ref=True):
@@ -417,8 +418,9 @@ def parser() -> argparse.ArgumentParser:
                 "approval; exit 0 when nothing would change, 10 when something would", ref=False)
     c.add_argument("-f", "--file", required=True)
     c = command("validate", cmd_validate, "check manifests against the server's schema without writing anything "
-                "(for CI); exit 4 when one is not valid", ref=False)
+                "(for CI; no token needed: the schema is public); exit 4 when one is not valid", ref=False)
     c.add_argument("-f", "--file", required=True)
+    c.set_defaults(needs_token=False)
     c = command("plan", cmd_plan, "the capacity plan of a manifest's spec, without a request", ref=False)
     c.add_argument("-f", "--file", required=True)
     c.add_argument("--model-config", help="the model's config.json, where the cluster cannot read its source")
@@ -483,7 +485,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        settings = settings_load(server=args.server)
+        settings = settings_load(server=args.server, token_required=args.needs_token)
         return args.func(Client(server=settings.server, token=settings.token), args)
     except CliError as e:
         print(f"tandemctl: {e.message}", file=sys.stderr)

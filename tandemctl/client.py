@@ -54,10 +54,10 @@ def _error_message(response: httpx.Response) -> str:
 class Client:
     """Calls OPERATIONS by name; a 4xx or 5xx becomes a CliError with the exit code its status means."""
 
-    def __init__(self, *, server: str, token: str, timeout: float = 30.0):
+    def __init__(self, *, server: str, token: str | None, timeout: float = 30.0):
+        signed = {"Authorization": f"Bearer {token}"} if token else {}
         self.http = httpx.Client(base_url=server, timeout=timeout,
-                                 headers={"Authorization": f"Bearer {token}", "Accept": "application/json",
-                                          "User-Agent": "tandemctl"})
+                                 headers={**signed, "Accept": "application/json", "User-Agent": "tandemctl"})
         self._checked = False
         self._schema: dict | None = None
 

@@ -20,7 +20,7 @@ def config_path() -> Path:
 @dataclass(frozen=True)
 class Settings:
     server: str
-    token: str
+    token: str | None  # None only for a command that needs none (validate reads the public schema)
 
 
 def _file_settings(path: Path) -> dict:
@@ -39,13 +39,13 @@ def _file_settings(path: Path) -> dict:
     return data
 
 
-def settings_load(*, server: str | None) -> Settings:
-    """The server and token to use; a missing token is an auth error (exit 3)."""
+def settings_load(*, server: str | None, token_required: bool = True) -> Settings:
+    """The server and token to use; a missing token is an auth error (exit 3) where the command needs one."""
     env_token = os.environ.get("TANDEM_TOKEN")
     file = {} if env_token and (server or os.environ.get("TANDEM_URL")) else _file_settings(config_path())
     token = env_token or file.get("token")
-    if not token:
+    if not token and token_required:
         raise CliError(f"No token: set TANDEM_TOKEN or `token:` in {config_path()} (a personal access token from "
                        "the portal's Tokens page).", AUTH)
     url = server or os.environ.get("TANDEM_URL") or file.get("server") or DEFAULT_SERVER
-    return Settings(server=str(url).rstrip("/"), token=str(token))
+    return Settings(server=str(url).rstrip("/"), token=str(token) if token else None)

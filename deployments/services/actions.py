@@ -24,7 +24,7 @@ from deployments.services.node_groups import nodegroup_quota_check
 from deployments.services.quota import quota_check
 from deployments.services.spec_store import deployment_proposal_set, deployment_spec_set
 from deployments.services.status import deployment_reconcile_request
-from deployments.spec import DeploymentSpec, SpecError, name_errors, spec_check, spec_load, spec_parse
+from deployments.spec import DeploymentSpec, SpecError, name_errors, spec_check, spec_load, spec_parse_field
 from deployments.spec_diff import changes_needing_approval
 
 
@@ -41,10 +41,7 @@ def _locked(deployment: Deployment) -> Deployment:
 
 def _validated_spec(data, cluster: Cluster, team: Team) -> DeploymentSpec:
     """The typed spec of a request's `spec`, or a SpecError whose paths start at `spec.` as the request's do."""
-    try:
-        return spec_parse(data, target_kind=cluster.kind, source_roots=source_roots_of(cluster=cluster, team=team))
-    except SpecError as e:
-        raise SpecError({f"spec.{k}": v for k, v in e.errors.items()}) from None
+    return spec_parse_field(data, target_kind=cluster.kind, source_roots=source_roots_of(cluster=cluster, team=team))
 
 
 def _recheck(stored: dict, cluster: Cluster, team: Team) -> DeploymentSpec:

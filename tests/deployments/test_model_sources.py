@@ -133,7 +133,7 @@ def test_a_plan_reads_no_config_json_outside_the_roots(api, team_b_member, share
     r = plan(api, source=f"{disk}/elsewhere")
     assert r.status_code == 400 and "model_facts" in r.json()["errors"]
     r = plan(api, source=f"{disk}/team-a/weights", team="team-b", cluster="shared")
-    assert r.status_code == 400 and "model.source" in r.json()["errors"]
+    assert r.status_code == 400 and "spec.model.source" in r.json()["errors"]
     r = plan(api, source=f"{disk}/team-b/linked-config", team="team-b", cluster="shared")
     assert r.status_code == 400 and "model_facts" in r.json()["errors"]
     r = plan(api, source=f"{disk}/team-a/weights", team="team-a", cluster="shared")  # not the caller's team

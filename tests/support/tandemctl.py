@@ -6,11 +6,12 @@ import sys
 from tests.support.processes import ROOT
 
 
-def tandemctl(*args, token: str, server: str, home, check_rc: int | None = None,
+def tandemctl(*args, token: str | None, server: str, home, check_rc: int | None = None,
               timeout: float = 120) -> subprocess.CompletedProcess:
-    """Run tandemctl ARGS against `server` with `token`; with `check_rc`, assert its exit code."""
+    """Run tandemctl ARGS against `server` with `token` (None: none anywhere); with `check_rc`, assert its exit
+    code."""
     env = {"PATH": os.environ["PATH"], "HOME": str(home), "PYTHONPATH": str(ROOT), "TANDEM_URL": server,
-           "TANDEM_TOKEN": token}
+           **({"TANDEM_TOKEN": token} if token else {})}
     run = subprocess.run([sys.executable, "-m", "tandemctl", *map(str, args)], env=env, capture_output=True,
                          text=True, timeout=timeout)
     if check_rc is not None:

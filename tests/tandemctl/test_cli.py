@@ -339,9 +339,10 @@ def test_approve_shows_the_approver_the_failed_checks_of_the_cluster(transaction
 @pytest.mark.e2e
 def test_validate_checks_manifests_against_the_served_schema_and_diff_and_apply_refuse_a_misspelled_field(
         web, tmp_path):
-    """For CI: `validate` reads the schema the server serves and writes nothing; a misspelled or misplaced field
-    is named (exit 4) by validate, diff and apply alike."""
+    """For CI: `validate` reads the schema the server serves (public: a CI job needs no token) and writes nothing;
+    a misspelled or misplaced field is named (exit 4) by validate, diff and apply alike."""
     cli = dict(token=web["token"], server=web["server"], home=tmp_path)
+    anonymous = cli | {"token": None}
     manifests = tmp_path / "manifests"
     manifests.mkdir()
     _write_manifest(manifests / "chat.yaml", spec_input())
@@ -351,9 +352,10 @@ def test_validate_checks_manifests_against_the_served_schema_and_diff_and_apply_
     d = web["deployment"]
     before = (Deployment.objects.count(), d.events.count(), Deployment.objects.get(pk=d.pk).spec)
 
-    valid = tandemctl("validate", "-f", str(manifests / "chat.yaml"), **cli, check_rc=errors.OK)
+    valid = tandemctl("validate", "-f", str(manifests / "chat.yaml"), **anonymous, check_rc=errors.OK)
     assert valid.stdout == "" and "1 of 1 manifest(s) valid" in valid.stderr
-    run = tandemctl("validate", "-f", str(manifests), **cli, check_rc=errors.INVALID)
+    tandemctl("diff", "-f", str(manifests / "chat.yaml"), **anonymous, check_rc=errors.AUTH)  # it acts as someone
+    run = tandemctl("validate", "-f", str(manifests), **anonymous, check_rc=errors.INVALID)
     typo = manifests / "typo.yaml"
     assert run.stdout.splitlines() == [
         f"{typo}: spec.prefill.replcas_max: unknown field; did you mean replicas_max?",

@@ -166,3 +166,16 @@ def test_update_edit_and_their_previews_refuse_a_misspelled_field_naming_it(api,
         assert (r.status_code, r.json()["errors"]) == (400, TYPO)
     d.refresh_from_db()
     assert d.generation == 1 and d.proposed_spec is None
+
+
+def test_a_plan_takes_the_same_typed_spec_and_names_a_misspelled_field_as_a_request_does(api, member):
+    """POST /api/v1/plans/ states the spec it takes as the deployment writes do (a generated client gets the same
+    type), and refuses a typo with the same path."""
+    api.force_authenticate(member)
+    document = api.get("/api/schema/?format=json").json()
+    body = document["paths"]["/api/v1/plans/"]["post"]["requestBody"]["content"]["application/json"]
+    plan = document["components"]["schemas"][body["schema"]["$ref"].rsplit("/", 1)[1]]
+    assert plan["properties"]["spec"]["allOf"] == [{"$ref": "#/components/schemas/DeploymentSpec"}]
+    assert plan["required"] == ["spec"]
+    r = api.post("/api/v1/plans/", {"spec": spec_input(prefill={**POOL, "replcas_max": 3})}, format="json")
+    assert (r.status_code, r.json()["errors"]) == (400, TYPO)
