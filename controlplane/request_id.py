@@ -11,7 +11,7 @@ _VALID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 def request_id_valid(value: str | None) -> bool:
     """Whether a caller's id is sane enough to keep and echo (never echo arbitrary text into logs)."""
-    return bool(value) and _VALID.match(value) is not None
+    return bool(value) and _VALID.fullmatch(value) is not None
 
 
 def new_or_given(value: str | None) -> str:

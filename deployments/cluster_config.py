@@ -104,7 +104,7 @@ def cluster_config_errors(kind: str | None, config: dict) -> list[str]:
 
     def need(key, pattern, what):
         value = config.get(key)
-        if not isinstance(value, str) or not pattern.match(value):
+        if not isinstance(value, str) or not pattern.fullmatch(value):
             errors.append(f"{key}: {what}")
 
     def maybe(key, pattern, what):
@@ -154,7 +154,7 @@ def _eks_errors(config: EksConfig) -> list[str]:
     """Subnets, capacity, deadline and team roles of an `eks` cluster."""
     errors = []
     subnets = config.subnet_ids
-    if not isinstance(subnets, tuple) or not subnets or not all(isinstance(s, str) and SUBNET_ID.match(s)
+    if not isinstance(subnets, tuple) or not subnets or not all(isinstance(s, str) and SUBNET_ID.fullmatch(s)
                                                                  for s in subnets):
         errors.append("subnet_ids: a list of private subnet ids (subnet-0123456789abcdef0) in one Availability Zone, "
                       "required: EKS creates no node group without subnets, and EFA and KV traffic do not cross "
@@ -164,7 +164,7 @@ def _eks_errors(config: EksConfig) -> list[str]:
         errors.append(f"capacity_type: one of {', '.join(CAPACITY_TYPES)}.")
     reservations = config.capacity_reservation_ids
     if not isinstance(reservations, dict) or not all(
-            t in INSTANCE_TYPES and isinstance(r, str) and RESERVATION_ID.match(r) for t, r in reservations.items()):
+            t in INSTANCE_TYPES and isinstance(r, str) and RESERVATION_ID.fullmatch(r) for t, r in reservations.items()):
         errors.append("capacity_reservation_ids: an object of instance type → capacity reservation id "
                       "(cr-0123456789abcdef0), e.g. {\"p5.48xlarge\": \"cr-0123456789abcdef0\"}.")
     elif capacity == "CAPACITY_BLOCK" and not reservations:
@@ -175,7 +175,7 @@ def _eks_errors(config: EksConfig) -> list[str]:
         errors.append("provisioning_deadline_minutes: whole minutes between 5 and 1440.")
     roles = config.team_roles
     if not isinstance(roles, dict) or not all(isinstance(t, str) and not dns_label_errors(t) and isinstance(r, str)
-                                              and ROLE_ARN.match(r) for t, r in roles.items()):
+                                              and ROLE_ARN.fullmatch(r) for t, r in roles.items()):
         errors.append("team_roles: an object of team slug → the IAM role ARN its Ray pods assume (IRSA), e.g. "
                       "{\"ml-research\": \"arn:aws:iam::123456789012:role/tandem-ml-research\"}.")
     return errors

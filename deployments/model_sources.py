@@ -45,7 +45,7 @@ class SourceRoots:
 
     def local_path(self, source: str) -> str | None:
         """The real path of an allowed local source (symlinks and `..` resolved), else None."""
-        if not ABSOLUTE.match(source):
+        if not ABSOLUTE.fullmatch(source):
             return None
         real = _real(source)
         for root in map(_real, self.paths):
@@ -110,7 +110,7 @@ def _roots_errors(value, where: str) -> list[str]:
         pattern, what = {"paths": (ABSOLUTE, "an absolute path"),
                          "s3": (S3_ROOT, "s3://bucket or s3://bucket/prefix"),
                          "huggingface": (HF_ORG, "a Hugging Face organisation, e.g. meta-llama")}[key]
-        errors += [f"{where}.{key}: {item!r} is not {what}." for item in items if not pattern.match(item)
+        errors += [f"{where}.{key}: {item!r} is not {what}." for item in items if not pattern.fullmatch(item)
                    or (key == "s3" and s3_parts(item) is None)]
     return errors
 

@@ -30,7 +30,7 @@ def secret_ref_errors(ref: str) -> list[str]:
     """Why `ref` may not name a cluster's credential (empty when it may, or when there is none)."""
     if not ref:
         return []
-    if not isinstance(ref, str) or not FORM.match(ref):
+    if not isinstance(ref, str) or not FORM.fullmatch(ref):
         return ["Give `env:VARIABLE_NAME` or `file:/absolute/path`, not the secret itself."]
     scheme, _, where = ref.partition(":")
     if scheme == "env":

@@ -249,7 +249,7 @@ def dns_label_errors(value, *, max_length: int = DNS1123_LABEL_MAX, why_short: s
     problems = []
     if len(value) > max_length:
         problems.append(f"At most {max_length} characters{why_short}; got {len(value)}.")
-    if not DNS1123_LABEL.match(value):
+    if not DNS1123_LABEL.fullmatch(value):
         problems.append(
             "Use only lowercase letters, digits and '-', starting and ending with a letter or digit "
             f"(a DNS-1123 label); got {value!r}."
@@ -504,12 +504,12 @@ def _runtime_rules(c: _Collector, key: str, target_kind: str | None) -> Runtime 
 
 
 def _model_rules(c: _Collector, model_id, source, target_kind: str | None, roots: SourceRoots | None) -> None:
-    if not isinstance(model_id, str) or not MODEL_ID.match(model_id):
+    if not isinstance(model_id, str) or not MODEL_ID.fullmatch(model_id):
         c.add("model.id", "The name clients pass as `model`: 1-128 letters, digits, '.', '_', ':', '/' or '-'.")
-    if not isinstance(source, str) or not (S3_URI.match(source) or HF_REPO.match(source) or LOCAL_PATH.match(source)):
+    if not isinstance(source, str) or not (S3_URI.fullmatch(source) or HF_REPO.fullmatch(source) or LOCAL_PATH.fullmatch(source)):
         c.add("model.source", "Give an s3://bucket/prefix URI, a Hugging Face repo id (org/name), or an "
                               "absolute path on the cluster's nodes.")
-    elif LOCAL_PATH.match(source) and target_kind in ("eks", "kubernetes"):
+    elif LOCAL_PATH.fullmatch(source) and target_kind in ("eks", "kubernetes"):
         c.add("model.source", "A local path only works on a `ray` cluster; on Kubernetes use s3:// or a "
                               "Hugging Face repo id.")
     elif roots is not None and not roots.allows(source):

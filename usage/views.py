@@ -20,7 +20,7 @@ UNITS = {"m": "minutes", "h": "hours", "d": "days"}
 
 
 def parse_window(text: str) -> dt.timedelta:
-    match = WINDOW.match(text or "")
+    match = WINDOW.fullmatch(text or "")
     if not match:
         raise ValidationError({"window": ["Use a number and a unit, from 1m to 90d: 30m, 24h or 7d."]})
     number, unit = [g for g in match.groups() if g]

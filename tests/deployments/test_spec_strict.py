@@ -70,3 +70,23 @@ def test_stored_specs_still_load_strictness_is_for_input():
                                  targets={"ttft_p95_ms": 500}))
     assert spec_load(spec.to_dict()) == spec
     assert spec_parse(spec_request_shape(spec)) == spec
+
+
+def test_a_value_with_a_trailing_newline_is_refused_wherever_a_pattern_checks_it():
+    """Python's `$` also matches before a final newline: every pattern check matches the whole value, so a name,
+    model id, source, secret reference or cluster setting pasted with its line break is refused, not stored."""
+    from deployments.cluster_config import cluster_config_errors
+    from deployments.model_sources import model_sources_errors
+    from deployments.secret_refs import secret_ref_errors
+    from deployments.spec import dns_label_errors
+
+    with pytest.raises(SpecError) as refused:
+        spec_parse(spec_input(model={"id": "llama-3-8b\n", "source": "s3://models/llama-3-8b\n"}))
+    assert set(refused.value.errors) == {"model.id", "model.source"}
+    assert dns_label_errors("chat\n") and not dns_label_errors("chat")
+    assert secret_ref_errors("env:TANDEM_CLUSTER_RAY\n") and not secret_ref_errors("env:TANDEM_CLUSTER_RAY")
+    region = "region: an AWS region such as us-west-2."
+    assert region in cluster_config_errors("eks", {"region": "us-east-1\n"})
+    assert region not in cluster_config_errors("eks", {"region": "us-east-1"})
+    assert model_sources_errors({"huggingface": ["meta-llama\n"]})
+    assert not model_sources_errors({"huggingface": ["meta-llama"]})
