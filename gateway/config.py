@@ -4,8 +4,6 @@ from dataclasses import dataclass
 from django.conf import settings
 from psycopg.conninfo import make_conninfo
 
-from controlplane.record_stream import RECORD_STREAM  # noqa: F401 - gateway.timing writes it from here
-
 # libpq parameters DATABASE_URL may carry in its query (TLS above all) that the gateway's own pool must keep too.
 LIBPQ_OPTIONS = {"sslmode", "sslrootcert", "sslcert", "sslkey", "sslcrl", "sslnegotiation", "connect_timeout",
                  "application_name", "target_session_attrs", "options"}

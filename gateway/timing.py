@@ -8,8 +8,9 @@ import time
 import orjson
 from redis.exceptions import RedisError
 
+from controlplane.record_stream import RECORD_STREAM
 from gateway import clock, metrics
-from gateway.config import RECORD_STREAM, RECORD_STREAM_MAXLEN, RECORDS_PER_ENTRY
+from gateway.config import RECORD_STREAM_MAXLEN, RECORDS_PER_ENTRY
 
 log = logging.getLogger("gateway.access")
 

@@ -6,8 +6,8 @@ import httpx
 import orjson
 from openai import AsyncOpenAI
 
+from controlplane.record_stream import RECORD_STREAM
 from deployments.models import ApiKey
-from gateway.config import RECORD_STREAM
 from tests.factories import MembershipFactory, UserFactory
 from tests.gateway.conftest import drained
 from tests.support.processes import wait_for

@@ -12,6 +12,7 @@ from deployments.services.actions import deployment_approve, deployment_delete, 
 from deployments.services.quota import team_gpus_held
 from deployments.services.status import deployment_observe
 from tests.factories import MembershipFactory, TeamFactory, spec_input
+from tests.support.processes import Worker, wait_for
 
 pytestmark = pytest.mark.e2e
 RS_WRITES = ("POST", "PUT", "PATCH", "DELETE")
