@@ -375,6 +375,11 @@ def _runtime_read(c: _Collector, data, accelerator_hint: str | None) -> str | No
         _unknown_runtime(c, data)
         return None
     ray, vllm = data.get("ray"), data.get("vllm")
+    for name, version in (("ray", ray), ("vllm", vllm)):
+        if not isinstance(version, str):
+            c.add(f"runtime.{name}", "A version such as 2.60.0.")
+    if not (isinstance(ray, str) and isinstance(vllm, str)):
+        return None
     accelerator = data.get("accelerator")
     if accelerator is not None and not c.one_of("runtime.accelerator", accelerator,
                                                 _declared(RuntimePair, "accelerator")["choices"]):

@@ -90,3 +90,14 @@ def test_a_value_with_a_trailing_newline_is_refused_wherever_a_pattern_checks_it
     assert region not in cluster_config_errors("eks", {"region": "us-east-1"})
     assert model_sources_errors({"huggingface": ["meta-llama\n"]})
     assert not model_sources_errors({"huggingface": ["meta-llama"]})
+
+
+@pytest.mark.parametrize("runtime,paths", [
+    ({"ray": "", "vllm": {}}, {"runtime.vllm"}),  # found by the contract test's fuzzing: a 500, not a 400
+    ({"ray": ["2.60.0"], "vllm": "0.29.0"}, {"runtime.ray"}),
+    ({"vllm": "0.29.0"}, {"runtime.ray"}),
+])
+def test_a_runtime_pair_that_is_not_two_versions_is_refused_naming_the_field(runtime, paths):
+    with pytest.raises(SpecError) as refused:
+        spec_parse(spec_input(runtime=runtime))
+    assert set(refused.value.errors) >= paths
