@@ -5,10 +5,9 @@ it as a RayService's `serveConfigV2`. Prefill and decode are pinned to their own
 (`prefill_pool` / `decode_pool`) that each stage's placement bundle consumes and only that pool's nodes advertise.
 """
 from deployments.catalog import INSTANCE_TYPES, RUNTIMES
-from deployments.spec import DeploymentSpec
+from deployments.spec import STAGES, DeploymentSpec
 
 IMPORT_PATH = "ray.serve.llm:build_pd_openai_app"
-STAGES = ("prefill", "decode")
 POOL_RESOURCE = {"prefill": "prefill_pool", "decode": "decode_pool"}
 # On the CPU runtime each engine gets a core of its own (the local target has two).
 CPU_OMP_CORE = {"prefill": "0", "decode": "1"}

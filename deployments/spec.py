@@ -13,6 +13,8 @@ from dataclasses import MISSING, Field, asdict, dataclass, field, fields, is_dat
 from deployments.catalog import INSTANCE_TYPES, KNOWN_BROKEN, RUNTIMES, Runtime, runtime_choices_text
 from deployments.model_sources import SourceRoots, not_allowed_message
 
+# The two pools of a PD deployment, in the order they are built and shown.
+STAGES = ("prefill", "decode")
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS1123_LABEL_MAX = 63
 NAME_MAX = 40  # leaves room for the suffixes KubeRay adds to a RayService name (63 in all)
@@ -227,7 +229,7 @@ def spec_facts(spec: DeploymentSpec) -> dict:
         "model_id": spec.model_id, "model_source": spec.model_source, "max_model_len": spec.engine.max_model_len,
         "wake_on_request": spec.pause.wake_on_request, "idle_minutes": spec.pause.idle_minutes,
         **{f"{stage}_{name}": getattr(spec.pool(stage), name)
-           for stage in ("prefill", "decode") for name in ("instance_type", "nodes", "gpus_per_node")},
+           for stage in STAGES for name in ("instance_type", "nodes", "gpus_per_node")},
     }
 
 

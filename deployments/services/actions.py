@@ -265,14 +265,13 @@ def deployment_update(*, actor, deployment: Deployment, spec: dict | None = None
     if spec is None:
         return kept()
     typed = _validated_spec(spec, d.cluster, d.team)
-    new_spec = typed.to_dict()
-    if new_spec == d.spec:
+    if typed.to_dict() == d.spec:
         return kept()
-    needs = changes_needing_approval(d.spec_typed, typed)
+    needs = changes_needing_approval(old_spec, typed)
     # Applied at once or proposed, it takes the place of what waits for approval: only its own proposer may do that.
     _require_no_other_proposal(actor=actor, d=d)
     if not needs:
-        return said(outcome=Outcome.UPDATED, deployment=_update_apply(actor=actor, d=d, new_spec=new_spec),
+        return said(outcome=Outcome.UPDATED, deployment=_update_apply(actor=actor, d=d, new_spec=typed),
                     after=typed)
     if _update_propose(actor=actor, d=d, typed=typed, fields=needs):
         return said(outcome=Outcome.PROPOSED, deployment=d, after=typed)
@@ -292,17 +291,17 @@ def _require_no_other_proposal(*, actor, d: Deployment) -> None:
                    "it), then apply your change.")
 
 
-def _update_apply(*, actor, d: Deployment, new_spec: dict, message: str = "") -> Deployment:
+def _update_apply(*, actor, d: Deployment, new_spec: DeploymentSpec, message: str = "") -> Deployment:
     """Apply a change that needs no approval: the new spec runs at the next generation."""
     before, dropped = d.spec, d.proposed_spec
-    fields = deployment_spec_set(deployment=d, spec=spec_load(new_spec)) + deployment_proposal_set(deployment=d,
-                                                                                                   spec=None, by=None)
+    fields = deployment_spec_set(deployment=d, spec=new_spec) + deployment_proposal_set(deployment=d, spec=None,
+                                                                                        by=None)
     d.generation += 1
     d.save(update_fields=[*fields, "generation", "updated_at"])
     if dropped:
         message = " ".join(filter(None, [message, "Replaces the update that was waiting for approval."]))
     event_record(kind=EventKind.UPDATED, deployment=d, actor=actor, before={"spec": before, "proposed_spec": dropped},
-                 after={"spec": new_spec}, message=message)
+                 after={"spec": d.spec}, message=message)
     to = Status.UPDATING if d.status == Status.RUNNING else Status.APPROVED
     return deployment_transition(deployment=d, to=to, actor=actor, reason="Update applied.")
 
@@ -320,7 +319,7 @@ def deployment_update_by_tandem(*, deployment: Deployment, spec: DeploymentSpec,
     if typed.to_dict() == d.spec:
         return d
     _require_no_other_proposal(actor=None, d=d)
-    return _update_apply(actor=None, d=d, new_spec=typed.to_dict(), message=reason)
+    return _update_apply(actor=None, d=d, new_spec=typed, message=reason)
 
 
 def _update_propose(*, actor, d: Deployment, typed: DeploymentSpec, fields: list[str]) -> bool:
