@@ -11,6 +11,7 @@ from deployments.gateway_channels import KEY_EVENTS_CHANNEL, ROUTE_EVENTS_CHANNE
 log = logging.getLogger(__name__)
 
 CHANNELS = (KEY_EVENTS_CHANNEL, ROUTE_EVENTS_CHANNEL)
+_KEY_CHANNEL = KEY_EVENTS_CHANNEL.encode()  # as messages name it
 
 
 class Listener:
@@ -24,7 +25,7 @@ class Listener:
         self.listening = asyncio.Event()
 
     def apply(self, channel: bytes, data: bytes) -> None:
-        if channel == KEY_EVENTS_CHANNEL.encode():
+        if channel == _KEY_CHANNEL:
             key_id = data.decode(errors="replace")
             self._keys.invalidate(key_id)
             log.info("api key %s invalidated", key_id)

@@ -38,11 +38,11 @@ class RateLimiter:
     """Fixed windows shared by every replica through Redis, without a Redis round trip on the request path.
 
     Each replica counts its own requests and tokens and, every `interval` (50 ms, the recorder's flush interval,
-    in a pipeline of its own), adds them to Redis and reads back everyone's totals. A request finding its key's totals older than `SYNC_S` (the key's first in a
-    window, or after a quiet spell) reads them first, so only keys in steady use skip the round trip. A replica
-    thus sees the others' traffic within about 50 ms when busy and `SYNC_S` at most: requests spread over
-    several replicas can overshoot a limit by what the others admitted in that time. Refused
-    requests count too. Tokens are added after a request finishes, so a burst can overshoot the token limit by
+    in a pipeline of its own), adds them to Redis and reads back everyone's totals. A request finding its key's
+    totals older than `SYNC_S` (the key's first in a window, or after a quiet spell) reads them first, so only
+    keys in steady use skip the round trip. A replica thus sees the others' traffic within about 50 ms when busy
+    and `SYNC_S` at most: requests spread over several replicas can overshoot a limit by what the others admitted
+    in that time. Refused requests count too. Tokens are added after a request finishes, so a burst can overshoot the token limit by
     the requests already in flight; the next request in that minute is refused. Redis away: each replica still
     enforces the limits on what it has seen itself.
     """

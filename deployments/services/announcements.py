@@ -29,7 +29,7 @@ def key_change_announce(*, key_id: str) -> None:
 
 
 def route_change_announce(*, deployment) -> None:
-    """The deployment's endpoint may have opened or closed (its status, endpoint or conditions changed): every
-    gateway reloads its team's routes on the next request."""
+    """The deployment's endpoint may have opened or closed (its status, endpoint or `endpoint_access` changed):
+    every gateway reloads its team's routes on the next request."""
     _publish_on_commit(ROUTE_EVENTS_CHANNEL, route_event(team_id=deployment.team_id, deployment_id=deployment.pk),
                        f"a change of deployment {deployment.pk}")
