@@ -39,6 +39,15 @@ class EventKind(models.TextChoices):
     CONFORMANCE_WARNING = "conformance_warning", "Conformance warning"
     CONFORMANCE_REQUEUED = "conformance_requeued", "Conformance run started again"
 
+    # Rollouts of an update (deployments.services.rollouts): started with the verdict, each step, how it ended.
+    ROLLOUT_STARTED = "rollout_started", "Rollout started"
+    ROLLOUT_STEP = "rollout_step", "Rollout step"
+    ROLLOUT_PAUSED = "rollout_paused", "Rollout paused"
+    ROLLOUT_RESUMED = "rollout_resumed", "Rollout resumed"
+    ROLLOUT_ABORTED = "rollout_aborted", "Rollout aborted"
+    ROLLOUT_ROLLED_BACK = "rollout_rolled_back", "Rollout rolled back"
+    ROLLOUT_DONE = "rollout_done", "Rollout done"
+
     # A status change that names no action of its own (deployment_transition): `status_<status>` (status_kind).
     STATUS_APPROVED = "status_approved", Status.APPROVED.label
     STATUS_REJECTED = "status_rejected", Status.REJECTED.label

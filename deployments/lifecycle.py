@@ -75,6 +75,8 @@ BILLED = HOLDS_QUOTA - {S.APPROVED}
 PAUSABLE = frozenset(s for s in TRANSITIONS if S.PAUSING in TRANSITIONS[s])
 # Paused, or on its way there: asking for a pause again changes nothing.
 PAUSED_OR_PAUSING = frozenset({S.PAUSING, S.PAUSED})
+# A rollout of an update cannot go on (deployments.services.rollouts): it ends where the deployment stops serving.
+ROLLOUT_ENDS = frozenset({S.PAUSING, S.PAUSED, S.DELETING, S.DELETED, S.FAILED})
 # On the way to running (after an approval, a retry or a resume): how long that takes is its ready estimate.
 STARTING = frozenset({S.APPROVED, S.PROVISIONING})
 # A spec change is accepted: a pending request is edited, a running or failed one is updated.

@@ -44,11 +44,14 @@ def _kv_transfer(*, stage: str, cpu: bool, efa: bool, connector: str) -> dict:
     return kv
 
 
-def _stage_config(*, stage: str, spec: DeploymentSpec, cpu: bool, nixl_port: int | None) -> dict:
+def _stage_config(*, stage: str, spec: DeploymentSpec, cpu: bool, nixl_port: int | None,
+                  replicas: int | None = None) -> dict:
     pool, engine = spec.pool(stage), spec.engine
     instance = INSTANCE_TYPES[pool.instance_type]
     resource = POOL_RESOURCE[stage]
-    autoscaling = {"min_replicas": pool.replicas_min, "max_replicas": pool.replicas_max}
+    # Fixed replicas while a side-by-side rollout holds the pool's size (workers.rollout); else the spec's bounds.
+    autoscaling = {"min_replicas": pool.replicas_min, "max_replicas": pool.replicas_max} if replicas is None \
+        else {"min_replicas": replicas, "max_replicas": replicas}
     kv = _kv_transfer(stage=stage, cpu=cpu, efa=instance.has_efa and engine.kv_transport == "efa",
                       connector=engine.kv_connector)
     config = {"model_loading_config": {"model_id": spec.model_id, "model_source": _model_source(spec.model_source)}}
@@ -87,36 +90,47 @@ def _stage_config(*, stage: str, spec: DeploymentSpec, cpu: bool, nixl_port: int
     return config
 
 
-def ray_app_name(*, deployment_id: int, name: str) -> str:
+def generation_suffix(app_generation: int) -> str:
+    """What an application's name carries of its generation: nothing for a deployment's first application, `-g<N>`
+    for one a side-by-side rollout brought up beside it (deployments.models.Rollout)."""
+    return f"-g{app_generation}" if app_generation else ""
+
+
+def ray_app_name(*, deployment_id: int, name: str, app_generation: int = 0) -> str:
     """The Serve application of a deployment on a shared Ray cluster: unique (the primary key) and readable (the
     deployment's name, which never changes). A name alone is unique only within a team."""
-    return f"tdm-{deployment_id}-{name}"
+    return f"tdm-{deployment_id}-{name}{generation_suffix(app_generation)}"
 
 
-def serve_app_name(*, deployment_id: int, name: str, target_kind: str) -> str:
+def serve_app_name(*, deployment_id: int, name: str, target_kind: str, app_generation: int = 0) -> str:
     """The Serve application a deployment runs as (its metrics carry it as `application`): its id-based name on a
     shared `ray` cluster, its own name in a RayService (a Ray cluster of its own)."""
-    return ray_app_name(deployment_id=deployment_id, name=name) if target_kind == "ray" else name
+    if target_kind == "ray":
+        return ray_app_name(deployment_id=deployment_id, name=name, app_generation=app_generation)
+    return name + generation_suffix(app_generation)
 
 
-def ray_route_prefix(*, deployment_id: int) -> str:
+def ray_route_prefix(*, deployment_id: int, app_generation: int = 0) -> str:
     """Where a deployment answers on a shared Ray cluster: Serve refuses two applications on one prefix."""
-    return f"/d/{deployment_id}"
+    return f"/d/{deployment_id}" + (f"/g{app_generation}" if app_generation else "")
 
 
-def ray_nixl_ports(*, deployment_id: int) -> dict[str, int]:
+def ray_nixl_ports(*, deployment_id: int, app_generation: int = 0) -> dict[str, int]:
     """Each stage's NIXL side-channel port base on a shared Ray cluster.
 
     Ray Serve LLM binds every prefill replica to 20000 + its rank (decode: 22000 + rank), so a second deployment's
     engines on the same node would fail to bind. Each deployment gets its own block of 200 ports (100 per stage,
     room for replicas × tensor-parallel ranks) in 20000-59999, by id; ids equal modulo 200 share one, and Serve then
-    reports the failed bind only if their replicas meet on a node."""
+    reports the failed bind only if their replicas meet on a node. Two generations side by side split each stage's
+    block by the parity of their application's generation (50 ports each)."""
     base = NIXL_PORT_FIRST + (deployment_id % NIXL_PORT_SLOTS) * 2 * NIXL_PORTS_PER_STAGE
+    base += (app_generation % 2) * (NIXL_PORTS_PER_STAGE // 2)
     return {"prefill": base, "decode": base + NIXL_PORTS_PER_STAGE}
 
 
 def serve_config_build(*, app_name: str, spec: DeploymentSpec, target_kind: str, route_prefix: str = "/",
-                       nixl_ports: dict[str, int] | None = None, http_options: dict | None = None) -> dict:
+                       nixl_ports: dict[str, int] | None = None, http_options: dict | None = None,
+                       replicas: dict[str, int] | None = None) -> dict:
     """The Ray Serve config (applications + cluster options) that runs `spec` as one PD application.
 
     A RayService holds one application on a Ray cluster of its own, so `/` and Ray's default NIXL ports are fine
@@ -124,8 +138,8 @@ def serve_config_build(*, app_name: str, spec: DeploymentSpec, target_kind: str,
     ray_route_prefix, ray_nixl_ports)."""
     runtime = RUNTIMES[spec.runtime]
     cpu = runtime.accelerator == "cpu"
-    args = {stage + "_config": _stage_config(stage=stage, spec=spec, cpu=cpu,
-                                             nixl_port=(nixl_ports or {}).get(stage)) for stage in STAGES}
+    args = {stage + "_config": _stage_config(stage=stage, spec=spec, cpu=cpu, nixl_port=(nixl_ports or {}).get(stage),
+                                             replicas=(replicas or {}).get(stage)) for stage in STAGES}
     if cpu:
         # Without this the ingress asks for a CPU the two engines already hold and never schedules.
         args["ingress_deployment_config"] = {"ray_actor_options": {"num_cpus": 0}}

@@ -138,6 +138,32 @@ class TargetsSpec:
                           default=0.95)
 
 
+ROLLOUT_STEPS_MAX = 10
+
+
+@dataclass(frozen=True)
+class RolloutSpec:
+    """How an update that cannot roll in place (new weights, another runtime, another KV layout) moves traffic to
+    the new generation: in steps (each the new generation's share of requests, in percent, rising to 100), with
+    at most `max_surge` replicas per pool beyond the spec's while both run, each step judged against the old
+    generation over `step_seconds` before the next."""
+
+    steps: tuple[int, ...] = _field("The new generation's share of requests at each step, in percent: rising, "
+                                    f"each 1-100, the last 100, at most {ROLLOUT_STEPS_MAX} steps.",
+                                    bounds=(1, 100), default=(10, 50, 100))
+    max_surge: int = _field("Replicas per pool beyond the spec's while both generations run.", bounds=(1, 16),
+                            default=1)
+    step_seconds: int = _field("Seconds each step is watched before the next (or before the old generation goes).",
+                               bounds=(5, 3600), default=60)
+    max_ttft_ratio: float = _field("Rolled back when the new generation's median time to first token exceeds the "
+                                   "old's by more than this factor.", bounds=(1.0, 100.0), default=1.5)
+    max_error_rate_increase: float = _field("Rolled back when the new generation's share of failed requests exceeds "
+                                            "the old's by more than this.", bounds=(0.0, 1.0), default=0.01)
+    max_attainment_drop: float = _field("Rolled back when the new generation's share of requests meeting the "
+                                        "latency targets is lower than the old's by more than this.",
+                                        bounds=(0.0, 1.0), default=0.05)
+
+
 @dataclass(frozen=True)
 class ModelRef:
     """The request's `model`, which DeploymentSpec stores as model_id and model_source."""
@@ -176,6 +202,8 @@ class DeploymentSpec:
                               default_factory=PauseSpec)
     # optional: absent from the stored form when None
     targets: TargetsSpec | None = _field("Latency targets at the gateway (null or absent: none).", default=None)
+    rollout: RolloutSpec = _field("How an update that cannot roll in place is rolled out (null or absent: the "
+                                  "defaults).", default_factory=RolloutSpec)
 
     @property
     def gpus(self) -> int:
@@ -195,6 +223,10 @@ class DeploymentSpec:
             del out["pause"]
         if self.targets is None:
             del out["targets"]
+        if self.rollout == RolloutSpec():
+            del out["rollout"]
+        else:
+            out["rollout"]["steps"] = list(self.rollout.steps)
         if self.engine.kv_transport == EngineSpec.kv_transport:
             del out["engine"]["kv_transport"]
         return out
@@ -217,9 +249,16 @@ def spec_load(stored) -> DeploymentSpec:
             expected_load=LoadSpec(**stored.get("expected_load") or {}),
             pause=PauseSpec(**stored.get("pause") or {}),
             targets=TargetsSpec(**stored["targets"]) if stored.get("targets") else None,
+            rollout=_rollout_load(stored.get("rollout")),
         )
     except (KeyError, TypeError) as e:
         raise SpecError({"spec": [f"The stored spec is malformed ({type(e).__name__}: {e})."]}) from None
+
+
+def _rollout_load(stored) -> RolloutSpec:
+    if not stored:
+        return RolloutSpec()
+    return RolloutSpec(**{**stored, "steps": tuple(stored.get("steps", RolloutSpec.steps))})
 
 
 def spec_facts(spec: DeploymentSpec) -> dict:
@@ -491,6 +530,24 @@ def _targets_read(c: _Collector, data) -> TargetsSpec | None:
     return TargetsSpec(ttft_p95_ms=ttft, itl_p95_ms=itl, share=share)
 
 
+def _rollout_read(c: _Collector, data) -> RolloutSpec:
+    data, d = _section(c, data, "rollout"), RolloutSpec()
+    steps = data.get("steps", list(d.steps))
+    if not isinstance(steps, list) or any(isinstance(v, bool) or not isinstance(v, int) for v in steps):
+        c.add("rollout.steps", f"Must be a list of whole percentages, got {steps!r}.")
+        steps = list(d.steps)
+    return RolloutSpec(
+        steps=tuple(steps),
+        max_surge=c.whole(data, "max_surge", "rollout.max_surge", d.max_surge),
+        step_seconds=c.whole(data, "step_seconds", "rollout.step_seconds", d.step_seconds),
+        max_ttft_ratio=c.number(data, "max_ttft_ratio", "rollout.max_ttft_ratio", d.max_ttft_ratio),
+        max_error_rate_increase=c.number(data, "max_error_rate_increase", "rollout.max_error_rate_increase",
+                                         d.max_error_rate_increase),
+        max_attainment_drop=c.number(data, "max_attainment_drop", "rollout.max_attainment_drop",
+                                     d.max_attainment_drop),
+    )
+
+
 # --- the rules, on typed values -----------------------------------------------------------------------------
 def _runtime_rules(c: _Collector, key: str, target_kind: str | None) -> Runtime | None:
     """A supported runtime, not known broken (KNOWN_BROKEN is about vLLM's CUDA builds, so a CPU runtime is never
@@ -597,10 +654,20 @@ def _targets_rules(c: _Collector, targets: TargetsSpec | None) -> None:
     c.within("targets.share", targets.share, *_bounds(TargetsSpec, "share"))
 
 
+def _rollout_rules(c: _Collector, rollout: RolloutSpec) -> None:
+    steps = rollout.steps
+    if not 1 <= len(steps) <= ROLLOUT_STEPS_MAX:
+        c.add("rollout.steps", f"Give 1 to {ROLLOUT_STEPS_MAX} steps, got {len(steps)}.")
+    elif any(not 1 <= v <= 100 for v in steps) or list(steps) != sorted(set(steps)) or steps[-1] != 100:
+        c.add("rollout.steps", f"Must rise step by step, each 1-100, and end at 100; got {list(steps)}.")
+    for name in ("max_surge", "step_seconds", "max_ttft_ratio", "max_error_rate_increase", "max_attainment_drop"):
+        c.within(f"rollout.{name}", getattr(rollout, name), *_bounds(RolloutSpec, name))
+
+
 def _rules(c: _Collector, *, runtime: str | None, model: tuple | None, prefill: PoolSpec | None,
            decode: PoolSpec | None, engine: EngineSpec, load: LoadSpec, target_kind: str | None,
            source_roots: SourceRoots | None, pause: PauseSpec = PauseSpec(),
-           targets: TargetsSpec | None = None) -> None:
+           targets: TargetsSpec | None = None, rollout: RolloutSpec = RolloutSpec()) -> None:
     """Every rule, for the parts that could be read (None: its reading already reported why)."""
     found = _runtime_rules(c, runtime, target_kind) if runtime is not None else None
     if model is not None:
@@ -612,6 +679,7 @@ def _rules(c: _Collector, *, runtime: str | None, model: tuple | None, prefill: 
     _engine_and_load_rules(c, engine, load)
     _pause_rules(c, pause)
     _targets_rules(c, targets)
+    _rollout_rules(c, rollout)
 
 
 def spec_check(spec: DeploymentSpec, *, target_kind: str | None = None,
@@ -622,7 +690,8 @@ def spec_check(spec: DeploymentSpec, *, target_kind: str | None = None,
     c = _Collector()
     _rules(c, runtime=spec.runtime, model=(spec.model_id, spec.model_source), prefill=spec.prefill,
            decode=spec.decode, engine=spec.engine, load=spec.expected_load, target_kind=target_kind,
-           source_roots=source_roots, pause=spec.pause, targets=spec.targets)
+           source_roots=source_roots, pause=spec.pause, targets=spec.targets,
+           rollout=spec.rollout)
     if c.errors:
         raise SpecError(c.errors)
     return spec
@@ -656,8 +725,10 @@ def spec_parse(data, *, target_kind: str | None = None, source_roots: SourceRoot
     load = _load_read(c, data.get("expected_load"))
     pause = _pause_read(c, data.get("pause"))
     targets = _targets_read(c, data.get("targets"))
+    rollout = _rollout_read(c, data.get("rollout"))
     _rules(c, runtime=runtime, model=model, prefill=prefill, decode=decode, engine=engine, load=load,
-           target_kind=target_kind, source_roots=source_roots, pause=pause, targets=targets)
+           target_kind=target_kind, source_roots=source_roots, pause=pause, targets=targets, rollout=rollout)
     if c.errors:
         raise SpecError(c.errors)
-    return DeploymentSpec(model[0], model[1], runtime, prefill, decode, engine, load, pause=pause, targets=targets)
+    return DeploymentSpec(model[0], model[1], runtime, prefill, decode, engine, load, pause=pause, targets=targets,
+                          rollout=rollout)

@@ -32,7 +32,7 @@ class Approval(StrEnum):
 def field_approval(field: str) -> Approval:
     """When a change of `field` (a dotted path of the stored spec) needs an approver."""
     stage, _, leaf = field.partition(".")
-    if field in FREE_FIELDS or stage == "targets":
+    if field in FREE_FIELDS or stage in ("targets", "rollout"):
         return Approval.NEVER
     if stage in STAGES and leaf in ("replicas_min", "replicas_max"):
         return Approval.OUTSIDE_APPROVED_RANGE

@@ -28,6 +28,8 @@ def _value_schema(hint) -> dict:
     """The schema of a field's own type (a section: a reference to its component)."""
     if is_dataclass(hint):
         return {"allOf": [_ref(hint)]}  # OpenAPI 3.0 ignores siblings of a bare $ref (description, nullable)
+    if typing.get_origin(hint) is tuple:  # tuple[int, ...]: a list of them
+        return {"type": "array", "items": {"type": TYPES[typing.get_args(hint)[0]]}}
     return {"type": TYPES[hint]}
 
 
@@ -43,7 +45,8 @@ def _field_schema(cls, f: Field, stored_path: str) -> dict:
     if about["choices"]:
         schema["enum"] = list(about["choices"]) + ([None] if type(None) in args else [])
     if about["bounds"]:
-        schema["minimum"], schema["maximum"] = about["bounds"]
+        bounded = schema["items"] if schema.get("type") == "array" else schema
+        bounded["minimum"], bounded["maximum"] = about["bounds"]
     if about["length"]:
         low, high = about["length"]
         schema["minLength"] = low
@@ -55,7 +58,7 @@ def _field_schema(cls, f: Field, stored_path: str) -> dict:
         schema["nullable"] = True
     default = f.default if f.default is not MISSING else about["request_default"]
     if default is not MISSING:
-        schema["default"] = default
+        schema["default"] = list(default) if isinstance(default, tuple) else default
     description = about["doc"] + (f" Default: {about['default_text']}." if about["default_text"] else "")
     if not is_dataclass(inner):
         approval = field_approval(about["stored"] or stored_path)

@@ -27,6 +27,8 @@ class RequestRecord(models.Model):
     mean_itl_ms = models.FloatField(null=True, blank=True)
     max_itl_ms = models.FloatField(null=True, blank=True)
     bytes_out = models.PositiveBigIntegerField(default=0)
+    generation = models.PositiveIntegerField(null=True, blank=True,
+                                             help_text="The deployment's generation that served it.")
 
     class Meta:
         # The table the gateway app created, kept when the model moved here (usage/migrations/0001_initial.py).

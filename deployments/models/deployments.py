@@ -61,6 +61,14 @@ class Deployment(models.Model):
     endpoint_access_message = models.TextField(blank=True)
     endpoint_url = models.URLField(blank=True, help_text="Where the gateway sends this deployment's traffic.")
     applied_hash = models.CharField(max_length=64, blank=True)
+    # Which generation answers at endpoint_url, and (during a side-by-side rollout, deployments.models.Rollout) the
+    # next generation's endpoint and the percent of requests the gateway sends it. Written by the reconciler only.
+    endpoint_generation = models.PositiveIntegerField(default=0)
+    next_endpoint_url = models.URLField(blank=True)
+    next_generation = models.PositiveIntegerField(null=True, blank=True)
+    next_weight = models.PositiveSmallIntegerField(default=0)
+    # The generation in the name of the application that serves (0: its first application's name, no suffix).
+    app_generation = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     status_changed_at = models.DateTimeField(auto_now_add=True)

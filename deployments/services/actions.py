@@ -22,6 +22,7 @@ from deployments.services.budgets import budget_require_approver
 from deployments.services.events import event_record
 from deployments.services.node_groups import nodegroup_quota_check
 from deployments.services.quota import quota_check
+from deployments.services.rollouts import rollout_begin, rollout_end_by_status, rollout_require_none
 from deployments.services.spec_store import deployment_proposal_set, deployment_spec_set
 from deployments.services.status import deployment_reconcile_request
 from deployments.spec import DeploymentSpec, SpecError, name_errors, spec_check, spec_load, spec_parse_field
@@ -168,6 +169,7 @@ def deployment_approve(*, actor, deployment: Deployment, generation: int, propos
     if waits:
         proposed = _recheck(d.proposed_spec, d.cluster, d.team)
         quota_check(team=team, gpus=quota_gpus(proposed, target_kind=d.cluster.kind), exclude_id=d.pk)
+        rollout_require_none(d)
         before, proposer = d.spec, d.proposed_by
         fields = deployment_spec_set(deployment=d, spec=proposed) + deployment_proposal_set(deployment=d, spec=None,
                                                                                             by=None)
@@ -176,6 +178,8 @@ def deployment_approve(*, actor, deployment: Deployment, generation: int, propos
         event_record(kind=EventKind.UPDATE_APPROVED, deployment=d, actor=actor, message=comment,
                      before={"spec": before},
                      after={"spec": d.spec, "proposed_by": proposer.get_username() if proposer else None})
+        if d.status == Status.RUNNING:
+            rollout_begin(deployment=d, old_spec=spec_load(before), new_spec=d.spec_typed, actor=actor)
         return deployment_transition(deployment=d, to=Status.UPDATING if d.status == Status.RUNNING else Status.APPROVED,
                                      actor=actor, reason="Update approved.")
     if d.status != Status.PENDING_APPROVAL:
@@ -293,6 +297,7 @@ def _require_no_other_proposal(*, actor, d: Deployment) -> None:
 
 def _update_apply(*, actor, d: Deployment, new_spec: DeploymentSpec, message: str = "") -> Deployment:
     """Apply a change that needs no approval: the new spec runs at the next generation."""
+    rollout_require_none(d)
     before, dropped = d.spec, d.proposed_spec
     fields = deployment_spec_set(deployment=d, spec=new_spec) + deployment_proposal_set(deployment=d, spec=None,
                                                                                         by=None)
@@ -302,6 +307,8 @@ def _update_apply(*, actor, d: Deployment, new_spec: DeploymentSpec, message: st
         message = " ".join(filter(None, [message, "Replaces the update that was waiting for approval."]))
     event_record(kind=EventKind.UPDATED, deployment=d, actor=actor, before={"spec": before, "proposed_spec": dropped},
                  after={"spec": d.spec}, message=message)
+    if d.status == Status.RUNNING:
+        rollout_begin(deployment=d, old_spec=spec_load(before), new_spec=new_spec, actor=actor)
     to = Status.UPDATING if d.status == Status.RUNNING else Status.APPROVED
     return deployment_transition(deployment=d, to=to, actor=actor, reason="Update applied.")
 
@@ -385,6 +392,7 @@ def deployment_transition(*, deployment: Deployment, to: str, actor=None, reason
             _proposal_drop(d=d, actor=actor, kind=EventKind.UPDATE_WITHDRAWN,
                            message=f"Dropped: the deployment is {to} now, where an update cannot be decided; ask "
                                    "for it again once it runs.")
+        rollout_end_by_status(deployment=d, actor=actor)
         route_change_announce(deployment=d)
         if to in UNSETTLED:
             _enqueue_reconcile(d.pk)

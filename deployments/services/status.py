@@ -24,7 +24,8 @@ QUEUED_SECONDS = 120
 OBSERVATION_TIMES = {"serving_seen_at"}
 # What the gateway routes by, of what is observed: a change opens or closes the endpoint (a conformance result sets
 # ConformancePassed and EndpointReady, and with them `endpoint_access`), so every gateway is told at once.
-ROUTED = {"endpoint_access", "endpoint_access_message", "endpoint_url"}
+ROUTED = {"endpoint_access", "endpoint_access_message", "endpoint_url", "endpoint_generation", "next_endpoint_url",
+          "next_generation", "next_weight"}
 
 
 @transaction.atomic

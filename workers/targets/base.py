@@ -1,6 +1,8 @@
 """The contract every target driver keeps, and the errors that classify what went wrong."""
 from dataclasses import dataclass, field
 
+from deployments.spec import DeploymentSpec
+
 
 class TransientError(Exception):
     """Worth retrying: conflicts, throttling, 5xx, timeouts. `retry_after` is a hint in seconds."""
@@ -32,6 +34,23 @@ class Observed:
     message: str = ""
     endpoint_url: str = ""  # the OpenAI-compatible base URL the gateway forwards to, e.g. http://host:8000
     details: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AppUnit:
+    """One application of a deployment: the generation its name carries (0: the deployment's first application,
+    no suffix: deployments.serve_config.serve_app_name), the spec it runs, and fixed replicas per pool (None: the
+    spec's autoscaling bounds). Outside a side-by-side rollout a deployment has one, `live_unit`; during one, the
+    old generation's and the new one's (workers.rollout)."""
+
+    app_generation: int
+    spec: DeploymentSpec
+    replicas: dict[str, int] | None = None
+
+
+def live_unit(deployment) -> AppUnit:
+    """The application that serves the deployment's spec outside a rollout."""
+    return AppUnit(app_generation=deployment.app_generation, spec=deployment.spec_typed)
 
 
 class Target:

@@ -113,7 +113,7 @@ def test_every_field_of_the_dataclasses_is_in_the_served_schema_with_what_a_clie
     stored_as = {entry.metadata["stored"] for _, _, entry, _ in leaves}  # model.id is model_id, ...
     classes = {cls for _, cls, _, _ in leaves}
     assert {c.__name__ for c in classes} == {"DeploymentSpec", "ModelRef", "RuntimePair", "PoolSpec", "EngineSpec",
-                                             "LoadSpec", "PauseSpec", "TargetsSpec"}
+                                             "LoadSpec", "PauseSpec", "TargetsSpec", "RolloutSpec"}
     for cls in classes:
         for f in fields(cls):
             assert id(f) in walked or f.name in stored_as, f"{cls.__name__}.{f.name}"
