@@ -64,7 +64,9 @@ class Target:
         """The cluster's typed config (deployments.cluster_config), as it is now."""
         return self.cluster.config_typed
 
-    def ensure_node_pools(self, deployment) -> Step:
+    def ensure_node_pools(self, deployment, extra: dict[str, int] | None = None) -> Step:
+        """Make the deployment's node pools hold its spec's replicas plus `extra` per pool (a rollout's surge
+        while two generations run: workers.rollout); ready=True once they do."""
         return Step(ready=True, message="No node pools to manage on this target.")
 
     def desired(self, deployment) -> tuple[object, str]:
