@@ -96,7 +96,7 @@ async def handle_openai(gw, head: RequestHead, receive, send):
         check_against_deployment(data, route)
         await gw.limiter.check(key)
         body, keep_usage_chunk = upstream_body(raw, data, stream=rec.stream)
-        upstream = route.upstream()
+        upstream = route.upstream(service=key.service)
         rec.generation = upstream.generation
         generation = (upstream.header,)
         if connection is None:

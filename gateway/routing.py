@@ -78,10 +78,12 @@ class Route:
     def serving(self) -> bool:
         return self.status in SERVING and bool(self.current.urls) and not self.problem
 
-    def upstream(self, draw=random.random) -> Upstream:
+    def upstream(self, *, service: bool = False, draw=random.random) -> Upstream:
         """The generation that serves one request: the next one with probability `next_share` (a uniform draw in
-        [0, 1) below it), else the current one. The whole request goes to the one chosen."""
-        if self.next is None or draw() >= self.next_share:
+        [0, 1) below it), else the current one. The whole request goes to the one chosen. Tandem's own service
+        keys always reach the next generation while there is one: its conformance run checks it before any user's
+        request does (workers.rollout)."""
+        if self.next is None or (not service and draw() >= self.next_share):
             return self.current
         return self.next
 
@@ -97,7 +99,7 @@ class Route:
             log.warning("deployment %s: %s (%s)", row["id"], problem, e)
         weight = row.get("next_weight") or 0
         following = (Upstream.of(row["next_generation"] or 0, row["next_endpoint_url"])
-                     if row.get("next_endpoint_url") and weight > 0 else None)
+                     if row.get("next_endpoint_url") else None)
         return cls(deployment_id=row["id"], name=row["name"], model_id=row["model_id"], status=row["status"],
                    max_model_len=row["max_model_len"],
                    current=Upstream.of(row.get("endpoint_generation") or 0, row["endpoint_url"]), headers=headers,

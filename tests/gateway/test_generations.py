@@ -39,7 +39,7 @@ def test_the_next_generation_gets_its_weight_of_requests(weight):
     points of its weight (five standard deviations at 50%)."""
     route = Route.from_row(_row(next_weight=weight))
     draw = random.Random(20261206).random
-    chosen = [route.upstream(draw).generation for _ in range(100_000)]
+    chosen = [route.upstream(draw=draw).generation for _ in range(100_000)]
     assert abs(chosen.count(NEW) / len(chosen) - weight / 100) < 0.005
     assert set(chosen) == {OLD, NEW}
 
@@ -49,9 +49,20 @@ def test_weight_0_and_100_and_no_next_endpoint_leave_no_choice():
     for row, only in ((_row(next_weight=0), OLD), (_row(next_weight=100), NEW),
                       (_row(next_weight=50, next_endpoint_url=""), OLD)):
         route = Route.from_row(row)
-        assert {route.upstream(draw).generation for _ in range(1000)} == {only}
+        assert {route.upstream(draw=draw).generation for _ in range(1000)} == {only}
     assert str(Route.from_row(_row(next_weight=100)).upstream().urls["chat.completions"]) == \
         "http://new:8000/v1/chat/completions"
+
+
+def test_tandems_service_keys_reach_the_next_generation_before_any_user_does():
+    """A rollout's conformance run (a service key) checks the next generation at weight 0, when no user's request
+    goes there yet; with no next generation it checks the current one."""
+    draw = random.Random(2).random
+    route = Route.from_row(_row(next_weight=0))
+    assert {route.upstream(service=True, draw=draw).generation for _ in range(100)} == {NEW}
+    assert {route.upstream(draw=draw).generation for _ in range(1000)} == {OLD}
+    alone = Route.from_row(_row(next_weight=0, next_endpoint_url=""))
+    assert alone.upstream(service=True).generation == OLD
 
 
 def test_requests_split_between_generations_and_each_is_served_by_the_one_it_names(world, gateway, mock_upstream):
