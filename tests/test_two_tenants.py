@@ -272,6 +272,7 @@ def _url_patterns(resolver=None, prefix="", namespace=""):
 PAGES = [(route, name) for route, name, _ in _url_patterns() if not route.startswith("api/")]
 # What an object parameter of a page means, by the route's first segment (admin: by its URL name).
 PAGE_OBJECTS = {"deployments": "deployment", "keys": "key", "tokens": "token", "clusters": "cluster_name"}
+PAGE_PARAMS = {"rollout_id": "rollout"}  # a second object in a page's URL, by its parameter's name
 PAGE_OBJECTS_ADMIN = {"team": "team", "deployment": "deployment", "membership": "member", "apikey": "key",
                       "accesstoken": "token", "event": "event", "user": "user", "externalidentity": "identity"}
 # SCIM (the directory's bearer token, never a session): the victim's user and group by their SCIM ids.
@@ -299,7 +300,7 @@ def _page_url(route: str, w, refs: dict) -> tuple[str, bool]:
             uid = w["bob"].pk if refs["user"] == w["bob"].username else MISSING_ID
             value = urlsafe_base64_encode(force_bytes(uid)) if param == "uidb64" else "guessed-token"
         else:
-            value = refs.get(PAGE_OBJECTS.get(route.split("/")[0], ""))
+            value = refs.get(PAGE_PARAMS.get(param) or PAGE_OBJECTS.get(route.split("/")[0], ""))
             names_object = True
         assert value is not None, f"{route}: no victim object for <{param}>; add one"
         return str(value)
