@@ -274,7 +274,8 @@ PAGES = [(route, name) for route, name, _ in _url_patterns() if not route.starts
 PAGE_OBJECTS = {"deployments": "deployment", "keys": "key", "tokens": "token", "clusters": "cluster_name"}
 PAGE_PARAMS = {"rollout_id": "rollout"}  # a second object in a page's URL, by its parameter's name
 PAGE_OBJECTS_ADMIN = {"team": "team", "deployment": "deployment", "membership": "member", "apikey": "key",
-                      "accesstoken": "token", "event": "event", "user": "user", "externalidentity": "identity"}
+                      "accesstoken": "token", "event": "event", "user": "user", "externalidentity": "identity",
+                      "rollout": "rollout"}
 # SCIM (the directory's bearer token, never a session): the victim's user and group by their SCIM ids.
 SCIM_OBJECTS = {"Users": "user_id", "Groups": "group"}
 

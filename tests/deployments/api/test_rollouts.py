@@ -127,6 +127,16 @@ def test_a_rollout_that_ended_answers_409(api, team_admin, rollout, action):
     assert r.status_code == 409 and "is done" in r.json()["detail"]
 
 
+def test_a_rollout_rolling_back_cannot_be_paused(api, team_admin, rollout):
+    rollout_at_step(rollout, 1, 50)
+    api.force_authenticate(team_admin)
+    api.post(url(rollout, "abort"), {"reason": "slow"}, format="json")
+    r = api.post(url(rollout, "pause"))
+    assert r.status_code == 409 and "rolling back already" in r.json()["detail"]
+    rollout.refresh_from_db()
+    assert (rollout.state, rollout.paused) == ("rolling_back", False)
+
+
 def test_a_rollout_in_place_cannot_be_paused_only_aborted(api, team, team_admin, cluster):
     r = rollout_started(team=team, cluster=cluster, admin=team_admin, model_id="llama-3-8b",
                         engine={"max_model_len": 4096})
