@@ -3,7 +3,8 @@
 
 tandemctl installs with httpx and PyYAML only, so this is a small validator of the part of OpenAPI 3.0 that
 schema uses (types, nullable, enum, bounds, lengths, arrays with their items, required, properties,
-additionalProperties: false, oneOf, allOf and $ref), not a general one. A key the spec does not have is named as the server names it."""
+additionalProperties: false, oneOf, allOf and $ref), not a general one. A key the spec does not have is named as
+the server names it."""
 import difflib
 
 from tandemctl.errors import SCHEMA_DRIFT, CliError

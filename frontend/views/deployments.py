@@ -100,7 +100,8 @@ def deployment_status(request, pk: int):
     d = _visible(request, pk)
     if not request.htmx:
         return redirect("frontend:deployment-detail", pk=d.pk)
-    context = _status_context(d, request.user) | {"oob": True, "can_edit": deployment_may_change(user=request.user, deployment=d)}
+    context = _status_context(d, request.user) | {
+        "oob": True, "can_edit": deployment_may_change(user=request.user, deployment=d)}
     response = render_page(request, "deployments/detail.html#status-panel", context)
     if context["state"]["settled"]:
         return HttpResponseStopPolling(response.content)

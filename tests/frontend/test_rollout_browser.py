@@ -4,7 +4,7 @@ import pytest
 from playwright.sync_api import expect
 
 from deployments.models import Rollout
-from tests.factories import MembershipFactory, TeamFactory, UserFactory
+from tests.factories import ClusterFactory, MembershipFactory, TeamFactory, UserFactory
 from tests.frontend.browser import browser, shot, sign_in  # noqa: F401  (fixture)
 from tests.support.rollouts import rollout_at_step, rollout_started
 
@@ -12,8 +12,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 def test_an_admin_watches_the_steps_move_then_pauses_and_aborts(browser, live_server):  # noqa: F811
-    from tests.factories import ClusterFactory
-
     team = TeamFactory(slug="ml-research", name="ML Research", gpu_quota=16)
     ada = MembershipFactory(team=team, role="admin", user=UserFactory(username="ada")).user
     r = rollout_at_step(rollout_started(team=team, cluster=ClusterFactory(name="gpu-prod"), admin=ada), 0, 10)
