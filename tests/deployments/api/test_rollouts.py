@@ -9,6 +9,7 @@ from deployments.services.rollouts import rollout_record
 from deployments.services.status import deployment_observe
 from deployments.spec import spec_request_shape
 from tests.factories import MembershipFactory, TeamFactory, UserFactory
+from tests.support.fleet import count_queries
 from tests.support.rollouts import rollout_at_step, rollout_started
 
 pytestmark = pytest.mark.django_db
@@ -168,3 +169,19 @@ def test_an_abort_whose_reason_is_not_text_is_a_400_and_changes_nothing(api, tea
 def test_signed_out_is_a_401(api, rollout):
     assert api.get(url(rollout)).status_code == 401
     assert api.post(url(rollout, "pause")).status_code == 401
+
+
+def test_a_page_of_rolling_deployments_costs_the_same_queries_as_one(api, team, team_admin, member, cluster):
+    """Each deployment's rollout is loaded with the page (one query), not one per row: nor its steps, which read
+    the deployment's spec."""
+    team.gpu_quota = 64
+    team.save(update_fields=["gpu_quota"])
+    rollout_started(team=team, cluster=cluster, admin=team_admin)
+    api.force_authenticate(member)
+    count_queries(api.get, "/api/v1/deployments/")  # warm
+    one = count_queries(api.get, "/api/v1/deployments/")
+    for _ in range(3):
+        rollout_started(team=team, cluster=cluster, admin=team_admin)
+    many = count_queries(api.get, "/api/v1/deployments/")
+    assert many == one
+    assert [d["rollout"]["state"] for d in api.get("/api/v1/deployments/").json()["results"]] == ["starting"] * 4
