@@ -159,7 +159,8 @@ class ClusterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Cr
     OpenApiParameter("live", bool, description="Only deployments not yet gone (not deleted, withdrawn or rejected)."),
 ])
 class DeploymentViewSet(viewsets.ReadOnlyModelViewSet):
-    """Deployments of your teams: request, edit, approve, reject, withdraw, retry, update, delete."""
+    """Deployments of your teams: request, edit, approve, reject, withdraw, retry, update, delete; watch and steer
+    their rollouts."""
 
     serializer_class = s.DeploymentSerializer
     queryset = Deployment.objects.none()
@@ -314,6 +315,7 @@ class DeploymentViewSet(viewsets.ReadOnlyModelViewSet):
                    parameters=[OpenApiParameter("rollout_id", int, OpenApiParameter.PATH)])
     @action(detail=True, methods=["get"], url_path=r"rollouts/(?P<rollout_id>[0-9]+)", url_name="rollout")
     def rollout(self, request, pk=None, rollout_id=None):
+        """One rollout of the deployment: its steps, weight, replicas and the evidence of each judged step."""
         return Response(s.RolloutSerializer(self._rollout(rollout_id)).data)
 
     @extend_schema(request=None, responses=s.RolloutSerializer, operation_id="api_v1_deployments_rollouts_pause",
