@@ -198,7 +198,10 @@ SPECTACULAR_SETTINGS = {
     # Each enum named for what it is; clusters keep the name they had before events' kinds had an enum too.
     "ENUM_NAME_OVERRIDES": {"DeploymentStatusEnum": "deployments.lifecycle.Status",
                             "EventKindEnum": "deployments.event_kinds.EventKind",
-                            "KindEnum": "deployments.models.clusters.Cluster.Kind"},
+                            "KindEnum": "deployments.models.clusters.Cluster.Kind",
+                            "RolloutModeEnum": "deployments.models.rollouts.Rollout.Mode",
+                            "RolloutStateEnum": "deployments.models.rollouts.Rollout.State",
+                            "RolloutStepStateEnum": "deployments.rollout_steps.StepState.choices"},
     # Swagger UI and Redoc from the drf-spectacular-sidecar package: no CDN, pinned by the lock.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",

@@ -74,6 +74,8 @@ def rollout_pause(*, actor, rollout: Rollout) -> Rollout:
     _require_admin(actor=actor, rollout=r)
     if r.mode != Rollout.Mode.SIDE_BY_SIDE:
         raise Conflict("An update rolling in place cannot be paused; abort it to roll back instead.")
+    if r.state == Rollout.State.ROLLING_BACK:  # held there, the old generation would never serve alone again
+        raise Conflict(f"Generation {r.to_generation} is rolling back already: nothing to pause.")
     if not r.paused:
         Rollout.objects.filter(pk=r.pk).update(paused=True)
         r.paused = True
