@@ -1,7 +1,7 @@
 """Where a rollout stands on each of its traffic steps, as the API, the portal and tandemctl show it.
 
-`Rollout.step` is the index, in the deployment's `spec.rollout.steps`, of the step the rollout is on: the steps
-before it were reached and judged, the one at it takes `Rollout.weight` percent of requests now (while the
+`Rollout.step` is the index, in `Rollout.step_weights` (the spec's steps as it began), of the step the rollout is
+on: the steps before it were reached and judged, the one at it takes `Rollout.weight` percent of requests now (while the
 rollout shifts) or is where it stopped (rolled back or aborted).
 """
 from dataclasses import dataclass
@@ -25,10 +25,11 @@ class Step:
     state: str
 
 
-def rollout_steps(rollout: Rollout, steps: tuple[int, ...]) -> list[Step]:
+def rollout_steps(rollout: Rollout, steps=None) -> list[Step]:
     """Each step of `steps` with its state; none for a rollout in place (replica by replica, no traffic steps)."""
     if rollout.mode == Rollout.Mode.IN_PLACE:
         return []
+    steps = rollout.step_weights if steps is None else steps
     s = Rollout.State
     if rollout.state == s.DONE:
         return [Step(w, StepState.DONE) for w in steps]

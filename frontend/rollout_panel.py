@@ -9,11 +9,11 @@ from deployments.rollout_steps import rollout_steps
 from deployments.spec import STAGES
 
 
-def _view(r: Rollout, steps: tuple[int, ...]) -> dict:
+def _view(r: Rollout) -> dict:
     """What the panel shows of one rollout: its steps' states, replicas old/new per pool, and each logged step's
     evidence as its fields."""
     return {
-        "r": r, "steps": rollout_steps(r, steps),
+        "r": r, "steps": rollout_steps(r),
         "pools": [{"name": stage, "old": r.replicas.get("old", {}).get(stage, 0),
                    "new": r.replicas.get("new", {}).get(stage, 0), "peak_surge": r.peak_surge.get(stage, 0)}
                   for stage in STAGES],
@@ -28,6 +28,5 @@ def rollouts_context(*, user, deployment) -> dict:
     d = deployment
     active = selectors.rollout_active_of(d)
     last = selectors.rollouts_of(d).exclude(state__in=Rollout.ACTIVE).first()
-    steps = d.spec_typed.rollout.steps
-    return {"rollout": _view(active, steps) if active else None, "last_rollout": _view(last, steps) if last else None,
+    return {"rollout": _view(active) if active else None, "last_rollout": _view(last) if last else None,
             "can_steer": active is not None and deployment_may_decide(user=user, deployment=d)}

@@ -244,7 +244,7 @@ class RolloutSerializer(serializers.ModelSerializer):
 
     verdict = VerdictSerializer(read_only=True)
     steps = serializers.SerializerMethodField(help_text=(
-        "Each step of the deployment's `spec.rollout.steps` and where the rollout stands on it (none for a "
+        "Each step of the deployment's `spec.rollout.steps` (as the rollout began) and where the rollout stands on it (none for a "
         "rollout in place)."))
     replicas = RolloutReplicasSerializer(read_only=True)
     peak_surge = PoolCountsSerializer(read_only=True,
@@ -261,7 +261,7 @@ class RolloutSerializer(serializers.ModelSerializer):
     @extend_schema_field(RolloutStepSerializer(many=True))
     def get_steps(self, r) -> list[dict]:
         return [{"weight": step.weight, "state": step.state}
-                for step in rollout_steps(r, r.deployment.spec_typed.rollout.steps)]
+                for step in rollout_steps(r)]
 
 
 class DeploymentSerializer(serializers.ModelSerializer):
