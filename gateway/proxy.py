@@ -191,6 +191,8 @@ async def _answer(gw, ex: Exchange, route, upstream, head: RequestHead, body: by
                 await send({"type": "http.response.body", "body": b""})
                 return
     except TimeoutError:
+        if rec.chunks:  # not the bound (lifted with the first event): never a second try once the client has bytes
+            raise
         raise Retryable(first_byte_timeout(gw.config.first_byte_timeout_s), "first_byte_timeout") from None
     payload = await _read_all(gw, resp)
     _read_usage(payload, rec)
