@@ -17,7 +17,7 @@ as a path prefix, so tests need no extra headers:  http://127.0.0.1:9100/o/ttft=
 --keepalive-timeout closes a connection idle that long between requests (as Ray Serve's proxy does after 5 s).
 
 With --record, every request is remembered by its X-Request-ID (usage sent, upstream auth, cancellation, `calls`:
-how many times it was asked) and served at GET /_mock/requests for tests to compare against what the gateway recorded.
+how many times it was asked, and `paths`: at which path each time) and served at GET /_mock/requests for tests to compare against what the gateway recorded.
 """
 import argparse
 import asyncio
@@ -65,7 +65,7 @@ class Mock:
                 body = {"unrecordable": True}
             entry = self.requests.setdefault(rid, {"auth": request.headers.get("Authorization"), "body": body,
                                                    "peer_port": request.transport.get_extra_info("peername")[1]})
-            entry.update(fields, calls=entry.get("calls", 0) + 1)
+            entry.update(fields, calls=entry.get("calls", 0) + 1, paths=[*entry.get("paths", ()), request.path])
             return entry
         return {}
 

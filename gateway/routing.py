@@ -163,7 +163,8 @@ class Router:
                               f"{seconds}s: retry after that.", retry_after=seconds)
         if not route.serving:
             raise unavailable(route.problem or f"The deployment serving `{model}` is {route.status.replace('_', ' ')}"
-                                               f"{'' if route.current.urls else ' and has no endpoint yet'}; try again later.")
+                                               f"{'' if route.current.urls else ' and has no endpoint yet'}; try "
+                                               "again later.")
         if not route.open_to(key) and route.closed:
             raise unavailable(f"The deployment serving `{model}` is not open: {route.closed}", code="kv_not_on_efa")
         if not route.open_to(key):

@@ -8,7 +8,7 @@ import pytest
 
 from deployments.lifecycle import Status
 from gateway.routing import Route
-from tests.gateway.conftest import drained
+from tests.gateway.conftest import drained, upstream_of
 from tests.gateway.test_errors import CHAT, assert_openai_error, post
 from tests.support.processes import free_port
 
@@ -18,10 +18,10 @@ OLD, NEW = 4, 5
 TOKENS = {OLD: 3, NEW: 5}
 
 
-def _in_rollout(world, mock_upstream, model: str, *, weight: int):
-    dep = world.deployment(model, options=f"chunks={TOKENS[OLD]}")
+def _in_rollout(world, mock_upstream, model: str, *, weight: int, options: str = ""):
+    dep = world.deployment(model, options=f"chunks={TOKENS[OLD]}{options}")
     dep.endpoint_generation = OLD
-    dep.next_endpoint_url = f"{mock_upstream.base_url}/o/chunks={TOKENS[NEW]}"
+    dep.next_endpoint_url = f"{mock_upstream.base_url}/o/chunks={TOKENS[NEW]}{options}"
     dep.next_generation, dep.next_weight = NEW, weight
     dep.save()
     return dep
@@ -85,6 +85,24 @@ def test_requests_split_between_generations_and_each_is_served_by_the_one_it_nam
             seen.append(generation)
     assert set(seen) == {OLD, NEW}
     assert 90 - 48 <= seen.count(NEW) <= 90 + 48, seen.count(NEW)
+
+
+def test_a_retried_request_stays_on_the_generation_it_drew(world, gateway, mock_upstream, mock_requests):
+    """Ten deployments at weight 50 whose first request dies before its first event, on either generation: both
+    tries of each request went to the endpoint of the generation its answer names (a retry that drew again
+    would switch with probability 1/2 per request), and its record names the same generation."""
+    _, raw = world.key()
+    for i in range(10):
+        _in_rollout(world, mock_upstream, f"retried-{i}", weight=50, options=",die_first=1")
+    for i in range(10):
+        r = httpx.post(gateway.base_url + "/v1/chat/completions", timeout=20, json={"model": f"retried-{i}",
+                       "stream": True, **CHAT}, headers={"Authorization": f"Bearer {raw}", "X-Request-ID": f"rt-{i}"})
+        assert r.status_code == 200 and r.text.rstrip().endswith("data: [DONE]") and '"error"' not in r.text
+        generation = int(r.headers[HEADER])
+        assert r.text.count('"content":"tok') == TOKENS[generation]
+        paths = upstream_of(mock_requests, f"rt-{i}")["paths"]
+        assert paths == [f"/o/chunks={TOKENS[generation]},die_first=1/v1/chat/completions"] * 2, paths
+        assert drained(f"rt-{i}").generation == generation
 
 
 def test_every_answer_names_its_generation_and_its_record_keeps_it(world, gateway, mock_upstream, tmp_path):

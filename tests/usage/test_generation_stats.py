@@ -20,7 +20,8 @@ _ids = itertools.count()
 def _record(deployment, generation, at, **fields):
     values = {"endpoint": "chat.completions", "stream": True, "status_code": 200, "ttft_ms": 100.0, "e2e_ms": 900.0,
               "mean_itl_ms": 20.0, **fields}
-    return RequestRecord(request_id=f"r{next(_ids)}", deployment=deployment, generation=generation, created_at=at, **values)
+    return RequestRecord(request_id=f"r{next(_ids)}", deployment=deployment, generation=generation, created_at=at,
+                         **values)
 
 
 @pytest.fixture
