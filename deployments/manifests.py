@@ -114,6 +114,15 @@ def _worker_group(*, stage: str, pool: PoolSpec, runtime: Runtime, labels: dict,
     return group
 
 
+def _sized_as_spec(cluster: dict, spec: DeploymentSpec) -> dict:
+    """The Ray cluster part with each worker group at the spec's node count (what it is outside a rollout)."""
+    sized = copy.deepcopy(cluster)
+    for group in sized["workerGroupSpecs"]:
+        nodes = spec.pool(group["groupName"]).nodes
+        group.update(replicas=nodes, minReplicas=nodes, maxReplicas=nodes)
+    return sized
+
+
 def rayservice_build(*, name: str, namespace: str, team_slug: str, spec: DeploymentSpec, target_kind: str,
                      node_selectors: dict[str, dict], replicas: dict[str, int] | None = None,
                      generation_of: str = "") -> dict:
@@ -146,8 +155,9 @@ def rayservice_build(*, name: str, namespace: str, team_slug: str, spec: Deploym
     ]
     # KubeRay upgrades a changed Ray cluster by starting a second one beside it (NewCluster), which fixed-size node
     # groups never have room for. Tandem recreates the RayService instead, and says so (workers.targets.kubernetes);
-    # this hash tells the driver when the Ray cluster part changed.
-    rs["metadata"]["annotations"] = {RAY_CLUSTER_HASH_ANNOTATION: content_hash(cluster)}
+    # this hash tells the driver when the Ray cluster part changed. Worker group sizes are left out, as KubeRay
+    # leaves them out of its own: a rollout's fixed replicas resize a running Ray cluster in place, never recreate it.
+    rs["metadata"]["annotations"] = {RAY_CLUSTER_HASH_ANNOTATION: content_hash(_sized_as_spec(cluster, spec))}
     return _stamp(rs)
 
 

@@ -10,12 +10,13 @@ from django.utils import timezone
 from deployments.errors import Conflict, NotAllowed
 from deployments.event_kinds import EventKind
 from deployments.generations import kv_verdict
-from deployments.lifecycle import ROLLOUT_ENDS
+from deployments.lifecycle import ROLLOUT_ENDS, Status
 from deployments.models import Deployment, Rollout
 from deployments.permissions import deployment_may_decide
 from deployments.services.events import event_record
 from deployments.services.status import deployment_reconcile_request
 from deployments.spec import STAGES, DeploymentSpec
+from deployments.surge import Surge, rollout_surge
 
 
 def rollout_active(deployment: Deployment) -> Rollout | None:
@@ -28,6 +29,21 @@ def rollout_require_none(deployment: Deployment) -> None:
     if (r := rollout_active(deployment)) is not None:
         raise Conflict(f"Generation {r.to_generation} is still rolling out ({r.state}, {r.weight}% of requests). "
                        "Wait until it is done, or abort it, then update again.")
+
+
+def rollout_surge_needed(*, deployment: Deployment, old_spec: DeploymentSpec, new_spec: DeploymentSpec) -> Surge | None:
+    """The surge an update about to be made to `deployment` will hold while it rolls out: a running deployment's
+    update that cannot roll in place runs side by side (rollout_begin); None for any other."""
+    if deployment.status != Status.RUNNING or kv_verdict(old_spec, new_spec).compatible:
+        return None
+    return rollout_surge(new_spec, target_kind=deployment.cluster.kind)
+
+
+def rollout_surge_held(deployment: Deployment) -> Surge | None:
+    """What the deployment holds beyond its spec now: its side-by-side rollout's surge while one is in progress."""
+    if not deployment.rollouts.filter(state__in=Rollout.ACTIVE, mode=Rollout.Mode.SIDE_BY_SIDE).exists():
+        return None
+    return rollout_surge(deployment.spec_typed, target_kind=deployment.cluster.kind)
 
 
 def rollout_begin(*, deployment: Deployment, old_spec: DeploymentSpec, new_spec: DeploymentSpec, actor=None

@@ -1,0 +1,182 @@
+"""A side-by-side rollout on the emulated eks target: a second RayService beside the first, node groups grown by the
+surge only (boto3 against moto's server, the real kubernetes client against the emulator), and quota and cost
+counting the surge while the rollout is in progress and not after."""
+import boto3
+import pytest
+from django.utils import timezone
+
+from deployments.catalog import INSTANCE_TYPES
+from deployments.errors import QuotaExceeded
+from deployments.lifecycle import Status
+from deployments.manifests import DEPLOYMENT_LABEL, GENERATION_OF_LABEL
+from deployments.models import Cluster, Deployment, Membership, Rollout
+from deployments.services.actions import deployment_approve, deployment_update
+from deployments.services.quota import team_gpus_held
+from deployments.services.rollouts import rollout_active, rollout_record
+from deployments.spec import STAGES, spec_load
+from deployments.spend import deployment_hourly_usd, deployment_spend_usd
+from tests.factories import MODEL_SOURCES, ClusterFactory, DeploymentFactory, MembershipFactory, TeamFactory, spec_input
+from tests.support.moto_server import eks_cluster_create
+from tests.workers.conftest import gpu_spec
+from workers.targets.base import AppUnit
+from workers.targets.eks import EksTarget
+from workers.targets.kubernetes import GROUP, PLURAL, VERSION
+
+REGION = "us-west-2"
+R = 4  # replicas per pool: one g6e.xlarge node each
+# The lead's plan moves one replica per pass with max_surge 1: (old, new) replicas per pool.
+SEQUENCE = [(4, 0), (4, 1), (3, 1), (3, 2), (2, 2), (2, 3), (1, 3), (1, 4), (0, 4)]
+PRICE = INSTANCE_TYPES["g6e.xlarge"].hourly_usd
+
+
+def _pool():
+    return {"instance_type": "g6e.xlarge", "nodes": R, "gpus_per_node": 1, "tensor_parallel_size": 1,
+            "replicas_min": R, "replicas_max": R}
+
+
+def _request(source="s3://models/llama-3-8b"):
+    return spec_input(model={"id": "llama-3-8b", "source": source}, prefill=_pool(), decode=_pool())
+
+
+@pytest.fixture
+def running(aws, emulator, db):
+    """A running deployment of 4 replicas per pool on an EKS cluster (moto) whose API server is the emulator, its
+    node groups and RayService in place; and two admins of its team (one proposes, the other approves)."""
+    made = eks_cluster_create(url=aws.url, name="gpu-prod", region=REGION)
+    emulator.token, emulator.token_prefix = None, "k8s-aws-v1."
+    cluster = ClusterFactory(name="eks-prod", kind=Cluster.Kind.EKS, config={
+        "region": REGION, "cluster_name": "gpu-prod", "aws_endpoint_url": aws.url,
+        "kubernetes_endpoint_url": emulator.base_url, "node_role_arn": "arn:aws:iam::123456789012:role/nodes",
+        "subnet_ids": made["subnet_ids"], "model_sources": MODEL_SOURCES})
+    team = TeamFactory(slug="ml-research", gpu_quota=10)
+    admins = [MembershipFactory(team=team, role=Membership.Role.ADMIN).user for _ in range(2)]
+    d = DeploymentFactory(team=team, cluster=cluster, name="llama", status=Status.RUNNING,
+                          spec=gpu_spec(prefill=_pool(), decode=_pool()))
+    target = EksTarget(cluster)
+    _pools_settled(target, d)
+    target.apply(d, target.desired(d)[0])
+    return d, admins, target
+
+
+def _new_weights(d, admins) -> Deployment:
+    """Update the deployment to new weights, as its team does: proposed by one admin, approved by the other."""
+    deployment_update(actor=admins[0], deployment=d, spec=_request(source="s3://models/llama-3-8b-v2"))
+    d = Deployment.objects.get(pk=d.pk)
+    deployment_approve(actor=admins[1], deployment=d, generation=d.generation, proposed_hash=d.proposed_spec_hash)
+    return Deployment.objects.get(pk=d.pk)
+
+
+def _pools_settled(target, d, extra=None):
+    """Node groups as ensure_node_pools asks for them, once moto has acted on the change."""
+    for _ in range(3):
+        if target.ensure_node_pools(d, extra).ready:
+            return
+    raise AssertionError("the node groups did not settle")
+
+
+def _sizes(aws, d) -> dict[str, int]:
+    eks = boto3.client("eks", region_name=REGION, endpoint_url=aws.url)
+    return {s: eks.describe_nodegroup(clusterName="gpu-prod", nodegroupName=f"tandem-d{d.pk}-{s}")["nodegroup"][
+        "scalingConfig"]["desiredSize"] for s in STAGES}
+
+
+def _rayservices(target, d) -> dict[str, dict]:
+    """The team namespace's RayServices by name, read through the API server."""
+    from kubernetes import client as k8s
+    found = k8s.CustomObjectsApi(target.api).list_namespaced_custom_object(GROUP, VERSION, target.namespace(d), PLURAL)
+    return {rs["metadata"]["name"]: rs for rs in found["items"]}
+
+
+def _workers(rayservices) -> dict[str, int]:
+    """Worker pods per pool over all the RayServices: the nodes they take (one pod per g6e.xlarge node)."""
+    return {s: sum(g["replicas"] for rs in rayservices.values()
+                   for g in rs["spec"]["rayClusterConfig"]["workerGroupSpecs"] if g["groupName"] == s)
+            for s in STAGES}
+
+
+def test_new_weights_roll_out_with_at_most_one_extra_node_per_pool_and_quota_and_cost_count_it(aws, running):
+    d, admins, target = running
+    assert _sizes(aws, d) == {"prefill": R, "decode": R}
+    assert team_gpus_held(team=d.team) == 8 and deployment_hourly_usd(d) == pytest.approx(8 * PRICE)
+
+    d = _new_weights(d, admins)
+    rollout = rollout_active(d)
+    assert d.status == Status.UPDATING and rollout.mode == Rollout.Mode.SIDE_BY_SIDE
+    old_spec, new_spec = spec_load(rollout.from_spec), d.spec_typed
+    assert old_spec.model_source != new_spec.model_source
+    # The surge is held from the start of the rollout: one g6e.xlarge (1 GPU) per pool.
+    assert team_gpus_held(team=d.team) == 10
+    assert deployment_hourly_usd(d) == pytest.approx(10 * PRICE)
+
+    seen = []
+    for old, new in SEQUENCE:
+        extra = {s: max(old + new - R, 0) for s in STAGES}
+        _pools_settled(target, d, extra)
+        for unit in (AppUnit(rollout.from_app, old_spec, replicas=dict.fromkeys(STAGES, old)),
+                     AppUnit(rollout.to_app, new_spec, replicas=dict.fromkeys(STAGES, new))):
+            if unit.replicas["prefill"]:
+                target.apply(d, target.desired(d, unit)[0])
+            else:
+                assert target.teardown(d, unit).ready
+        sizes, workers = _sizes(aws, d), _workers(_rayservices(target, d))
+        seen.append((old, new, sizes))
+        assert all(sizes[s] <= R + 1 for s in STAGES), seen
+        assert all(workers[s] <= sizes[s] for s in STAGES), (old, new, workers, sizes)  # every worker has a node
+        assert workers == {s: old + new for s in STAGES}
+        assert team_gpus_held(team=d.team) == 10 and deployment_hourly_usd(d) == pytest.approx(10 * PRICE)
+    assert {s: max(sizes[s] for *_, sizes in seen) for s in STAGES} == {"prefill": R + 1, "decode": R + 1}
+
+    new_name = f"llama-g{rollout.to_app}"
+    left = _rayservices(target, d)
+    assert set(left) == {new_name}  # the old generation's RayService is gone
+    assert left[new_name]["metadata"]["labels"][GENERATION_OF_LABEL] == "llama"
+    assert target.endpoint_url(d, AppUnit(rollout.to_app, new_spec)).startswith(f"http://{new_name}-endpoint.")
+
+    # The rollout ends: the surge is neither held nor paid for any more, and the node groups shrink back.
+    rollout_record(rollout=rollout, state=Rollout.State.DONE, finished_at=timezone.now())
+    _pools_settled(target, d)
+    assert _sizes(aws, d) == {"prefill": R, "decode": R}
+    assert team_gpus_held(team=d.team) == 8 and deployment_hourly_usd(d) == pytest.approx(8 * PRICE)
+
+
+def test_the_spend_of_a_rollout_counts_its_surge_nodes_for_as_long_as_it_ran(aws, running):
+    d = _new_weights(*running[:2])
+    rollout = rollout_active(d)
+    start = rollout.created_at
+    rollout_record(rollout=rollout, state=Rollout.State.DONE, finished_at=start + timezone.timedelta(hours=1))
+    after = start + timezone.timedelta(hours=2)
+    since = start + timezone.timedelta(microseconds=1)  # the two hours after the update, its spec's nodes only
+    assert deployment_spend_usd(deployment=d, since=since, until=after) == pytest.approx(
+        2 * 8 * PRICE + 1 * 2 * PRICE, rel=1e-4)
+
+
+def test_an_update_whose_surge_does_not_fit_the_quota_is_refused_saying_so(aws, running):
+    d, admins, _ = running
+    d.team.gpu_quota = 9  # the spec's 8 fit; with one more node per pool beside them, 10 do not
+    d.team.save(update_fields=["gpu_quota"])
+    with pytest.raises(QuotaExceeded, match=r"10 GPUs \(8 for the spec and 2 for the rollout's surge"):
+        _new_weights(d, admins)
+    d = Deployment.objects.get(pk=d.pk)
+    assert d.status == Status.RUNNING and d.spec_typed.model_source == "s3://models/llama-3-8b"
+    assert d.proposed_spec is not None  # still waiting: more quota, and the same approval goes through
+    assert not d.rollouts.exists()
+
+
+def test_a_later_generation_is_its_own_rayservice_whose_endpoint_selects_only_its_head(aws, emulator, running):
+    d, _, target = running
+    unit = AppUnit(3, d.spec_typed, replicas={"prefill": 1, "decode": 2})
+    objects = target.desired(d, unit)[0]
+    svc, rs = (next(o for o in objects if o["kind"] == k) for k in ("Service", "RayService"))
+    assert rs["metadata"]["name"] == "llama-g3" and svc["metadata"]["name"] == "llama-g3-endpoint"
+    assert svc["spec"]["selector"][DEPLOYMENT_LABEL] == "llama-g3"
+    assert {g["groupName"]: g["replicas"] for g in rs["spec"]["rayClusterConfig"]["workerGroupSpecs"]} == \
+        {"prefill": 1, "decode": 2}
+    target.apply(d, objects)
+    assert target.observe(d, unit=unit).endpoint_url == target.endpoint_url(d, unit)
+    assert target.observe(d).endpoint_url == target.endpoint_url(d) != target.endpoint_url(d, unit)
+    assert set(_rayservices(target, d)) == {"llama", "llama-g3"}
+    # A teardown of the deployment removes every generation's RayService.
+    for _ in range(10):
+        if target.teardown(d).ready:
+            break
+    assert [rs["metadata"]["name"] for rs in emulator.rayservices()] == []
