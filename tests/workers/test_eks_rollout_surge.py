@@ -4,6 +4,7 @@ counting the surge while the rollout is in progress and not after."""
 import boto3
 import pytest
 from django.utils import timezone
+from kubernetes import client as k8s
 
 from deployments.catalog import INSTANCE_TYPES
 from deployments.errors import QuotaExceeded
@@ -82,7 +83,6 @@ def _sizes(aws, d) -> dict[str, int]:
 
 def _rayservices(target, d) -> dict[str, dict]:
     """The team namespace's RayServices by name, read through the API server."""
-    from kubernetes import client as k8s
     found = k8s.CustomObjectsApi(target.api).list_namespaced_custom_object(GROUP, VERSION, target.namespace(d), PLURAL)
     return {rs["metadata"]["name"]: rs for rs in found["items"]}
 
@@ -108,6 +108,7 @@ def test_new_weights_roll_out_with_at_most_one_extra_node_per_pool_and_quota_and
     assert team_gpus_held(team=d.team) == 10
     assert deployment_hourly_usd(d) == pytest.approx(10 * PRICE)
 
+    serving = _rayservices(target, d)["llama"]["metadata"]["uid"]
     seen = []
     for old, new in SEQUENCE:
         extra = {s: max(old + new - R, 0) for s in STAGES}
@@ -118,7 +119,10 @@ def test_new_weights_roll_out_with_at_most_one_extra_node_per_pool_and_quota_and
                 target.apply(d, target.desired(d, unit)[0])
             else:
                 assert target.teardown(d, unit).ready
-        sizes, workers = _sizes(aws, d), _workers(_rayservices(target, d))
+        rayservices = _rayservices(target, d)
+        if old:  # the old generation gives back replicas on the Ray cluster it serves from, never a new one
+            assert rayservices["llama"]["metadata"]["uid"] == serving
+        sizes, workers = _sizes(aws, d), _workers(rayservices)
         seen.append((old, new, sizes))
         assert all(sizes[s] <= R + 1 for s in STAGES), seen
         assert all(workers[s] <= sizes[s] for s in STAGES), (old, new, workers, sizes)  # every worker has a node
