@@ -3,8 +3,8 @@ groups, worker groups, quota and cost read.
 
 A replica spans `tensor_parallel_size` GPUs of one node, so a node holds `gpus_per_node // tensor_parallel_size`
 replicas. During a side-by-side rollout (deployments.models.Rollout) a pool runs at most its spec's replicas
-(`replicas_max`, which the spec's nodes hold) plus `rollout.max_surge` more; its nodes grow only as far as those
-replicas need, never below the spec's own. Quota counts the surge as the nodes it adds where Tandem provisions
+(`replicas_min`: the rollout fixes them there) plus `rollout.max_surge` more; its nodes grow only as far as those
+replicas need, never below the spec's own (which hold `replicas_max`). Quota counts the surge as the nodes it adds where Tandem provisions
 whole nodes (deployments.quota_rules.WHOLE_NODE_KINDS), else as the surge replicas' GPUs; cost counts the nodes
 it adds.
 """
@@ -25,9 +25,10 @@ def nodes_for_replicas(pool: PoolSpec, replicas: int) -> int:
 
 
 def pool_nodes(pool: PoolSpec, extra: int = 0) -> int:
-    """Nodes the pool is provisioned with while it holds `extra` replicas beyond the spec's: the spec's nodes, or
-    as many as its replicas_max + extra replicas need, whichever is more."""
-    return max(pool.nodes, nodes_for_replicas(pool, pool.replicas_max + extra)) if extra > 0 else pool.nodes
+    """Nodes the pool is provisioned with while it holds `extra` replicas beyond the spec's (its replicas_min, what
+    a generation runs while a rollout fixes its replicas: workers.rollout_plan.wanted_replicas): the spec's nodes,
+    or as many as those replicas need, whichever is more."""
+    return max(pool.nodes, nodes_for_replicas(pool, pool.replicas_min + extra)) if extra > 0 else pool.nodes
 
 
 @dataclass(frozen=True)
