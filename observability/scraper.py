@@ -52,7 +52,8 @@ def scrape_snapshot(deployment: Deployment, *, client: httpx.Client) -> dict | N
     source = metrics_source(deployment.cluster)
     if source is None:
         return None
-    app = serve_app_name(deployment_id=deployment.pk, name=deployment.name, target_kind=deployment.cluster.kind)
+    app = serve_app_name(deployment_id=deployment.pk, name=deployment.name, target_kind=deployment.cluster.kind,
+                         app_generation=deployment.app_generation)
     return snapshot_build(scrape_samples(source, client=client), deployment.model_id, application=app)
 
 

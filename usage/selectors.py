@@ -43,3 +43,28 @@ def deployment_cost(*, deployment, window: dt.timedelta) -> dict:
         "usd_per_million_output_tokens": None if per_million is None else round(per_million, 4),
         "keys": [{**k, "usd": round(usd * k["completion_tokens"] / output, 4) if output else 0.0} for k in keys],
     }
+
+
+# TEMPORARY (lead): replaced by the gw branch's generation_stats on merge.
+from dataclasses import dataclass  # noqa: E402
+
+
+@dataclass(frozen=True)
+class GenerationStats:
+    requests: int
+    failed: int
+    ttft_p50_ms: float | None
+    ttft_p95_ms: float | None
+    attained: float | None
+
+
+def generation_stats(*, deployment_id, generation, since, until=None, targets=None) -> GenerationStats:
+    import statistics
+    rows = RequestRecord.objects.filter(deployment_id=deployment_id, generation=generation, created_at__gte=since)
+    if until is not None:
+        rows = rows.filter(created_at__lte=until)
+    rows = list(rows.values("status_code", "ttft_ms", "error_type"))
+    ttfts = sorted(r["ttft_ms"] for r in rows if r["ttft_ms"] is not None and r["status_code"] < 400)
+    return GenerationStats(requests=len(rows), failed=sum(r["status_code"] >= 500 for r in rows),
+                           ttft_p50_ms=statistics.median(ttfts) if ttfts else None,
+                           ttft_p95_ms=ttfts[int(0.95 * (len(ttfts) - 1))] if ttfts else None, attained=None)

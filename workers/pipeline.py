@@ -23,6 +23,8 @@ from deployments.spend import deployment_ready_estimate
 from deployments.spec import SpecError, spec_check
 from observability.models import ConformanceRun
 from observability.tasks import run_conformance
+from deployments.services.rollouts import rollout_active
+from workers.rollout import rollout_in_place_done, rollout_pass
 from workers.targets import target_for
 from workers.targets.base import Observed, PermanentError, Step, TransientError
 
@@ -156,6 +158,10 @@ def _run(p: _Pass) -> _End:
     if p.d.status == Status.PAUSING:
         return _pause(p, target)
     _validate(p)
+    rollout = rollout_active(p.d) if p.d.status == Status.UPDATING else None
+    if rollout is not None and rollout.mode == rollout.Mode.SIDE_BY_SIDE:
+        out = rollout_pass(p, target, rollout)
+        return _End(fields=out.fields, move=out.move, wait=out.wait, then=out.then)
     if not _node_pools(p, target):
         return _End(wait=settings.TANDEM_RECONCILE_REQUEUE_SECONDS)
     observed = _apply_if_changed(p, target)
@@ -245,7 +251,8 @@ def _endpoint(p: _Pass, target, observed: Observed) -> _End:
     ready = endpoint_ready(checked, generation=d.generation, answers=answers.ready, message=answers.message)
     p.cond("EndpointReady", ready["status"], ready["reason"], ready["message"])
     fields = {"endpoint_url": observed.endpoint_url,
-              "observed_generation": d.generation if answers.ready else d.observed_generation}
+              "observed_generation": d.generation if answers.ready else d.observed_generation,
+              "endpoint_generation": d.generation if answers.ready else d.endpoint_generation}
     if not answers.ready:
         return _End(fields=fields, wait=settings.TANDEM_RECONCILE_REQUEUE_SECONDS)
     now = timezone.now()
@@ -254,8 +261,10 @@ def _endpoint(p: _Pass, target, observed: Observed) -> _End:
     if d.status != Status.RUNNING or d.serving_seen_at is None or now - d.serving_seen_at >= SERVING_SEEN_EVERY:
         fields["serving_seen_at"] = now
     if d.status != Status.RUNNING:  # provisioning or updating: serving from now
-        return _End(fields=fields | {"conformance_requested_at": now}, move=(Status.RUNNING, "Serving."),
-                    then=lambda: _conformance_enqueue(d.pk))
+        def then():
+            rollout_in_place_done(d)
+            _conformance_enqueue(d.pk)
+        return _End(fields=fields | {"conformance_requested_at": now}, move=(Status.RUNNING, "Serving."), then=then)
     # Users wait on the run of a pending endpoint: if its task failed or was lost, run it again, not wait for ever.
     if ready["reason"] == "ConformancePending" and _conformance_overdue(d):
         return _End(fields=fields | {"conformance_requested_at": now}, then=lambda: _conformance_requeue(d))

@@ -229,6 +229,9 @@ TANDEM_PROMETHEUS_NAMESPACE_LABELS = env_labels("TANDEM_PROMETHEUS_NAMESPACE_LAB
 TANDEM_CONFORMANCE_RETENTION_DAYS = env_int("TANDEM_CONFORMANCE_RETENTION_DAYS", 30)
 # A running deployment still waiting for its first conformance result this long has its run started again.
 TANDEM_CONFORMANCE_OVERDUE_SECONDS = env_int("TANDEM_CONFORMANCE_OVERDUE_SECONDS", 600)
+# How long a rollback waits, with every request already moved back, before the new application (no longer taking
+# traffic) is removed: streams in flight on it finish first (workers.rollout).
+TANDEM_ROLLOUT_DRAIN_SECONDS = env_float("TANDEM_ROLLOUT_DRAIN_SECONDS", 10.0)
 # Ray exports engine metrics every few seconds: how long a probe waits for a run's traffic to show.
 TANDEM_METRICS_SETTLE_SECONDS = env_float("TANDEM_METRICS_SETTLE_SECONDS", 30.0)
 # On-demand conformance runs (POST /api/v1/deployments/<id>/conformance/): one pending per deployment, and at

@@ -259,6 +259,7 @@ def deployment_update(*, actor, deployment: Deployment, spec: dict | None = None
         if (purpose is None or purpose == d.purpose) and (
                 spec is None or _validated_spec(spec, d.cluster, d.team).to_dict() == d.spec):
             return said(outcome=Outcome.UNCHANGED, deployment=d, after=old_spec)
+        rollout_require_none(d)  # the reason it is updating, where that is a rollout
         raise Conflict(f"A deployment can be updated when running or failed; this one is {d.status}.")
     if purpose is not None and purpose != d.purpose:
         before, d.purpose = d.purpose, purpose

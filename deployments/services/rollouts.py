@@ -14,6 +14,7 @@ from deployments.lifecycle import ROLLOUT_ENDS, Status
 from deployments.models import Deployment, Rollout
 from deployments.permissions import deployment_may_decide
 from deployments.services.events import event_record
+from deployments.services.spec_store import deployment_spec_set
 from deployments.services.status import deployment_reconcile_request
 from deployments.spec import STAGES, DeploymentSpec
 from deployments.surge import Surge, rollout_surge
@@ -141,6 +142,21 @@ def rollout_end_by_status(*, deployment: Deployment, actor=None) -> None:
                                            reason=f"The deployment is {deployment.status}.")
     event_record(kind=EventKind.ROLLOUT_ABORTED, deployment=deployment, actor=actor,
                  message=f"The rollout of generation {r.to_generation} ended: the deployment is {deployment.status}.")
+
+
+@transaction.atomic
+def rollout_spec_restore(*, rollout: Rollout, old_spec: DeploymentSpec) -> Deployment:
+    """A rolled-back update: the deployment's spec is the old generation's again, at the next generation (they
+    only count up), recorded as an update by Tandem with the rollout's reason."""
+    d = Deployment.objects.select_for_update().select_related("team", "cluster").get(pk=rollout.deployment_id)
+    before = d.spec
+    fields = deployment_spec_set(deployment=d, spec=old_spec)
+    d.generation += 1
+    d.save(update_fields=[*fields, "generation", "updated_at"])
+    event_record(kind=EventKind.UPDATED, deployment=d, before={"spec": before}, after={"spec": d.spec},
+                 message=f"Generation {rollout.to_generation} was rolled back; generation {d.generation} runs "
+                         f"generation {rollout.from_generation}'s spec again. {rollout.reason}")
+    return d
 
 
 def rollout_record(*, rollout: Rollout, **fields) -> None:

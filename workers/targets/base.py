@@ -65,7 +65,8 @@ class Target:
         return self.cluster.config_typed
 
     def ensure_node_pools(self, deployment, extra: dict[str, int] | None = None) -> Step:
-        """The pools' nodes exist for the spec's replicas plus `extra` more per pool (a rollout's surge)."""
+        """Make the deployment's node pools hold its spec's replicas plus `extra` per pool (a rollout's surge
+        while two generations run: workers.rollout); ready=True once they do."""
         return Step(ready=True, message="No node pools to manage on this target.")
 
     def desired(self, deployment, unit: AppUnit | None = None) -> tuple[object, str]:

@@ -17,7 +17,7 @@ from deployments.hashing import content_hash
 from deployments.model_sources import not_allowed_message, source_roots_of
 from deployments.serve_config import ray_nixl_ports, ray_route_prefix, serve_app_name, serve_config_build
 from workers import clients
-from workers.targets.base import Observed, PermanentError, Step, Target, TransientError
+from workers.targets.base import AppUnit, Observed, PermanentError, Step, Target, TransientError, live_unit
 from workers.targets.serve_status import failure_cause, serve_app_message
 
 APPS = "/api/serve/applications/"
@@ -88,38 +88,49 @@ class RayTarget(Target):
         return body.get("applications") or {}
 
     @staticmethod
-    def app_name(deployment) -> str:
-        return serve_app_name(deployment_id=deployment.pk, name=deployment.name, target_kind="ray")
+    def app_name(deployment, unit: AppUnit | None = None) -> str:
+        g = (unit or live_unit(deployment)).app_generation
+        return serve_app_name(deployment_id=deployment.pk, name=deployment.name, target_kind="ray", app_generation=g)
 
-    def endpoint_url(self, deployment) -> str:
-        """Serve's proxy plus the deployment's route prefix: the gateway appends `/v1/...` to it."""
-        return self.serve_url + ray_route_prefix(deployment_id=deployment.pk)
+    def endpoint_url(self, deployment, unit: AppUnit | None = None) -> str:
+        """Serve's proxy plus the application's route prefix: the gateway appends `/v1/...` to it."""
+        g = (unit or live_unit(deployment)).app_generation
+        return self.serve_url + ray_route_prefix(deployment_id=deployment.pk, app_generation=g)
 
-    def desired(self, deployment) -> tuple[dict, str]:
+    def desired(self, deployment, unit: AppUnit | None = None) -> tuple[dict, str]:
+        unit = unit or live_unit(deployment)
         parts = urlsplit(self.serve_url)
         # Bind where the URL points when it is loopback (the local target); otherwise listen on all interfaces.
         host = parts.hostname if parts.hostname in LOOPBACK else "0.0.0.0"
-        config = serve_config_build(app_name=self.app_name(deployment), spec=deployment.spec_typed,
-                                    route_prefix=ray_route_prefix(deployment_id=deployment.pk),
-                                    nixl_ports=ray_nixl_ports(deployment_id=deployment.pk), target_kind="ray",
-                                    http_options={"host": host, "port": parts.port or 8000})
+        g = unit.app_generation
+        config = serve_config_build(app_name=self.app_name(deployment, unit), spec=unit.spec,
+                                    route_prefix=ray_route_prefix(deployment_id=deployment.pk, app_generation=g),
+                                    nixl_ports=ray_nixl_ports(deployment_id=deployment.pk, app_generation=g),
+                                    target_kind="ray", http_options={"host": host, "port": parts.port or 8000},
+                                    replicas=unit.replicas)
         return config, content_hash(config["applications"][0])
 
-    def observe(self, deployment, desired: dict | None = None) -> Observed:
-        config = desired if desired is not None else self.desired(deployment)[0]
-        app = self._deployed().get(self.app_name(deployment))
+    def observe(self, deployment, desired: dict | None = None, unit: AppUnit | None = None) -> Observed:
+        config = desired if desired is not None else self.desired(deployment, unit)[0]
+        app = self._deployed().get(config["applications"][0]["name"])
         if app is None or app.get("status") == "DELETING":  # being removed (out-of-band too): it is gone
             return Observed(exists=False)
         wanted = config["applications"][0]
         applied = content_hash(_project(app.get("deployed_app_config") or {}, wanted))
         return Observed(exists=True, applied_hash=applied, serve_status=app.get("status", ""),
-                        message=serve_app_message(app), endpoint_url=self.endpoint_url(deployment))
+                        message=serve_app_message(app), endpoint_url=self.endpoint_url(deployment, unit))
 
     @staticmethod
-    def _others(deployed: dict, name: str) -> list[dict]:
-        """Every other application as it was deployed, to PUT back unchanged (one being deleted stays gone)."""
+    def _others(deployed: dict, names) -> list[dict]:
+        """Every application not in `names` as it was deployed, to PUT back unchanged (one being deleted stays
+        gone)."""
         return [a["deployed_app_config"] for n, a in deployed.items()
-                if n != name and a.get("deployed_app_config") and a.get("status") != "DELETING"]
+                if n not in names and a.get("deployed_app_config") and a.get("status") != "DELETING"]
+
+    def _generations(self, deployed: dict, deployment) -> set[str]:
+        """The names of every application of the deployment on the cluster, whichever generation they carry."""
+        base = self.app_name(deployment, AppUnit(0, None))
+        return {n for n in deployed if n == base or (n.startswith(base + "-g") and n[len(base) + 2:].isdigit())}
 
     def preflight(self, deployment) -> None:
         """On a Ray cluster on this machine, check a local model path before Serve spends minutes on it.
@@ -156,31 +167,33 @@ class RayTarget(Target):
 
     def apply(self, deployment, desired: dict) -> Step:
         """PUT our application together with every other application already on the cluster."""
-        name = self.app_name(deployment)
+        name = desired["applications"][0]["name"]
         with self._writing():
-            others = self._others(self._deployed(), name)
+            others = self._others(self._deployed(), {name})
             body = {**desired, "applications": [*others, *desired["applications"]]}
             self._request("PUT", "deploying the application", json=body)
         kept = f" (kept {len(others)} other application(s))" if others else ""
         return Step(ready=True, message=f"Deployed Serve application {name}{kept}.")
 
-    def teardown(self, deployment) -> Step:
-        """Remove our application; the others stay. Ready once the dashboard no longer lists it.
+    def teardown(self, deployment, unit: AppUnit | None = None) -> Step:
+        """Remove the unit's application (None: every generation's of the deployment); the others stay. Ready once
+        the dashboard no longer lists them.
 
         Never `DELETE /api/serve/applications/`: it shuts Serve down, every team's applications with it, and an
         application someone else deploys in between would go too. A PUT of the others (possibly none) removes
         ours alone."""
-        name = self.app_name(deployment)
-        config, _ = self.desired(deployment)  # the same cluster options as every apply
+        config, _ = self.desired(deployment, unit)  # the same cluster options as every apply
         with self._writing():
             deployed = self._deployed()
-            app = deployed.get(name)
-            if app is None:
-                return Step(ready=True, message=f"Serve application {name} is gone.")
-            if app.get("status") != "DELETING":
+            names = {config["applications"][0]["name"]} if unit else self._generations(deployed, deployment)
+            present = sorted(n for n in names if n in deployed)
+            if not present:
+                return Step(ready=True, message=f"Serve application {config['applications'][0]['name']} is gone."
+                            if unit or len(names) <= 1 else "Every Serve application of the deployment is gone.")
+            if any(deployed[n].get("status") != "DELETING" for n in present):
                 self._request("PUT", "removing the application",
-                              json={**config, "applications": self._others(deployed, name)})
-        return Step(ready=False, message=f"Serve application {name} is being deleted.")
+                              json={**config, "applications": self._others(deployed, names)})
+        return Step(ready=False, message=f"Serve application {', '.join(present)} is being deleted.")
 
     def endpoint_answers(self, deployment, observed: Observed) -> Step:
         """The OpenAI-compatible endpoint lists the deployment's model."""
