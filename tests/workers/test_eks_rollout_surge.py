@@ -1,6 +1,8 @@
 """A side-by-side rollout on the emulated eks target: a second RayService beside the first, node groups grown by the
 surge only (boto3 against moto's server, the real kubernetes client against the emulator), and quota and cost
 counting the surge while the rollout is in progress and not after."""
+import time
+
 import boto3
 import pytest
 from django.utils import timezone
@@ -17,7 +19,11 @@ from deployments.services.rollouts import rollout_active, rollout_record
 from deployments.spec import STAGES, spec_load
 from deployments.spend import deployment_hourly_usd, deployment_spend_usd
 from tests.factories import MODEL_SOURCES, ClusterFactory, DeploymentFactory, MembershipFactory, TeamFactory, spec_input
+from observability.models import ConformanceRun
 from tests.support.moto_server import eks_cluster_create
+from tests.support.processes import wait_for
+from usage.models import RequestRecord
+from workers.pipeline import reconcile_pass
 from tests.workers.conftest import gpu_spec
 from workers.targets.base import AppUnit
 from workers.targets.eks import EksTarget
@@ -184,3 +190,62 @@ def test_a_later_generation_is_its_own_rayservice_whose_endpoint_selects_only_it
         if target.teardown(d).ready:
             break
     assert [rs["metadata"]["name"] for rs in emulator.rayservices()] == []
+
+
+def _traffic(d, generation: int, n: int = 8):
+    """What the gateway records for requests a generation served now: alike, so each step is judged fine."""
+    now = timezone.now()
+    RequestRecord.objects.bulk_create(RequestRecord(
+        request_id=f"req-{d.pk}-{generation}-{time.monotonic_ns()}-{i}", deployment_id=d.pk, generation=generation,
+        created_at=now, endpoint="chat.completions", stream=True, status_code=200, ttft_ms=40.0, e2e_ms=200.0)
+        for i in range(n))
+
+
+def test_reconcile_passes_roll_new_weights_out_on_eks_within_one_extra_node_per_pool(aws, running, settings,
+                                                                                    redis_client):
+    """The rollout as the reconciler runs it (workers.rollout), pass after pass against moto and the emulator."""
+    settings.TANDEM_ROLLOUT_DRAIN_SECONDS = 0
+    d, admins, target = running
+    ConformanceRun.objects.create(deployment=d, generation=d.generation, passed=True, started_at=timezone.now(),
+                                  base_url="http://gw/v1", model="llama-3-8b")
+    deployment_update(actor=admins[0], deployment=d, spec=spec_input(
+        model={"id": "llama-3-8b", "source": "s3://models/llama-3-8b-v2"}, prefill=_pool(), decode=_pool(),
+        rollout={"step_seconds": 5}))
+    d = Deployment.objects.get(pk=d.pk)
+    deployment_approve(actor=admins[1], deployment=d, generation=d.generation, proposed_hash=d.proposed_spec_hash)
+    d = Deployment.objects.get(pk=d.pk)
+    rollout = rollout_active(d)
+    sizes, held, hourly = [], [], []
+
+    def passed(check):
+        def one():
+            reconcile_pass(d.pk)
+            row = Deployment.objects.get(pk=d.pk)
+            sizes.append(_sizes(aws, row))
+            workers = _workers(_rayservices(target, row))
+            assert all(workers[p] <= sizes[-1][p] for p in STAGES), (workers, sizes[-1])  # a node for every worker
+            held.append(team_gpus_held(team=row.team))
+            hourly.append(round(deployment_hourly_usd(row) / PRICE, 6))
+            return check(row, row.rollouts.get(pk=rollout.pk))
+        return one
+
+    wait_for(passed(lambda row, r: r.state == "checking"), timeout=60, every=0.1, what="the new generation checked")
+    ConformanceRun.objects.create(deployment=d, generation=rollout.to_generation, passed=True,
+                                  started_at=timezone.now(), base_url="http://gw/v1", model="llama-3-8b")
+    for weight in (10, 50, 100):
+        wait_for(passed(lambda row, r, w=weight: row.next_weight == w or row.status == Status.RUNNING), timeout=60,
+                 every=0.1, what=f"{weight}% of requests to the new generation")
+        _traffic(d, rollout.from_generation)
+        _traffic(d, rollout.to_generation)
+    wait_for(passed(lambda row, r: row.status == Status.RUNNING), timeout=90, every=0.1, what="the rollout done")
+
+    r = Rollout.objects.get(pk=rollout.pk)
+    assert (r.state, r.peak_surge) == (Rollout.State.DONE, {"prefill": 1, "decode": 1})
+    assert max(s["prefill"] for s in sizes) == max(s["decode"] for s in sizes) == R + 1
+    assert all(s[p] <= R + 1 for s in sizes for p in STAGES)
+    # While it rolled out the team held (and paid for) the spec's 8 GPUs and the surge's 2; after, the spec's.
+    assert held[0] == 10 and hourly[0] == pytest.approx(10) and held[-1] == 8 and hourly[-1] == pytest.approx(8)
+    assert set(held) == {10, 8} and held == sorted(held, reverse=True)
+    wait_for(passed(lambda row, r: _sizes(aws, row) == {"prefill": R, "decode": R}), timeout=30, every=0.1,
+             what="the node groups back at the spec's size")
+    assert set(_rayservices(target, d)) == {f"llama-g{rollout.to_app}"}
