@@ -31,7 +31,7 @@ from workers.targets.kubernetes import GROUP, PLURAL, VERSION
 
 REGION = "us-west-2"
 R = 4  # replicas per pool: one g6e.xlarge node each
-# The lead's plan moves one replica per pass with max_surge 1: (old, new) replicas per pool.
+# One replica moves per pass with max_surge 1 (workers.rollout_plan): (old, new) replicas per pool.
 SEQUENCE = [(4, 0), (4, 1), (3, 1), (3, 2), (2, 2), (2, 3), (1, 3), (1, 4), (0, 4)]
 PRICE = INSTANCE_TYPES["g6e.xlarge"].hourly_usd
 
@@ -100,55 +100,6 @@ def _workers(rayservices) -> dict[str, int]:
             for s in STAGES}
 
 
-def test_new_weights_roll_out_with_at_most_one_extra_node_per_pool_and_quota_and_cost_count_it(aws, running):
-    d, admins, target = running
-    assert _sizes(aws, d) == {"prefill": R, "decode": R}
-    assert team_gpus_held(team=d.team) == 8 and deployment_hourly_usd(d) == pytest.approx(8 * PRICE)
-
-    d = _new_weights(d, admins)
-    rollout = rollout_active(d)
-    assert d.status == Status.UPDATING and rollout.mode == Rollout.Mode.SIDE_BY_SIDE
-    old_spec, new_spec = spec_load(rollout.from_spec), d.spec_typed
-    assert old_spec.model_source != new_spec.model_source
-    # The surge is held from the start of the rollout: one g6e.xlarge (1 GPU) per pool.
-    assert team_gpus_held(team=d.team) == 10
-    assert deployment_hourly_usd(d) == pytest.approx(10 * PRICE)
-
-    serving = _rayservices(target, d)["llama"]["metadata"]["uid"]
-    seen = []
-    for old, new in SEQUENCE:
-        extra = {s: max(old + new - R, 0) for s in STAGES}
-        _pools_settled(target, d, extra)
-        for unit in (AppUnit(rollout.from_app, old_spec, replicas=dict.fromkeys(STAGES, old)),
-                     AppUnit(rollout.to_app, new_spec, replicas=dict.fromkeys(STAGES, new))):
-            if unit.replicas["prefill"]:
-                target.apply(d, target.desired(d, unit)[0])
-            else:
-                assert target.teardown(d, unit).ready
-        rayservices = _rayservices(target, d)
-        if old:  # the old generation gives back replicas on the Ray cluster it serves from, never a new one
-            assert rayservices["llama"]["metadata"]["uid"] == serving
-        sizes, workers = _sizes(aws, d), _workers(rayservices)
-        seen.append((old, new, sizes))
-        assert all(sizes[s] <= R + 1 for s in STAGES), seen
-        assert all(workers[s] <= sizes[s] for s in STAGES), (old, new, workers, sizes)  # every worker has a node
-        assert workers == {s: old + new for s in STAGES}
-        assert team_gpus_held(team=d.team) == 10 and deployment_hourly_usd(d) == pytest.approx(10 * PRICE)
-    assert {s: max(sizes[s] for *_, sizes in seen) for s in STAGES} == {"prefill": R + 1, "decode": R + 1}
-
-    new_name = f"llama-g{rollout.to_app}"
-    left = _rayservices(target, d)
-    assert set(left) == {new_name}  # the old generation's RayService is gone
-    assert left[new_name]["metadata"]["labels"][GENERATION_OF_LABEL] == "llama"
-    assert target.endpoint_url(d, AppUnit(rollout.to_app, new_spec)).startswith(f"http://{new_name}-endpoint.")
-
-    # The rollout ends: the surge is neither held nor paid for any more, and the node groups shrink back.
-    rollout_record(rollout=rollout, state=Rollout.State.DONE, finished_at=timezone.now())
-    _pools_settled(target, d)
-    assert _sizes(aws, d) == {"prefill": R, "decode": R}
-    assert team_gpus_held(team=d.team) == 8 and deployment_hourly_usd(d) == pytest.approx(8 * PRICE)
-
-
 def test_the_spend_of_a_rollout_counts_its_surge_nodes_for_as_long_as_it_ran(aws, running):
     d = _new_weights(*running[:2])
     rollout = rollout_active(d)
@@ -215,17 +166,24 @@ def test_reconcile_passes_roll_new_weights_out_on_eks_within_one_extra_node_per_
     deployment_approve(actor=admins[1], deployment=d, generation=d.generation, proposed_hash=d.proposed_spec_hash)
     d = Deployment.objects.get(pk=d.pk)
     rollout = rollout_active(d)
-    sizes, held, hourly = [], [], []
+    serving = _rayservices(target, d)["llama"]["metadata"]["uid"]
+    sizes, held, hourly, moves = [], [], [], [(R, 0)]
 
     def passed(check):
         def one():
             reconcile_pass(d.pk)
             row = Deployment.objects.get(pk=d.pk)
             sizes.append(_sizes(aws, row))
-            workers = _workers(_rayservices(target, row))
+            rayservices = _rayservices(target, row)
+            workers = _workers(rayservices)
             assert all(workers[p] <= sizes[-1][p] for p in STAGES), (workers, sizes[-1])  # a node for every worker
+            if "llama" in rayservices:  # the old generation gives back replicas on the Ray cluster it serves from
+                assert rayservices["llama"]["metadata"]["uid"] == serving
             held.append(team_gpus_held(team=row.team))
             hourly.append(round(deployment_hourly_usd(row) / PRICE, 6))
+            replicas = row.rollouts.get(pk=rollout.pk).replicas
+            if (move := (replicas["old"]["prefill"], replicas["new"]["prefill"])) != moves[-1]:
+                moves.append(move)
             return check(row, row.rollouts.get(pk=rollout.pk))
         return one
 
@@ -241,6 +199,7 @@ def test_reconcile_passes_roll_new_weights_out_on_eks_within_one_extra_node_per_
 
     r = Rollout.objects.get(pk=rollout.pk)
     assert (r.state, r.peak_surge) == (Rollout.State.DONE, {"prefill": 1, "decode": 1})
+    assert moves == SEQUENCE
     assert max(s["prefill"] for s in sizes) == max(s["decode"] for s in sizes) == R + 1
     assert all(s[p] <= R + 1 for s in sizes for p in STAGES)
     # While it rolled out the team held (and paid for) the spec's 8 GPUs and the surge's 2; after, the spec's.
