@@ -4,9 +4,10 @@ groups, worker groups, quota and cost read.
 A replica spans `tensor_parallel_size` GPUs of one node, so a node holds `gpus_per_node // tensor_parallel_size`
 replicas. During a side-by-side rollout (deployments.models.Rollout) a pool runs at most its spec's replicas
 (`replicas_min`: the rollout fixes them there) plus `rollout.max_surge` more; its nodes grow only as far as those
-replicas need, never below the spec's own (which hold `replicas_max`). Quota counts the surge as the nodes it adds where Tandem provisions
-whole nodes (deployments.quota_rules.WHOLE_NODE_KINDS), else as the surge replicas' GPUs; cost counts the nodes
-it adds.
+replicas need, never below the spec's own (which hold `replicas_max`). Quota counts the surge as the nodes it adds
+where Tandem provisions whole nodes (deployments.quota_rules.WHOLE_NODE_KINDS), else as the surge replicas' GPUs;
+cost counts the nodes it adds. Both count it for as long as the rollout is in progress, as the rollout holds its
+node pools (workers.rollout).
 """
 from dataclasses import dataclass
 

@@ -32,10 +32,15 @@ def rollout_require_none(deployment: Deployment) -> None:
                        "Wait until it is done, or abort it, then update again.")
 
 
+def _mode(verdict) -> str:
+    """How an update with this compatibility verdict rolls out: in place when the generations can share KV."""
+    return Rollout.Mode.IN_PLACE if verdict.compatible else Rollout.Mode.SIDE_BY_SIDE
+
+
 def rollout_surge_needed(*, deployment: Deployment, old_spec: DeploymentSpec, new_spec: DeploymentSpec) -> Surge | None:
     """The surge an update about to be made to `deployment` will hold while it rolls out: a running deployment's
-    update that cannot roll in place runs side by side (rollout_begin); None for any other."""
-    if deployment.status != Status.RUNNING or kv_verdict(old_spec, new_spec).compatible:
+    update that runs side by side (rollout_begin); None for any other."""
+    if deployment.status != Status.RUNNING or _mode(kv_verdict(old_spec, new_spec)) != Rollout.Mode.SIDE_BY_SIDE:
         return None
     return rollout_surge(new_spec, target_kind=deployment.cluster.kind)
 
@@ -53,7 +58,7 @@ def rollout_begin(*, deployment: Deployment, old_spec: DeploymentSpec, new_spec:
     update's own transaction, with the compatibility verdict and its reasons."""
     d = deployment
     verdict = kv_verdict(old_spec, new_spec)
-    mode = Rollout.Mode.IN_PLACE if verdict.compatible else Rollout.Mode.SIDE_BY_SIDE
+    mode = _mode(verdict)
     old = {stage: old_spec.pool(stage).replicas_min for stage in STAGES}
     r = Rollout.objects.create(
         deployment=d, from_generation=d.endpoint_generation or d.observed_generation or d.generation - 1,
