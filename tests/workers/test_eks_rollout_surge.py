@@ -9,7 +9,6 @@ from django.utils import timezone
 from kubernetes import client as k8s
 
 from deployments.catalog import INSTANCE_TYPES
-from deployments.errors import QuotaExceeded
 from deployments.lifecycle import Status
 from deployments.manifests import DEPLOYMENT_LABEL, GENERATION_OF_LABEL
 from deployments.models import Cluster, Deployment, Membership, Rollout
@@ -111,16 +110,21 @@ def test_the_spend_of_a_rollout_counts_its_surge_nodes_for_as_long_as_it_ran(aws
         2 * 8 * PRICE + 1 * 2 * PRICE, rel=1e-4)
 
 
-def test_an_update_whose_surge_does_not_fit_the_quota_is_refused_saying_so(aws, running):
+def test_an_update_whose_surge_does_not_fit_the_quota_is_refused_at_approval_saying_so(aws, running, api):
     d, admins, _ = running
     d.team.gpu_quota = 9  # the spec's 8 fit; with one more node per pool beside them, 10 do not
     d.team.save(update_fields=["gpu_quota"])
-    with pytest.raises(QuotaExceeded, match=r"10 GPUs \(8 for the spec and 2 for the rollout's surge"):
-        _new_weights(d, admins)
+    deployment_update(actor=admins[0], deployment=d, spec=_request(source="s3://models/llama-3-8b-v2"))
+    d = Deployment.objects.get(pk=d.pk)
+    api.force_authenticate(admins[1])
+    r = api.post(f"/api/v1/deployments/{d.pk}/approve/",
+                 {"generation": d.generation, "proposed_spec_hash": d.proposed_spec_hash}, format="json")
+    assert r.status_code == 400 and r.json()["code"] == "quota_exceeded"
+    assert r.json()["detail"].startswith("This needs 10 GPUs (8 for the spec and 2 for the rollout's surge: ")
+    assert "team ml-research already holds 0 of its 9-GPU quota" in r.json()["detail"]
     d = Deployment.objects.get(pk=d.pk)
     assert d.status == Status.RUNNING and d.spec_typed.model_source == "s3://models/llama-3-8b"
-    assert d.proposed_spec is not None  # still waiting: more quota, and the same approval goes through
-    assert not d.rollouts.exists()
+    assert d.proposed_spec is not None and not d.rollouts.exists()  # still waiting for more quota
 
 
 def test_a_later_generation_is_its_own_rayservice_whose_endpoint_selects_only_its_head(aws, emulator, running):
