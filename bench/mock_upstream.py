@@ -8,12 +8,16 @@ as a path prefix, so tests need no extra headers:  http://127.0.0.1:9100/o/ttft=
     fail        answer this HTTP status before any byte              drop    close the connection after N chunks
     pad         bytes of filler per content chunk (slow-reader tests)
     stall       after N content chunks, send nothing more (the connection stays open)
+    die_first   the first N requests for the request's `model` close the connection before any event (a stream
+                after its headers, any other before answering): a replica that died; later ones are served
+    hang_first  the first N requests for the request's `model` send no event (a stream its headers only) and wait
+                until the client gives up: a decode waiting for KV that never comes; later ones are served
     retry_after with `fail`, a Retry-After header of this many seconds
 
 --keepalive-timeout closes a connection idle that long between requests (as Ray Serve's proxy does after 5 s).
 
-With --record, every request is remembered by its X-Request-ID (usage sent, upstream auth, cancellation) and
-served at GET /_mock/requests for tests to compare against what the gateway recorded.
+With --record, every request is remembered by its X-Request-ID (usage sent, upstream auth, cancellation, `calls`:
+how many times it was asked) and served at GET /_mock/requests for tests to compare against what the gateway recorded.
 """
 import argparse
 import asyncio
@@ -50,6 +54,7 @@ class Mock:
         self.record = record
         self.requests: dict[str, dict] = {}
         self.served = 0
+        self.by_model: dict[str, int] = {}  # requests seen per `model`, for die_first and hang_first
 
     def _log(self, request, body, **fields):
         if self.record:
@@ -60,7 +65,7 @@ class Mock:
                 body = {"unrecordable": True}
             entry = self.requests.setdefault(rid, {"auth": request.headers.get("Authorization"), "body": body,
                                                    "peer_port": request.transport.get_extra_info("peername")[1]})
-            entry.update(fields)
+            entry.update(fields, calls=entry.get("calls", 0) + 1)
             return entry
         return {}
 
@@ -78,6 +83,13 @@ class Mock:
                 "message": "mock upstream: unreadable request", "type": "BadRequestError", "param": None,
                 "code": 400}}))
         entry = self._log(request, body, started=time.time(), cancelled=False, finished=False)
+        nth = self.by_model[body.get("model")] = self.by_model.get(body.get("model"), 0) + 1
+        if nth <= options["die_first"] or nth <= options["hang_first"]:
+            try:
+                return await self.fail_first(request, body, hang=nth <= options["hang_first"])
+            except (asyncio.CancelledError, ConnectionResetError):
+                entry.update(cancelled=True, cancelled_at=time.time())
+                raise
         if options["fail"]:
             return web.Response(status=options["fail"], content_type="application/json",
                                 headers={"Retry-After": str(options["retry_after"])} if options["retry_after"] else None,
@@ -96,6 +108,15 @@ class Mock:
             entry["cancelled"] = True
             entry["cancelled_at"] = time.time()
             raise
+
+    async def fail_first(self, request, body: dict, *, hang: bool) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
+        if body.get("stream"):
+            await resp.prepare(request)
+        if hang:
+            await asyncio.sleep(3600)  # until the client gives up and closes the connection
+        request.transport.close()
+        return resp
 
     def _tokens(self, body: dict, options: dict) -> tuple[list[str], str]:
         """The content pieces to send and the finish reason, honouring max_tokens and stop strings."""
@@ -222,7 +243,7 @@ def main(argv=None) -> None:
     parser.add_argument("--keepalive-timeout", type=float, default=75.0, help="seconds an idle connection is kept")
     args = parser.parse_args(argv)
     defaults = {"ttft": args.ttft, "chunks": args.chunks, "gap": args.gap, "fail": 0, "drop": 0, "pad": 0, "stall": 0,
-                "retry_after": 0}
+                "retry_after": 0, "die_first": 0, "hang_first": 0}
     try:
         import uvloop
 

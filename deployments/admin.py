@@ -15,12 +15,13 @@ from django.utils.cache import add_never_cache_headers
 from deployments.cluster_config import cluster_config_errors
 from deployments.errors import ActionError
 from deployments.models import (AccessToken, ApiKey, Cluster, Deployment, Event, ExternalIdentity, Membership,
-                                ScimToken, Team)
+                                Rollout, ScimToken, Team)
 from deployments.permissions import is_platform_admin
 from deployments.services.access_tokens import access_token_revoke
 from deployments.services.actions import deployment_delete
 from deployments.services.api_keys import api_key_revoke, api_key_transfer_to_team
 from deployments.services.clusters import cluster_register, cluster_update
+from deployments.services.rollouts import rollout_abort, rollout_pause, rollout_resume
 from deployments.services.people import (DETAILS, user_create, user_deactivate, user_delete, user_reactivate,
                                           user_update)
 from deployments.services.scim import scim_token_create, scim_token_revoke
@@ -168,6 +169,43 @@ class DeploymentAdmin(ReadOnlyAdmin):
     def has_tear_down_permission(self, request):
         # Deleting a deployment means tearing it down; the row and its history stay.
         return request.user.has_perm("deployments.delete_deployment")
+
+
+@admin.register(Rollout)
+class RolloutAdmin(ReadOnlyAdmin):
+    """How each update reached its users, as the reconciler recorded it; pause, resume and abort go through
+    deployments.services.rollouts (a platform admin steers any team's, as a team admin steers their own)."""
+
+    list_display = ["deployment", "from_generation", "to_generation", "mode", "state", "paused", "weight",
+                    "created_at", "finished_at"]
+    list_filter = ["state", "mode", "paused"]
+    search_fields = ["deployment__name", "deployment__team__slug"]
+    list_select_related = ["deployment__team"]
+    actions = ["pause", "resume", "abort"]
+
+    @admin.action(description="Pause selected rollouts (traffic stays split as it is)", permissions=["steer"])
+    def pause(self, request, queryset):
+        _apply(self, request, queryset, lambda r: rollout_pause(actor=request.user, rollout=r), done="Paused")
+
+    @admin.action(description="Resume selected rollouts", permissions=["steer"])
+    def resume(self, request, queryset):
+        _apply(self, request, queryset, lambda r: rollout_resume(actor=request.user, rollout=r), done="Resumed")
+
+    @admin.action(description="Abort selected rollouts (every request back to the old generation)…",
+                  permissions=["steer"])
+    def abort(self, request, queryset):
+        """First a page that asks for the reason, then the abort of each with it."""
+        if "confirm" not in request.POST:
+            return TemplateResponse(request, "admin/deployments/rollout/abort.html", {
+                **self.admin_site.each_context(request), "opts": self.opts, "rollouts": queryset,
+                "title": "Abort rollouts"})
+        why = request.POST.get("reason", "")
+        _apply(self, request, queryset, lambda r: rollout_abort(actor=request.user, rollout=r, reason=why),
+               done="Aborted")
+        return None
+
+    def has_steer_permission(self, request):
+        return request.user.has_perm("deployments.change_rollout")
 
 
 @admin.register(Event)

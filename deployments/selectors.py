@@ -1,8 +1,9 @@
 """Reads: what a user may see. A user sees only their teams' objects; platform admins see all."""
 from django.contrib.auth import get_user_model
-from django.db.models import OuterRef, Q, QuerySet, Subquery
+from django.db.models import OuterRef, Prefetch, Q, QuerySet, Subquery
 
-from deployments.models import ApiKey, ClusterCheck, ClusterCheckLine, Deployment, Event, Membership, Team
+from deployments.models import (ApiKey, ClusterCheck, ClusterCheckLine, Deployment, Event, Membership, Rollout,
+                                Team)
 from deployments.models.deployments import AWAITING_APPROVAL
 from deployments.permissions import is_platform_admin
 
@@ -80,3 +81,22 @@ def cluster_check_failures(cluster_ids) -> dict[int, list]:
             "check_run").order_by("position"):
         failures.setdefault(line.check_run.cluster_id, []).append(line)
     return failures
+
+
+def rollouts_of(deployment: Deployment) -> QuerySet[Rollout]:
+    """The deployment's rollouts, newest first (each knows its deployment: no query per row)."""
+    return deployment.rollouts.all()
+
+
+def with_active_rollout(deployments: QuerySet[Deployment]) -> QuerySet[Deployment]:
+    """Deployments with their rollout in progress loaded beside them (`active_rollouts`, a list of at most one):
+    one query for a page of any length."""
+    return deployments.prefetch_related(Prefetch(
+        "rollouts", queryset=Rollout.objects.filter(state__in=Rollout.ACTIVE), to_attr="active_rollouts"))
+
+
+def rollout_active_of(deployment: Deployment) -> Rollout | None:
+    """The deployment's rollout in progress, as `with_active_rollout` loaded it (or one query without it)."""
+    if (loaded := vars(deployment).get("active_rollouts")) is not None:
+        return loaded[0] if loaded else None
+    return deployment.rollouts.filter(state__in=Rollout.ACTIVE).first()

@@ -150,7 +150,7 @@ class RolloutSpec:
 
     steps: tuple[int, ...] = _field("The new generation's share of requests at each step, in percent: rising, "
                                     f"each 1-100, the last 100, at most {ROLLOUT_STEPS_MAX} steps.",
-                                    bounds=(1, 100), default=(10, 50, 100))
+                                    bounds=(1, 100), length=(1, ROLLOUT_STEPS_MAX), default=(10, 50, 100))
     max_surge: int = _field("Replicas per pool beyond the spec's while both generations run.", bounds=(1, 16),
                             default=1)
     step_seconds: int = _field("Seconds each step is watched before the next (or before the old generation goes).",
@@ -655,11 +655,12 @@ def _targets_rules(c: _Collector, targets: TargetsSpec | None) -> None:
 
 
 def _rollout_rules(c: _Collector, rollout: RolloutSpec) -> None:
-    steps = rollout.steps
-    if not 1 <= len(steps) <= ROLLOUT_STEPS_MAX:
-        c.add("rollout.steps", f"Give 1 to {ROLLOUT_STEPS_MAX} steps, got {len(steps)}.")
-    elif any(not 1 <= v <= 100 for v in steps) or list(steps) != sorted(set(steps)) or steps[-1] != 100:
-        c.add("rollout.steps", f"Must rise step by step, each 1-100, and end at 100; got {list(steps)}.")
+    steps, (fewest, most), (low, high) = rollout.steps, _declared(RolloutSpec, "steps")["length"], _bounds(
+        RolloutSpec, "steps")
+    if not fewest <= len(steps) <= most:
+        c.add("rollout.steps", f"Give {fewest} to {most} steps, got {len(steps)}.")
+    elif any(not low <= v <= high for v in steps) or list(steps) != sorted(set(steps)) or steps[-1] != high:
+        c.add("rollout.steps", f"Must rise step by step, each {low}-{high}, and end at {high}; got {list(steps)}.")
     for name in ("max_surge", "step_seconds", "max_ttft_ratio", "max_error_rate_increase", "max_attainment_drop"):
         c.within(f"rollout.{name}", getattr(rollout, name), *_bounds(RolloutSpec, name))
 

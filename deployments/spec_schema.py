@@ -37,7 +37,7 @@ def _field_schema(cls, f: Field, stored_path: str) -> dict:
     """One property: type, nullable, fixed set, bounds, lengths, default, and (a value, not a section) when
     changing it needs an approver, said in `x-needs-approval` and in words."""
     hint = typing.get_type_hints(cls)[f.name]
-    args = typing.get_args(hint)
+    args = typing.get_args(hint) if typing.get_origin(hint) is not tuple else ()  # a tuple's are its items
     nullable = type(None) in args or f.default_factory is not MISSING  # a section: null is its defaults
     inner = next((t for t in args if t is not type(None)), hint)
     schema = _value_schema(inner)
@@ -47,11 +47,12 @@ def _field_schema(cls, f: Field, stored_path: str) -> dict:
     if about["bounds"]:
         bounded = schema["items"] if schema.get("type") == "array" else schema
         bounded["minimum"], bounded["maximum"] = about["bounds"]
-    if about["length"]:
+    if about["length"]:  # of a string: characters; of a list: items
         low, high = about["length"]
-        schema["minLength"] = low
+        unit = "Items" if schema.get("type") == "array" else "Length"
+        schema[f"min{unit}"] = low
         if high is not None:
-            schema["maxLength"] = high
+            schema[f"max{unit}"] = high
     if (nested := about["or_object"]) is not None:  # the runtime: its key, or the object that names it
         schema = {"oneOf": [schema, _ref(nested)]}
     if nullable:

@@ -2,7 +2,7 @@
 from django.urls import path
 from django.views.generic import RedirectView
 
-from frontend.views import advice, approvals, clusters, cost, deployments, keys, requests, teams, tokens
+from frontend.views import advice, approvals, clusters, cost, deployments, keys, requests, rollouts, teams, tokens
 
 app_name = "frontend"
 
@@ -24,6 +24,9 @@ urlpatterns = [
     path("deployments/<int:pk>/targets/", advice.deployment_targets, name="deployment-targets"),
     path("deployments/<int:pk>/recommendations/<str:rec_id>/apply/", advice.deployment_recommendation_apply,
          name="deployment-recommendation-apply"),
+    path("deployments/<int:pk>/rollouts/<int:rollout_id>/pause/", rollouts.rollout_pause, name="rollout-pause"),
+    path("deployments/<int:pk>/rollouts/<int:rollout_id>/resume/", rollouts.rollout_resume, name="rollout-resume"),
+    path("deployments/<int:pk>/rollouts/<int:rollout_id>/abort/", rollouts.rollout_abort, name="rollout-abort"),
     path("approvals/", approvals.approval_queue, name="approvals"),
     path("clusters/<slug:name>/", clusters.cluster_detail, name="cluster-detail"),
     path("clusters/<slug:name>/checks/", clusters.cluster_checks_panel, name="cluster-checks"),

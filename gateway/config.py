@@ -40,6 +40,9 @@ class GatewayConfig:
     behind_load_balancer: bool = False  # then an empty forwarded_allow_ips refuses to start (gateway/forwarded.py)
     max_header_bytes: int = 64 * 1024
     flush_interval_s: float = 0.05
+    # How long a stream may take to send its first event (a decode waiting for KV that never comes) before it is
+    # asked once more, or, the second time, answered with a 504.
+    first_byte_timeout_s: float = 60.0
 
     @property
     def key_ttl_s(self) -> float:
@@ -75,6 +78,7 @@ def config_from_settings(**overrides) -> GatewayConfig:
         forwarded_allow_ips=getattr(settings, "TANDEM_GATEWAY_FORWARDED_ALLOW_IPS", ""),
         behind_load_balancer=getattr(settings, "TANDEM_GATEWAY_BEHIND_LOAD_BALANCER", False),
         max_header_bytes=getattr(settings, "TANDEM_GATEWAY_MAX_HEADER_BYTES", 64 * 1024),
+        first_byte_timeout_s=getattr(settings, "TANDEM_GATEWAY_FIRST_BYTE_TIMEOUT_S", 60.0),
     )
     values.update(overrides)
     return GatewayConfig(**values)

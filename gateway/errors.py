@@ -101,6 +101,12 @@ def gateway_timeout(seconds: float) -> GatewayError:
                         code="upstream_timeout")
 
 
+def first_byte_timeout(seconds: float) -> GatewayError:
+    """A stream whose deployment sent nothing within the bound (TANDEM_GATEWAY_FIRST_BYTE_TIMEOUT_S), twice."""
+    return GatewayError(504, f"The deployment did not start its answer within {seconds:g}s.", type="timeout",
+                        code="first_byte_timeout")
+
+
 def upstream_error_event(message: str, code: str) -> bytes:
     """What a client gets when upstream breaks mid-stream: an SSE error event, then `[DONE]`."""
     return b"data: " + error_body(message, "upstream_error", None, code) + b"\n\ndata: [DONE]\n\n"

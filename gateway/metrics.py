@@ -31,6 +31,10 @@ AUTH_FAILURES = Counter("tandem_gateway_auth_failures", "Requests refused for th
 UNTRUSTED_FORWARDED = Counter("tandem_gateway_untrusted_forwarded", "Requests carrying a load balancer's header "
                               "(X-Forwarded-For, X-Amzn-Trace-Id) from a peer outside "
                               "TANDEM_GATEWAY_FORWARDED_ALLOW_IPS, served as that peer (gateway/forwarded.py)")
+UPSTREAM_RETRIES = Counter("tandem_gateway_upstream_retries", "Requests asked of upstream a second time because the "
+                           "first try failed before the client got a byte, by deployment and reason (502/503/504, "
+                           "connect, disconnected, stream_not_started, first_byte_timeout)",
+                           ["deployment", "reason"])
 CACHE_ENTRIES = Gauge("tandem_gateway_cache_entries", "Entries held in memory, by cache", ["cache"])
 
 
@@ -65,6 +69,10 @@ def observe(rec) -> None:
         gap_max.observe(rec.max_itl_ms / 1000)
     if rec.partial:
         PARTIAL.labels(dep, rec.error_type or "unknown").inc()
+
+
+def retried(deployment_id: int, reason: str) -> None:
+    UPSTREAM_RETRIES.labels(str(deployment_id), reason).inc()
 
 
 def watch_sizes(**sized) -> None:

@@ -1,32 +1,49 @@
 """One OpenAI request through the gateway: authenticate, check, route, limit, forward, relay, record."""
 import asyncio
 import logging
+import random
 from functools import partial
 
 import aiohttp
 import orjson
 
-from gateway.errors import GatewayError, bad_gateway, from_upstream, gateway_timeout
+from gateway import metrics
+from gateway.errors import GatewayError, bad_gateway, first_byte_timeout, from_upstream, gateway_timeout
 from gateway.requests import (ClientGone, RequestHead, check_against_deployment, parse_request, read_body,
                               upstream_body)
-from gateway.streaming import read_usage, relay_events
+from gateway.streaming import NotStarted, read_usage, relay_events
 from gateway.timing import Record
 
 log = logging.getLogger(__name__)
 
 JSON = b"application/json"
 CLIENT_CLOSED = 499  # nginx's convention for "the client went away first"
+# Upstream answers that mean "this replica could not take it" (Ray Serve's proxy answers 503 when its replicas are
+# full, 502/504 when one died or hung): another try may reach another replica.
+RETRY_STATUSES = frozenset((502, 503, 504))
+RETRY_BACKOFF_S = 0.1  # the mean wait before the one retry (uniform over 0.05-0.15 s: retries of one failure spread)
+
+
+class Retryable(Exception):
+    """Upstream failed before the client got any byte of the answer: `error` is what the client gets if the one
+    retry fails too; `reason` labels the retry's metric."""
+
+    def __init__(self, error: GatewayError, reason: str):
+        super().__init__(error.message)
+        self.error, self.reason = error, reason
 
 
 class Exchange:
-    """State shared with the disconnect watcher: whether the response is done and whether the client left."""
+    """State shared with the disconnect watcher: whether the response is done and whether the client left; and
+    the upstream response being read (closed, not released, when it was not read to its end)."""
 
-    __slots__ = ("task", "finished", "client_gone")
+    __slots__ = ("task", "finished", "client_gone", "resp")
 
     def __init__(self):
         self.task = asyncio.current_task()
         self.finished = False
         self.client_gone = False
+        self.resp = None
 
 
 def _client_left(ex: Exchange) -> None:
@@ -46,23 +63,26 @@ async def _watch_disconnect(receive, ex: Exchange) -> None:
             return
 
 
-async def send_error(send, err: GatewayError, request_id: bytes) -> None:
+async def send_error(send, err: GatewayError, request_id: bytes, extra: tuple = ()) -> None:
     body = err.body()
     await send({"type": "http.response.start", "status": err.status,
                 "headers": [(b"content-type", JSON), (b"content-length", str(len(body)).encode()),
-                            (b"x-request-id", request_id), *err.headers]})
+                            (b"x-request-id", request_id), *err.headers, *extra]})
     await send({"type": "http.response.body", "body": body})
 
 
 async def handle_openai(gw, head: RequestHead, receive, send):
     """The record is kept under the gateway's own request id (sent upstream too); the client's `X-Request-ID`,
-    when sane, is kept beside it and echoed back. The tokens a key's request used count towards its limit once
-    the request has finished."""
+    when sane, is kept beside it and echoed back. One generation of the deployment serves the whole request
+    (routing.Route.upstream) and every answer from then on names it (`x-tandem-generation`). An upstream that
+    fails before the client got any byte is asked once more, after a short wait (_answer says when). The tokens
+    a key's request used count towards its limit once the request has finished."""
     rec = Record(head.request_id, head.endpoint, head.client_id)
     rid = head.echo_id
     ex = Exchange()
     connection = head.connection
-    key = watcher = resp = None
+    key = watcher = None
+    generation = ()
     status = 200
     try:
         key = await gw.keys.authenticate(head.authorization, head.client)
@@ -70,42 +90,38 @@ async def handle_openai(gw, head: RequestHead, receive, send):
         raw = await read_body(receive, head.content_length, gw.config.max_body_bytes)
         data = parse_request(raw, head.endpoint)
         rec.model = data["model"]
-        stream = rec.stream = data.get("stream") is True
+        rec.stream = data.get("stream") is True
         route = await gw.router.resolve(key, rec.model)
         rec.deployment_id = route.deployment_id
         check_against_deployment(data, route)
         await gw.limiter.check(key)
-        body, keep_usage_chunk = upstream_body(raw, data, stream=stream)
+        body, keep_usage_chunk = upstream_body(raw, data, stream=rec.stream)
+        upstream = route.upstream(service=key.service)
+        rec.generation = upstream.generation
+        generation = (upstream.header,)
         if connection is None:
             watcher = asyncio.ensure_future(_watch_disconnect(receive, ex))
         elif connection.lost:
             raise ClientGone
         else:
             connection.on_lost = partial(_client_left, ex)
-        resp = await _post(gw, route, head.endpoint, body, head.request_id)
-        if resp.status >= 400:
-            raise await _upstream_error(resp)
-        if stream and resp.content_type == "text/event-stream":
-            await send({"type": "http.response.start", "status": 200, "headers": [
-                (b"content-type", resp.headers.get("Content-Type", "text/event-stream").encode()),
-                (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no"), (b"x-request-id", rid)]})
-            await relay_events(resp, send, rec, keep_usage_chunk=keep_usage_chunk)
-            ex.finished = True
-            await send({"type": "http.response.body", "body": b""})
-        else:
-            payload = await _read_all(gw, resp)
-            _read_usage(payload, rec)
-            ex.finished = True
-            await send({"type": "http.response.start", "status": 200, "headers": [
-                (b"content-type", resp.headers.get("Content-Type", "application/json").encode()),
-                (b"content-length", str(len(payload)).encode()), (b"x-request-id", rid)]})
-            await send({"type": "http.response.body", "body": payload})
-            rec.bytes_out = len(payload)
+        try:
+            await _answer(gw, ex, route, upstream, head, body, send, rec, keep_usage_chunk)
+        except Retryable as failed:
+            if ex.resp is not None:
+                ex.resp.close()
+                ex.resp = None
+            metrics.retried(rec.deployment_id, failed.reason)
+            await asyncio.sleep(RETRY_BACKOFF_S * (0.5 + random.random()))
+            try:
+                await _answer(gw, ex, route, upstream, head, body, send, rec, keep_usage_chunk)
+            except Retryable as again:
+                raise again.error from None
     except GatewayError as err:
         status = err.status
         rec.error_type = err.code or err.type
         ex.finished = True
-        await send_error(send, err, rid)
+        await send_error(send, err, rid, generation)
     except ClientGone:
         status, rec.error_type = CLIENT_CLOSED, "client_disconnected"
     except asyncio.CancelledError:
@@ -122,7 +138,7 @@ async def handle_openai(gw, head: RequestHead, receive, send):
             ex.finished = True
             try:
                 await send_error(send, GatewayError(500, "The gateway failed; the request id is in the logs.",
-                                                    type="server_error", code="internal_error"), rid)
+                                                    type="server_error", code="internal_error"), rid, generation)
             except RuntimeError:  # the response had already started; the connection is closed instead
                 pass
     finally:
@@ -130,27 +146,72 @@ async def handle_openai(gw, head: RequestHead, receive, send):
             watcher.cancel()
         elif connection is not None:
             connection.on_lost = None
-        if resp is not None:
+        if ex.resp is not None:
             if status < 400 and not rec.partial:
-                resp.release()
+                ex.resp.release()
             else:  # not read to the end: closing the connection is what cancels the work upstream
-                resp.close()
+                ex.resp.close()
         rec.finish(status)
         gw.recorder.add(rec)
         if key is not None:
             gw.limiter.spent(key, at=rec.created_at, tokens=rec.prompt_tokens + rec.completion_tokens)
 
 
-async def _post(gw, route, endpoint: str, body: bytes, request_id: str):
+async def _answer(gw, ex: Exchange, route, upstream, head: RequestHead, body: bytes, send, rec: Record,
+                  keep_usage_chunk: bool) -> None:
+    """One try at upstream, relayed to the client. Raises Retryable while the client has nothing yet and another
+    try may work: the connection failed or broke before the answer, upstream answered 502/503/504, or a stream
+    ended, broke or stayed silent past `first_byte_timeout_s` before its first event (a decode waiting for KV
+    that never comes). A non-streamed answer is bounded by the read timeout alone, and a timeout there is final.
+    """
+    stream = rec.stream
+    header = upstream.header
+    try:
+        async with asyncio.timeout(gw.config.first_byte_timeout_s if stream else None) as first_byte:
+            resp = ex.resp = await _post(gw, route, upstream.urls[head.endpoint], body, head.request_id)
+            if resp.status >= 400:
+                error = await _upstream_error(resp)
+                raise Retryable(error, str(resp.status)) if resp.status in RETRY_STATUSES else error
+            if stream and resp.content_type == "text/event-stream":
+                start = {"type": "http.response.start", "status": 200, "headers": [
+                    (b"content-type", resp.headers.get("Content-Type", "text/event-stream").encode()),
+                    (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no"), (b"x-request-id", head.echo_id),
+                    header]}
+                try:
+                    await relay_events(resp, send, rec, start=start, keep_usage_chunk=keep_usage_chunk,
+                                       first_byte=first_byte)
+                except NotStarted as e:
+                    error = (gateway_timeout(gw.config.upstream_timeout_s) if e.timed_out else
+                             bad_gateway("The deployment closed the stream before its first event.",
+                                         "upstream_disconnected"))
+                    raise Retryable(error, "stream_not_started") from None
+                ex.finished = True
+                await send({"type": "http.response.body", "body": b""})
+                return
+    except TimeoutError:
+        raise Retryable(first_byte_timeout(gw.config.first_byte_timeout_s), "first_byte_timeout") from None
+    payload = await _read_all(gw, resp)
+    _read_usage(payload, rec)
+    ex.finished = True
+    await send({"type": "http.response.start", "status": 200, "headers": [
+        (b"content-type", resp.headers.get("Content-Type", "application/json").encode()),
+        (b"content-length", str(len(payload)).encode()), (b"x-request-id", head.echo_id), header]})
+    await send({"type": "http.response.body", "body": payload})
+    rec.bytes_out = len(payload)
+
+
+async def _post(gw, route, url, body: bytes, request_id: str):
     headers = {"Content-Type": "application/json", "X-Request-ID": request_id, **dict(route.headers)}
     try:
-        return await gw.session.post(route.urls[endpoint], data=body, headers=headers)
-    except asyncio.TimeoutError:
-        raise gateway_timeout(gw.config.upstream_timeout_s) from None
-    except aiohttp.ClientConnectorError:
-        raise bad_gateway("Could not connect to the deployment.", "upstream_unreachable") from None
+        return await gw.session.post(url, data=body, headers=headers)
+    except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError):
+        raise Retryable(bad_gateway("Could not connect to the deployment.", "upstream_unreachable"),
+                        "connect") from None
+    except asyncio.TimeoutError:  # connected and sent, then no answer within the read timeout: asking again waits
+        raise gateway_timeout(gw.config.upstream_timeout_s) from None  # as long again
     except aiohttp.ClientError as e:
-        raise bad_gateway(f"The deployment failed before answering ({type(e).__name__}).") from None
+        raise Retryable(bad_gateway(f"The deployment failed before answering ({type(e).__name__})."),
+                        "disconnected") from None
 
 
 async def _read_all(gw, resp) -> bytes:
@@ -158,8 +219,9 @@ async def _read_all(gw, resp) -> bytes:
         return await resp.read()
     except asyncio.TimeoutError:
         raise gateway_timeout(gw.config.upstream_timeout_s) from None
-    except (aiohttp.ClientError, ConnectionError):
-        raise bad_gateway("The deployment broke off its answer.", "upstream_disconnected") from None
+    except (aiohttp.ClientError, ConnectionError):  # nothing of it reached the client yet
+        raise Retryable(bad_gateway("The deployment broke off its answer.", "upstream_disconnected"),
+                        "disconnected") from None
 
 
 async def _upstream_error(resp) -> GatewayError:

@@ -1,5 +1,6 @@
 """Routing by `model` within the key's team: a per-team table of deployments, cached briefly."""
 import logging
+import random
 import time
 from dataclasses import dataclass
 
@@ -29,6 +30,28 @@ def upstream_headers(cluster_row: dict) -> list[tuple[str, str]]:
     return []
 
 
+GENERATION_HEADER = b"x-tandem-generation"
+
+
+def endpoint_urls(base: str) -> dict:
+    """Each OpenAI endpoint's URL under a deployment's base URL (none without one)."""
+    base = (base or "").rstrip("/")
+    return {name: URL(base + path, encoded=True) for name, path in ENDPOINTS.items()} if base else {}
+
+
+@dataclass(frozen=True, slots=True)
+class Upstream:
+    """One generation of a deployment: its URLs and the response header that names it, built once per route."""
+
+    generation: int
+    urls: dict  # endpoint name -> yarl.URL (parsing a URL per request costs)
+    header: tuple[bytes, bytes]
+
+    @classmethod
+    def of(cls, generation: int, base: str) -> "Upstream":
+        return cls(generation, endpoint_urls(base), (GENERATION_HEADER, str(generation).encode()))
+
+
 @dataclass(frozen=True, slots=True)
 class Route:
     """One deployment as the gateway sees it: where to send traffic and what to check first."""
@@ -38,7 +61,7 @@ class Route:
     model_id: str
     status: str
     max_model_len: int | None
-    urls: dict  # endpoint name -> yarl.URL, built once (parsing a URL per request costs)
+    current: Upstream  # the generation at endpoint_url
     headers: tuple
     created: int = 0
     problem: str = ""  # set when the deployment cannot take traffic for a reason other than its status
@@ -47,14 +70,25 @@ class Route:
     wake_on_request: bool = False  # paused, and a request may wake it
     ready_estimate: int | None = None  # seconds a resume is expected to take (its own history)
     status_changed_at: float = 0.0  # epoch seconds: for a deployment on its way to serving, when it set off
+    # During a side-by-side rollout: the next generation, and the share of requests (0-1) it gets.
+    next: Upstream | None = None
+    next_share: float = 0.0
 
     @property
     def serving(self) -> bool:
-        return self.status in SERVING and bool(self.urls) and not self.problem
+        return self.status in SERVING and bool(self.current.urls) and not self.problem
+
+    def upstream(self, *, service: bool = False, draw=random.random) -> Upstream:
+        """The generation that serves one request: the next one with probability `next_share` (a uniform draw in
+        [0, 1) below it), else the current one. The whole request goes to the one chosen. Tandem's own service
+        keys always reach the next generation while there is one: its conformance run checks it before any user's
+        request does (workers.rollout)."""
+        if self.next is None or (not service and draw() >= self.next_share):
+            return self.current
+        return self.next
 
     @classmethod
     def from_row(cls, row: dict) -> "Route":
-        base = (row["endpoint_url"] or "").rstrip("/")
         problem, headers = "", ()
         try:
             headers = tuple(upstream_headers(row))
@@ -63,15 +97,19 @@ class Route:
             problem = (f"The credential of cluster {row.get('cluster_name') or 'of this deployment'} is not "
                        "available; a platform admin has to fix it.")
             log.warning("deployment %s: %s (%s)", row["id"], problem, e)
-        urls = {name: URL(base + path, encoded=True) for name, path in ENDPOINTS.items()} if base else {}
+        weight = row.get("next_weight") or 0
+        following = (Upstream.of(row["next_generation"] or 0, row["next_endpoint_url"])
+                     if row.get("next_endpoint_url") else None)
         return cls(deployment_id=row["id"], name=row["name"], model_id=row["model_id"], status=row["status"],
-                   max_model_len=row["max_model_len"], urls=urls, headers=headers,
+                   max_model_len=row["max_model_len"],
+                   current=Upstream.of(row.get("endpoint_generation") or 0, row["endpoint_url"]), headers=headers,
                    created=int(row["updated_at"].timestamp()) if row.get("updated_at") else 0, problem=problem,
                    checking=row.get("endpoint_access") == CHECKING,
                    closed=row.get("endpoint_access_message", "") if row.get("endpoint_access") == CLOSED else "",
                    wake_on_request=bool(row.get("wake_on_request")),
                    ready_estimate=row.get("ready_estimate_seconds"),
-                   status_changed_at=float(row.get("status_changed_at") or 0))
+                   status_changed_at=float(row.get("status_changed_at") or 0),
+                   next=following, next_share=min(weight, 100) / 100 if following else 0.0)
 
     def open_to(self, key) -> bool:
         """Serving, and checked and not closed; Tandem's own service keys (conformance runs) reach it regardless."""
@@ -125,7 +163,7 @@ class Router:
                               f"{seconds}s: retry after that.", retry_after=seconds)
         if not route.serving:
             raise unavailable(route.problem or f"The deployment serving `{model}` is {route.status.replace('_', ' ')}"
-                                               f"{'' if route.urls else ' and has no endpoint yet'}; try again later.")
+                                               f"{'' if route.current.urls else ' and has no endpoint yet'}; try again later.")
         if not route.open_to(key) and route.closed:
             raise unavailable(f"The deployment serving `{model}` is not open: {route.closed}", code="kv_not_on_efa")
         if not route.open_to(key):

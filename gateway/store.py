@@ -33,7 +33,8 @@ TEAM_DEPLOYMENTS_SQL = """
 SELECT d.id, d.name, d.model_id, d.status, d.endpoint_url, d.max_model_len, d.updated_at,
        c.name AS cluster_name, c.kind AS cluster_kind, c.secret_ref AS cluster_secret_ref, d.wake_on_request,
        d.ready_estimate_seconds, EXTRACT(EPOCH FROM d.status_changed_at) AS status_changed_at,
-       d.endpoint_access, d.endpoint_access_message
+       d.endpoint_access, d.endpoint_access_message, d.endpoint_generation, d.next_endpoint_url,
+       d.next_generation, d.next_weight
 FROM deployments_deployment d JOIN deployments_cluster c ON c.id = d.cluster_id
 WHERE d.team_id = %s AND d.status = ANY(%s)
 ORDER BY d.created_at DESC

@@ -59,10 +59,23 @@ def _split_complete(data: bytes) -> int:
     return max(lf + 2 if lf >= 0 else 0, crlf + 4 if crlf >= 0 else 0)
 
 
-async def relay_events(resp, send, rec, *, keep_usage_chunk: bool) -> None:
+class NotStarted(Exception):
+    """Upstream ended or broke before it sent a whole event: nothing reached the client, so it may be asked again.
+    `timed_out`: it stopped answering (a read timeout) rather than closing."""
+
+    def __init__(self, timed_out: bool):
+        super().__init__("upstream stream ended before its first event")
+        self.timed_out = timed_out
+
+
+async def relay_events(resp, send, rec, *, start: dict, keep_usage_chunk: bool, first_byte=None) -> None:
     """Send each upstream read on at once. Only an unfinished trailing event is held until its end arrives:
     a client cannot use half an event, and whole events are needed to find and drop the usage chunk.
-    An upstream that breaks or ends without `[DONE]` gives the client an error event and `[DONE]`.
+
+    The response's head (`start`) goes out with the first whole event, so until then the client has nothing and
+    an upstream that ends or breaks raises NotStarted (the caller may retry). `first_byte`, an asyncio.Timeout
+    bounding the wait for that event, is lifted once it is sent. An upstream that breaks or ends without `[DONE]`
+    after that gives the client an error event and `[DONE]`.
     """
     read = resp.content.readany
     tail = b""
@@ -85,10 +98,17 @@ async def relay_events(resp, send, rec, *, keep_usage_chunk: bool) -> None:
                 data = take_usage(data, rec, keep_usage_chunk)
             saw_done = data.endswith(DONE_ENDINGS) and _ends_with_done(data)
             events += data.count(b"\n\n") or data.count(b"\r\n\r\n")
+            if start is not None:
+                if first_byte is not None:
+                    first_byte.reschedule(None)
+                await send(start)
+                start = None
             await send({"type": "http.response.body", "body": data, "more_body": True})
             rec.chunk_sent(len(data))
     except UPSTREAM_FAILURES as e:
         failure = e
+    if start is not None:
+        raise NotStarted(isinstance(failure, asyncio.TimeoutError))
     if saw_done and not tail:
         return
     if tail and failure is None:

@@ -22,8 +22,8 @@ class Record:
 
     __slots__ = ("request_id", "client_request_id", "created_at", "t0", "endpoint", "stream", "model", "key_pk",
                  "key_id", "deployment_id", "status_code", "error_type", "prompt_tokens", "completion_tokens", "partial",
-                 "ttft_ms", "e2e_ms", "mean_itl_ms", "max_itl_ms", "bytes_out", "_last", "chunks", "_gap_sum",
-                 "_gap_max")
+                 "ttft_ms", "e2e_ms", "mean_itl_ms", "max_itl_ms", "bytes_out", "generation", "_last", "chunks",
+                 "_gap_sum", "_gap_max")
 
     def __init__(self, request_id: str, endpoint: str, client_request_id: str = ""):
         self.request_id = request_id
@@ -41,6 +41,7 @@ class Record:
         self.partial = False
         self.ttft_ms = self.mean_itl_ms = self.max_itl_ms = None
         self.e2e_ms = 0.0
+        self.generation = None  # the deployment's generation that served it (None: routing never got that far)
         self._last = 0.0
         self.chunks = 0
         self._gap_sum = 0.0
@@ -76,6 +77,7 @@ class Record:
             "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
             "partial": self.partial, "ttft_ms": self.ttft_ms, "e2e_ms": self.e2e_ms,
             "mean_itl_ms": self.mean_itl_ms, "max_itl_ms": self.max_itl_ms, "bytes_out": self.bytes_out,
+            "generation": self.generation,
         }
 
 

@@ -16,12 +16,17 @@ from observability.rollups import WINDOWS
 from usage.models import RequestRecord
 
 
-class _P95(Aggregate):
-    """PostgreSQL's percentile_cont(0.95): the p95 of a column over the filtered rows."""
+class Percentile(Aggregate):
+    """PostgreSQL's percentile_cont: the `fraction` percentile of a column over the rows its `filter` keeps
+    (`Percentile("ttft_ms", fraction=0.95, filter=Q(...))`). The template must place Django's `%(filter)s`:
+    without it the FILTER clause is silently left out (its parameters still passed)."""
 
     function = "percentile_cont"
-    template = "%(function)s(0.95) WITHIN GROUP (ORDER BY %(expressions)s)"
+    template = "%(function)s(%(fraction)s) WITHIN GROUP (ORDER BY %(expressions)s)%(filter)s"
     output_field = FloatField()
+
+    def __init__(self, expression, *, fraction: float, **extra):
+        super().__init__(expression, fraction=float(fraction), **extra)
 
 
 @dataclass(frozen=True)
@@ -77,8 +82,15 @@ def attainment(*, deployment, targets: TargetsSpec | None, window: str, now: dt.
     """Attainment of `targets` by `deployment`'s requests in the `window` (a key of rollups.WINDOWS) up to
     `now`: one aggregate query."""
     since = now - dt.timedelta(seconds=WINDOWS[window][0])
-    rows = RequestRecord.objects.filter(deployment=deployment, created_at__gte=since, created_at__lt=now,
-                                        status_code__lt=400, partial=False)
+    requests, each = targets_attainment(
+        RequestRecord.objects.filter(deployment=deployment, created_at__gte=since, created_at__lt=now), targets)
+    return Attainment(window=window, since=since, until=now, requests=requests, targets=each)
+
+
+def targets_attainment(records, targets: TargetsSpec | None) -> tuple[int, tuple[TargetAttainment, ...]]:
+    """How many of `records` (a RequestRecord queryset) were answered, and each target's attainment among them:
+    one aggregate query."""
+    rows = records.filter(status_code__lt=400, partial=False)
     wanted = {"requests": Count("id")}
     named = []
     for measure, spec_field, column in MEASURES:
@@ -89,8 +101,8 @@ def attainment(*, deployment, targets: TargetsSpec | None, window: str, now: dt.
         measured = Q(**{f"{column}__isnull": False})
         wanted |= {f"{measure}_n": Count("id", filter=measured),
                    f"{measure}_met": Count("id", filter=Q(**{f"{column}__lte": limit})),
-                   f"{measure}_p95": _P95(column, filter=measured)}
+                   f"{measure}_p95": Percentile(column, fraction=0.95, filter=measured)}
     got = rows.aggregate(**wanted)
-    return Attainment(window=window, since=since, until=now, requests=got["requests"], targets=tuple(
+    return got["requests"], tuple(
         TargetAttainment(measure=m, target_ms=limit, required_share=targets.share, requests=got[f"{m}_n"],
-                         met=got[f"{m}_met"], observed_p95_ms=got[f"{m}_p95"]) for m, limit in named))
+                         met=got[f"{m}_met"], observed_p95_ms=got[f"{m}_p95"]) for m, limit in named)

@@ -14,6 +14,7 @@ from tandemctl.config import settings_load
 from tandemctl.errors import CliError
 from tandemctl.manifest import manifests_load
 from tandemctl.output import change_line, cost_line, emit, note
+from tandemctl.rollouts import ACTIONS, rollout_act, rollout_latest, rollout_print
 from tandemctl.spec_schema import SpecSchema
 
 PENDING = "pending_approval"
@@ -256,6 +257,20 @@ def cmd_resume(api: Client, args) -> int:
     return _act(api, args, "deployments.resume")
 
 
+def cmd_rollout(api: Client, args) -> int:
+    """The update rolling out (else the last one), each step with its state; --pause, --resume or --abort REASON
+    change it (team admins)."""
+    d = _get(api, args.name, args.team)
+    action = next((a for a in ACTIONS if getattr(args, a) not in (None, False)), None)
+    if action is None:
+        rollout_print(rollout_latest(api, d), args.output)
+        return errors.OK
+    r = rollout_act(api, d, action, reason=args.abort or "")
+    note(f"rollout {r['id']} of {d['team']}/{d['name']} {ACTIONS[action][1]}")
+    rollout_print(r, args.output)
+    return errors.OK
+
+
 def cmd_events(api: Client, args) -> int:
     d = _get(api, args.name, args.team)
     events = list(reversed(api.call("deployments.events", id=d["id"], params={"limit": args.limit})["results"]))
@@ -439,6 +454,13 @@ def parser() -> argparse.ArgumentParser:
     command("delete", cmd_delete, "tear a deployment down (a pending request is withdrawn)")
     command("pause", cmd_pause, "free a deployment's serving part and quota (also while it provisions); keys, name and history stay")
     command("resume", cmd_resume, "bring a paused deployment back (no approval, but past the team's budget only a platform admin may)")
+    c = command("rollout", cmd_rollout, "the update rolling out (else the last one), step by step; team admins "
+                "pause, resume or abort it")
+    act = c.add_mutually_exclusive_group()
+    act.add_argument("--pause", action="store_true", help="hold it at its step: traffic stays split as it is")
+    act.add_argument("--resume", action="store_true", help="go on from the step it was held at")
+    act.add_argument("--abort", metavar="REASON",
+                     help="move every request back to the old generation and remove the new one")
     c = command("events", cmd_events, "a deployment's audit trail, oldest first", aliases=("logs",))
     c.add_argument("--limit", type=int, default=50)
 

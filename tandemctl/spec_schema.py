@@ -2,8 +2,9 @@
 `tandemctl validate`: the server's schema is the one source, so this module knows no field of the spec.
 
 tandemctl installs with httpx and PyYAML only, so this is a small validator of the part of OpenAPI 3.0 that
-schema uses (types, nullable, enum, bounds, lengths, required, properties, additionalProperties: false, oneOf,
-allOf and $ref), not a general one. A key the spec does not have is named as the server names it."""
+schema uses (types, nullable, enum, bounds, lengths, arrays with their items, required, properties,
+additionalProperties: false, oneOf, allOf and $ref), not a general one. A key the spec does not have is named as
+the server names it."""
 import difflib
 
 from tandemctl.errors import SCHEMA_DRIFT, CliError
@@ -80,6 +81,12 @@ class SpecSchema:
             return [f"{path}: must be between {node.get('minimum')} and {node.get('maximum')}, got {value}"]
         if isinstance(value, str) and not node.get("minLength", 0) <= len(value) <= node.get("maxLength", len(value)):
             return [f"{path}: must be {node.get('minLength', 0)} to {node.get('maxLength', 'any')} characters long"]
+        if kind == "array":
+            if not node.get("minItems", 0) <= len(value) <= node.get("maxItems", len(value)):
+                return [f"{path}: must hold {node.get('minItems', 0)} to {node.get('maxItems', 'any')} items, "
+                        f"got {len(value)}"]
+            return [p for i, item in enumerate(value) for p in self.problems(item, node.get("items", {}),
+                                                                              f"{path}[{i}]")]
         if kind != "object":
             return []
         properties, found = node.get("properties", {}), []

@@ -30,10 +30,12 @@ from rest_framework.test import APIClient
 
 from deployments.hashing import content_hash
 from deployments.models import (AccessToken, ApiKey, Cluster, Deployment, Event, ExternalIdentity, Membership,
-                                ScimGroup, Team)
+                                Rollout, ScimGroup, Team)
 from deployments.services import actions
 from deployments.services.api_keys import api_key_create
 from deployments.services.credentials import credential_mint
+from deployments.services.rollouts import rollout_begin
+from deployments.spec import spec_parse
 from tests.factories import MODEL_SOURCES, ClusterFactory, DeploymentFactory, MembershipFactory, TeamFactory, spec_input
 
 # In every name the victim team owns: a response that contains it read the victim's data. Long enough that no
@@ -62,6 +64,8 @@ def _victim_world():
                                 status="running", spec=pending.spec)
     pool = {"instance_type": "g6e.12xlarge", "nodes": 2, "gpus_per_node": 4, "tensor_parallel_size": 4}
     actions.deployment_update(actor=carol, deployment=running, spec=spec_input(model=model, prefill=pool))
+    # An earlier update of it, rolling out: as the services record one (deployments.services.rollouts).
+    rollout = rollout_begin(deployment=running, old_spec=spec_parse(spec_input()), new_spec=running.spec_typed)
     key, _ = api_key_create(actor=bob, team=victim, name=f"victim-key-{MARK}", all_deployments=False,
                             deployments=[running])
     token, _ = credential_mint(model=AccessToken, user=bob, name=f"victim-token-{MARK}")
@@ -76,7 +80,8 @@ def _victim_world():
     return {"cluster": cluster, "victim": victim, "bob": bob, "carol": carol, "carol_m": carol_m,
             "pending": pending, "running": Deployment.objects.get(pk=running.pk), "key": key, "token": token,
             "event": Event.objects.filter(team=victim).first(), "alice": alice, "outsiders": outsiders,
-            "mine": mine, "identity": identity, "group": group, "markers": [MARK, key.key_id, token.key_id]}
+            "mine": mine, "identity": identity, "group": group, "rollout": rollout,
+            "markers": [MARK, key.key_id, token.key_id]}
 
 
 def _victim_state(w) -> dict:
@@ -99,6 +104,7 @@ def _victim_state(w) -> dict:
         "identities": rows(ExternalIdentity.objects.filter(user__in=users)),
         "scim_groups": sorted(ScimGroup.objects.filter(members__in=users).values_list("display_name", "members")),
         "clusters": rows(Cluster.objects.all()),
+        "rollouts": rows(Rollout.objects.filter(deployment__team=victim)),
     }
 
 
@@ -124,11 +130,13 @@ def _refs(w, *, missing: bool) -> dict:
         return {"deployment": MISSING_ID, "team": "no-such-team-zz", "user": "no-such-user-zz", "key": MISSING_ID,
                 "token": MISSING_ID, "member": MISSING_ID, "event": MISSING_ID, "name": "pwned-m",
                 "recommendation": "0000deadbeef", "cluster_name": "no-such-cluster-zz", "user_id": MISSING_ID,
-                "identity": MISSING_ID, "group": "00000000-0000-4000-8000-00000000dead"}
+                "identity": MISSING_ID, "group": "00000000-0000-4000-8000-00000000dead",
+                "rollout": MISSING_ID}
     return {"deployment": w["running"].pk, "team": w["victim"].slug, "user": w["bob"].username,
             "key": w["key"].pk, "token": w["token"].pk, "member": w["carol_m"].pk, "event": w["event"].pk,
             "name": "pwned-v", "recommendation": "a1b2c3d4e5f6", "cluster_name": w["cluster"].name,
-            "user_id": w["bob"].pk, "identity": w["identity"].pk, "group": str(w["group"].pk)}
+            "user_id": w["bob"].pk, "identity": w["identity"].pk, "group": str(w["group"].pk),
+            "rollout": w["rollout"].pk}
 
 
 def _body(w, refs: dict, *, own_team: bool) -> dict:
@@ -171,7 +179,7 @@ REST_OPERATIONS = _schema_operations()
 # Path parameters of the schema, by resource (the path's segment before it) → which victim object fills them.
 REST_PARAMS = {"deployments": "deployment", "teams": "team", "members": "member", "api-keys": "key",
                "tokens": "token", "users": "user", "events": "event", "clusters": None,
-               "recommendations": "recommendation"}
+               "recommendations": "recommendation", "rollouts": "rollout"}
 
 
 def _rest_path(path: str, refs: dict, cluster: str) -> tuple[str, bool]:
@@ -264,8 +272,10 @@ def _url_patterns(resolver=None, prefix="", namespace=""):
 PAGES = [(route, name) for route, name, _ in _url_patterns() if not route.startswith("api/")]
 # What an object parameter of a page means, by the route's first segment (admin: by its URL name).
 PAGE_OBJECTS = {"deployments": "deployment", "keys": "key", "tokens": "token", "clusters": "cluster_name"}
+PAGE_PARAMS = {"rollout_id": "rollout"}  # a second object in a page's URL, by its parameter's name
 PAGE_OBJECTS_ADMIN = {"team": "team", "deployment": "deployment", "membership": "member", "apikey": "key",
-                      "accesstoken": "token", "event": "event", "user": "user", "externalidentity": "identity"}
+                      "accesstoken": "token", "event": "event", "user": "user", "externalidentity": "identity",
+                      "rollout": "rollout"}
 # SCIM (the directory's bearer token, never a session): the victim's user and group by their SCIM ids.
 SCIM_OBJECTS = {"Users": "user_id", "Groups": "group"}
 
@@ -291,7 +301,7 @@ def _page_url(route: str, w, refs: dict) -> tuple[str, bool]:
             uid = w["bob"].pk if refs["user"] == w["bob"].username else MISSING_ID
             value = urlsafe_base64_encode(force_bytes(uid)) if param == "uidb64" else "guessed-token"
         else:
-            value = refs.get(PAGE_OBJECTS.get(route.split("/")[0], ""))
+            value = refs.get(PAGE_PARAMS.get(param) or PAGE_OBJECTS.get(route.split("/")[0], ""))
             names_object = True
         assert value is not None, f"{route}: no victim object for <{param}>; add one"
         return str(value)

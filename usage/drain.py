@@ -49,7 +49,7 @@ def _rows(entries) -> list[RequestRecord]:
         endpoint=p["endpoint"], stream=p["stream"], status_code=p["status_code"], error_type=p["error_type"][:60],
         prompt_tokens=p["prompt_tokens"], completion_tokens=p["completion_tokens"], partial=p["partial"],
         ttft_ms=p["ttft_ms"], e2e_ms=p["e2e_ms"], mean_itl_ms=p["mean_itl_ms"], max_itl_ms=p["max_itl_ms"],
-        bytes_out=p["bytes_out"]) for p in parsed]
+        bytes_out=p["bytes_out"], generation=p.get("generation")) for p in parsed]
 
 
 def _store(rows: list[RequestRecord]) -> None:

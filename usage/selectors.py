@@ -1,11 +1,14 @@
-"""Reads of gateway usage for the REST API."""
+"""Reads of gateway usage for the REST API and for the rollout's judge."""
 import datetime as dt
+from dataclasses import dataclass
 
 from django.db.models import Count, Max, Q, Sum
 from django.utils import timezone
 
 from deployments.cost import cost_per_million
+from deployments.spec import TargetsSpec
 from deployments.spend import deployment_hourly_usd, deployment_spend_usd
+from observability.attainment import Percentile, targets_attainment
 from usage.models import RequestRecord
 
 
@@ -45,26 +48,39 @@ def deployment_cost(*, deployment, window: dt.timedelta) -> dict:
     }
 
 
-# TEMPORARY (lead): replaced by the gw branch's generation_stats on merge.
-from dataclasses import dataclass  # noqa: E402
-
-
 @dataclass(frozen=True)
 class GenerationStats:
+    """What users felt of one generation of a deployment over a window.
+
+    `failed`: answered 5xx, or a stream upstream cut short (a client that left is not a failure). The TTFT
+    percentiles are over streamed successes (None: none). `attained`: the lowest share of requests meeting a
+    latency target, by observability.attainment's rule (None: no targets, or no request measured)."""
+
     requests: int
     failed: int
     ttft_p50_ms: float | None
     ttft_p95_ms: float | None
     attained: float | None
 
+    @property
+    def error_rate(self) -> float | None:
+        return self.failed / self.requests if self.requests else None
 
-def generation_stats(*, deployment_id, generation, since, until=None, targets=None) -> GenerationStats:
-    import statistics
+
+def generation_stats(*, deployment_id: int, generation: int, since: dt.datetime, until: dt.datetime | None = None,
+                     targets: TargetsSpec | None = None) -> GenerationStats:
+    """GenerationStats of the requests `generation` of the deployment served from `since` to `until` (None: now):
+    two aggregate queries."""
     rows = RequestRecord.objects.filter(deployment_id=deployment_id, generation=generation, created_at__gte=since)
     if until is not None:
-        rows = rows.filter(created_at__lte=until)
-    rows = list(rows.values("status_code", "ttft_ms", "error_type"))
-    ttfts = sorted(r["ttft_ms"] for r in rows if r["ttft_ms"] is not None and r["status_code"] < 400)
-    return GenerationStats(requests=len(rows), failed=sum(r["status_code"] >= 500 for r in rows),
-                           ttft_p50_ms=statistics.median(ttfts) if ttfts else None,
-                           ttft_p95_ms=ttfts[int(0.95 * (len(ttfts) - 1))] if ttfts else None, attained=None)
+        rows = rows.filter(created_at__lt=until)
+    streamed = Q(stream=True, status_code__lt=400, partial=False, ttft_ms__isnull=False)
+    got = rows.aggregate(
+        requests=Count("id"),
+        # A partial record is a stream cut short: by upstream (a failure) or by its client (error_type below).
+        failed=Count("id", filter=Q(status_code__gte=500) | (Q(partial=True) & ~Q(error_type="client_disconnected"))),
+        ttft_p50=Percentile("ttft_ms", fraction=0.5, filter=streamed),
+        ttft_p95=Percentile("ttft_ms", fraction=0.95, filter=streamed))
+    shares = [t.share for t in targets_attainment(rows, targets)[1] if t.requests] if targets else []
+    return GenerationStats(requests=got["requests"], failed=got["failed"], ttft_p50_ms=got["ttft_p50"],
+                           ttft_p95_ms=got["ttft_p95"], attained=min(shares) if shares else None)

@@ -198,7 +198,10 @@ SPECTACULAR_SETTINGS = {
     # Each enum named for what it is; clusters keep the name they had before events' kinds had an enum too.
     "ENUM_NAME_OVERRIDES": {"DeploymentStatusEnum": "deployments.lifecycle.Status",
                             "EventKindEnum": "deployments.event_kinds.EventKind",
-                            "KindEnum": "deployments.models.clusters.Cluster.Kind"},
+                            "KindEnum": "deployments.models.clusters.Cluster.Kind",
+                            "RolloutModeEnum": "deployments.models.rollouts.Rollout.Mode",
+                            "RolloutStateEnum": "deployments.models.rollouts.Rollout.State",
+                            "RolloutStepStateEnum": "deployments.rollout_steps.StepState.choices"},
     # Swagger UI and Redoc from the drf-spectacular-sidecar package: no CDN, pinned by the lock.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
@@ -254,6 +257,9 @@ TANDEM_GATEWAY_MAX_BODY_BYTES = env_int("TANDEM_GATEWAY_MAX_BODY_BYTES", 4 * 102
 TANDEM_GATEWAY_CONNECT_TIMEOUT_S = env_float("TANDEM_GATEWAY_CONNECT_TIMEOUT_S", 5.0)
 # Longest wait for upstream's response headers and, when streaming, between two chunks.
 TANDEM_GATEWAY_UPSTREAM_TIMEOUT_S = env_float("TANDEM_GATEWAY_UPSTREAM_TIMEOUT_S", 600.0)
+# Longest wait for a stream's first event (a decode waiting for KV that never comes): then it is asked once more,
+# and the second time the client gets a 504.
+TANDEM_GATEWAY_FIRST_BYTE_TIMEOUT_S = env_float("TANDEM_GATEWAY_FIRST_BYTE_TIMEOUT_S", 60.0)
 # An idle upstream connection is reused only this long: shorter than upstream's own keep-alive (Ray Serve's proxy
 # closes idle connections after 5 s), or a request can be sent on a connection upstream is closing (a 502).
 TANDEM_GATEWAY_UPSTREAM_KEEPALIVE_S = env_float("TANDEM_GATEWAY_UPSTREAM_KEEPALIVE_S", 4.0)

@@ -12,11 +12,12 @@ from deployments.cluster_config import cluster_config_errors
 from deployments.cost import cluster_prices
 from deployments.lifecycle import SERVING, Status
 from deployments.models import (AccessToken, ApiKey, Cluster, ClusterCheck, ClusterCheckLine, Deployment, Event,
-                                Membership, Team)
+                                Membership, Rollout, Team)
 from deployments.outcomes import Outcome
 from deployments.permissions import is_platform_admin
 from deployments.quota_rules import quota_gpus
 from deployments.redaction import internal_redact
+from deployments.rollout_steps import StepState, rollout_steps
 from deployments.services.quota import team_gpus_held
 from deployments.secret_refs import secret_ref_errors
 from deployments.spec import DNS1123_LABEL, dns_label_errors, spec_load
@@ -215,6 +216,54 @@ class ClusterCheckSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class PoolCountsSerializer(serializers.Serializer):
+    prefill = serializers.IntegerField()
+    decode = serializers.IntegerField()
+
+
+class RolloutReplicasSerializer(serializers.Serializer):
+    old = PoolCountsSerializer(help_text="Replicas per pool of the generation that served before.")
+    new = PoolCountsSerializer(help_text="Replicas per pool of the generation rolling out.")
+
+
+class VerdictSerializer(serializers.Serializer):
+    compatible = serializers.BooleanField(help_text="The two generations can share KV: the update rolls in place.")
+    reasons = serializers.ListField(child=serializers.CharField(),
+                                    help_text="Each change that keeps them from sharing KV.")
+
+
+class RolloutStepSerializer(serializers.Serializer):
+    weight = serializers.IntegerField(help_text="The new generation's share of requests at this step, in percent.")
+    state = serializers.ChoiceField(choices=StepState.choices, help_text=(
+        "`done`: reached and judged; `current`: traffic is on it now; `waiting`: not reached yet; `stopped`: the "
+        "rollout was rolled back or aborted on it; `skipped`: never reached."))
+
+
+class RolloutSerializer(serializers.ModelSerializer):
+    """How one update of a running deployment reaches its users: in place, or side by side in traffic steps."""
+
+    verdict = VerdictSerializer(read_only=True)
+    steps = serializers.SerializerMethodField(help_text=(
+        "Each step of the deployment's `spec.rollout.steps` (as the rollout began) and where the rollout stands on it (none for a "
+        "rollout in place)."))
+    replicas = RolloutReplicasSerializer(read_only=True)
+    peak_surge = PoolCountsSerializer(read_only=True,
+                                      help_text="The most replicas per pool seen beyond the spec's while both ran.")
+    steps_log = serializers.ListField(child=serializers.DictField(), read_only=True, help_text=(
+        "Each step as it was judged: its weight, when, the verdict and the numbers of both generations."))
+
+    class Meta:
+        model = Rollout
+        fields = ["id", "mode", "verdict", "state", "paused", "weight", "step", "steps", "replicas", "peak_surge",
+                  "steps_log", "reason", "from_generation", "to_generation", "created_at", "finished_at"]
+        read_only_fields = fields
+
+    @extend_schema_field(RolloutStepSerializer(many=True))
+    def get_steps(self, r) -> list[dict]:
+        return [{"weight": step.weight, "state": step.state}
+                for step in rollout_steps(r)]
+
+
 class DeploymentSerializer(serializers.ModelSerializer):
     team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
@@ -231,13 +280,15 @@ class DeploymentSerializer(serializers.ModelSerializer):
     cluster_check_failures = serializers.SerializerMethodField(
         help_text="While the deployment waits for a decision: the checks its cluster's latest preflight failed "
                   "(name, evidence, fix), so an approver sees what would keep it from serving. Empty otherwise.")
+    rollout = serializers.SerializerMethodField(
+        help_text="The update rolling out now (its steps, weight and replicas), or null when none is.")
 
     class Meta:
         model = Deployment
         fields = ["id", "team", "name", "cluster", "requested_by", "purpose", "model", "spec", "proposed_spec",
                   "proposed_spec_hash", "proposed_by", "proposal", "gpus", "generation", "status",
                   "status_reason", "observed_generation", "conditions", "endpoint", "cluster_check_failures",
-                  "created_at", "updated_at"]
+                  "rollout", "created_at", "updated_at"]
         read_only_fields = fields
 
     def get_cluster_check_failures(self, d) -> list[dict]:
@@ -253,6 +304,11 @@ class DeploymentSerializer(serializers.ModelSerializer):
                  "evidence": line.evidence if admin else internal_redact(line.evidence, cluster=d.cluster),
                  "fix": line.fix if admin else internal_redact(line.fix, cluster=d.cluster)}
                 for line in self.context["cluster_check_failures"].get(d.cluster_id, [])]
+
+    @extend_schema_field(RolloutSerializer(allow_null=True))
+    def get_rollout(self, d) -> dict | None:
+        r = selectors.rollout_active_of(d)
+        return None if r is None else RolloutSerializer(r, context=self.context).data
 
     def get_gpus(self, d) -> int:
         return d.quota_gpus
@@ -319,6 +375,11 @@ class DecisionSerializer(serializers.Serializer):
     proposed_spec_hash = StrictCharField(
         required=False, allow_blank=True, allow_null=True, max_length=64, default=None,
         help_text="For a proposed update: its `proposed_spec_hash` you reviewed.")
+
+
+class RolloutAbortSerializer(serializers.Serializer):
+    reason = StrictCharField(required=False, allow_blank=True, max_length=2000, default="",
+                             help_text="Why: kept on the rollout and in its event.")
 
 
 class EventSerializer(serializers.ModelSerializer):

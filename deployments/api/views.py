@@ -13,10 +13,10 @@ from deployments import selectors
 from deployments.event_kinds import EventKind
 from deployments.lifecycle import LIVE, Status
 from deployments.api import serializers as s
-from deployments.models import AccessToken, ApiKey, Cluster, Deployment, Event, Membership, Team
+from deployments.models import AccessToken, ApiKey, Cluster, Deployment, Event, Membership, Rollout, Team
 from deployments.errors import NotAllowed
 from deployments.permissions import is_platform_admin
-from deployments.services import actions, api_keys, cluster_checks, clusters, pause, previews, teams
+from deployments.services import actions, api_keys, cluster_checks, clusters, pause, previews, rollouts, teams
 from deployments.api.spend import SpendRendering, team_spend_response
 from deployments.services.access_tokens import access_token_create, access_token_revoke
 
@@ -159,7 +159,8 @@ class ClusterViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Cr
     OpenApiParameter("live", bool, description="Only deployments not yet gone (not deleted, withdrawn or rejected)."),
 ])
 class DeploymentViewSet(viewsets.ReadOnlyModelViewSet):
-    """Deployments of your teams: request, edit, approve, reject, withdraw, retry, update, delete."""
+    """Deployments of your teams: request, edit, approve, reject, withdraw, retry, update, delete; watch and steer
+    their rollouts."""
 
     serializer_class = s.DeploymentSerializer
     queryset = Deployment.objects.none()
@@ -173,11 +174,14 @@ class DeploymentViewSet(viewsets.ReadOnlyModelViewSet):
             raise ValidationError({"live": [f"true or false; got {live!r}."]})
         if live == "true":  # at most one per team and name: what `tandemctl apply` updates
             qs = qs.filter(status__in=LIVE)
+        qs = selectors.with_active_rollout(qs)
         return _filter(qs, self.request, choices={"status": Status.values}, status="status", team="team__slug",
                        cluster="cluster__name", name="name")
 
     def _respond(self, deployment, code=status.HTTP_200_OK):
-        deployment.refresh_from_db()
+        """The deployment as the write left it, read again with what a GET shows (its rollout too)."""
+        deployment = selectors.with_active_rollout(selectors.deployments_visible_to(self.request.user)).get(
+            pk=deployment.pk)
         return Response(s.DeploymentSerializer(deployment, context={"request": self.request}).data, status=code)
 
     def _request_arguments(self, request) -> dict:
@@ -287,6 +291,62 @@ class DeploymentViewSet(viewsets.ReadOnlyModelViewSet):
         d = self.get_object()
         page = self.paginate_queryset(d.events.select_related("actor", "team").all())
         return self.get_paginated_response(s.EventSerializer(page, many=True).data)
+
+
+    @extend_schema(responses=s.RolloutSerializer(many=True), operation_id="api_v1_deployments_rollouts_list")
+    @action(detail=True, methods=["get"])
+    def rollouts(self, request, pk=None):
+        """The deployment's rollouts, newest first: how each update reached its users."""
+        page = self.paginate_queryset(selectors.rollouts_of(self.get_object()))
+        return self.get_paginated_response(s.RolloutSerializer(page, many=True).data)
+
+    def _rollout(self, rollout_id) -> Rollout:
+        """One of the deployment's rollouts (another deployment's, or another team's, is a 404)."""
+        try:
+            return selectors.rollouts_of(self.get_object()).get(pk=rollout_id)
+        except Rollout.DoesNotExist:
+            raise NotFound("No such rollout of this deployment.") from None
+
+    def _rollout_response(self, rollout) -> Response:
+        rollout.refresh_from_db()
+        return Response(s.RolloutSerializer(rollout).data)
+
+    @extend_schema(responses=s.RolloutSerializer, operation_id="api_v1_deployments_rollouts_retrieve",
+                   parameters=[OpenApiParameter("rollout_id", int, OpenApiParameter.PATH)])
+    @action(detail=True, methods=["get"], url_path=r"rollouts/(?P<rollout_id>[0-9]+)", url_name="rollout")
+    def rollout(self, request, pk=None, rollout_id=None):
+        """One rollout of the deployment: its steps, weight, replicas and the evidence of each judged step."""
+        return Response(s.RolloutSerializer(self._rollout(rollout_id)).data)
+
+    @extend_schema(request=None, responses=s.RolloutSerializer, operation_id="api_v1_deployments_rollouts_pause",
+                   parameters=[OpenApiParameter("rollout_id", int, OpenApiParameter.PATH)])
+    @action(detail=True, methods=["post"], url_path=r"rollouts/(?P<rollout_id>[0-9]+)/pause", url_name="rollout-pause")
+    def rollout_pause(self, request, pk=None, rollout_id=None):
+        """Hold a side-by-side rollout at its step (team admins): traffic stays split as it is. 409 when it has
+        ended or rolls in place."""
+        return self._rollout_response(rollouts.rollout_pause(actor=request.user, rollout=self._rollout(rollout_id)))
+
+    @extend_schema(request=None, responses=s.RolloutSerializer, operation_id="api_v1_deployments_rollouts_resume",
+                   parameters=[OpenApiParameter("rollout_id", int, OpenApiParameter.PATH)])
+    @action(detail=True, methods=["post"], url_path=r"rollouts/(?P<rollout_id>[0-9]+)/resume",
+            url_name="rollout-resume")
+    def rollout_resume(self, request, pk=None, rollout_id=None):
+        """Go on from the step it was held at (team admins); that step is watched again from now. 409 when it
+        has ended."""
+        return self._rollout_response(rollouts.rollout_resume(actor=request.user, rollout=self._rollout(rollout_id)))
+
+    @extend_schema(request=s.RolloutAbortSerializer, responses=s.RolloutSerializer,
+                   operation_id="api_v1_deployments_rollouts_abort",
+                   parameters=[OpenApiParameter("rollout_id", int, OpenApiParameter.PATH)])
+    @action(detail=True, methods=["post"], url_path=r"rollouts/(?P<rollout_id>[0-9]+)/abort", url_name="rollout-abort")
+    def rollout_abort(self, request, pk=None, rollout_id=None):
+        """Move every request back to the old generation and remove the new one (team admins), with the reason.
+        409 when it has ended."""
+        r = self._rollout(rollout_id)
+        body = s.RolloutAbortSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        return self._rollout_response(rollouts.rollout_abort(actor=request.user, rollout=r,
+                                                             reason=body.validated_data["reason"]))
 
 
 @extend_schema(parameters=[OpenApiParameter("team", str), OpenApiParameter("deployment", int),

@@ -37,7 +37,8 @@ class Rollout(models.Model):
     verdict = models.JSONField(default=dict)  # {"compatible": bool, "reasons": [...]}
     state = models.CharField(max_length=20, choices=State.choices, default=State.STARTING)
     paused = models.BooleanField(default=False)  # an admin holds it at its current step
-    step = models.PositiveSmallIntegerField(default=0)  # index into the spec's rollout.steps
+    step_weights = models.JSONField(default=list)  # the new spec's rollout.steps, as the rollout began
+    step = models.PositiveSmallIntegerField(default=0)  # index into step_weights (its length once all are judged)
     weight = models.PositiveSmallIntegerField(default=0)  # percent of requests the new generation takes now
     replicas = models.JSONField(default=dict)  # {"old": {"prefill": n, "decode": n}, "new": {...}} as applied
     peak_surge = models.JSONField(default=dict)  # {"prefill": n, "decode": n}: the most extra replicas seen

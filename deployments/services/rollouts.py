@@ -64,7 +64,7 @@ def rollout_begin(*, deployment: Deployment, old_spec: DeploymentSpec, new_spec:
         deployment=d, from_generation=d.endpoint_generation or d.observed_generation or d.generation - 1,
         to_generation=d.generation, from_spec=old_spec.to_dict(), from_app=d.app_generation,
         to_app=d.generation if mode == Rollout.Mode.SIDE_BY_SIDE else d.app_generation, mode=mode,
-        verdict=verdict.as_dict(), replicas={"old": old, "new": {stage: 0 for stage in STAGES}},
+        verdict=verdict.as_dict(), step_weights=list(new_spec.rollout.steps), replicas={"old": old, "new": {stage: 0 for stage in STAGES}},
         peak_surge={stage: 0 for stage in STAGES}, step_started_at=timezone.now())
     how = ("rolls in place, replica by replica: the generations can share KV" if verdict.compatible else
            "runs side by side and takes traffic in steps of " + ", ".join(f"{w}%" for w in new_spec.rollout.steps)
@@ -95,6 +95,8 @@ def rollout_pause(*, actor, rollout: Rollout) -> Rollout:
     _require_admin(actor=actor, rollout=r)
     if r.mode != Rollout.Mode.SIDE_BY_SIDE:
         raise Conflict("An update rolling in place cannot be paused; abort it to roll back instead.")
+    if r.state == Rollout.State.ROLLING_BACK:  # held there, the old generation would never serve alone again
+        raise Conflict(f"Generation {r.to_generation} is rolling back already: nothing to pause.")
     if not r.paused:
         Rollout.objects.filter(pk=r.pk).update(paused=True)
         r.paused = True

@@ -24,6 +24,7 @@ from deployments.quota_rules import quota_gpus
 from deployments.services import actions
 from deployments.spec import spec_load
 from frontend import planning
+from frontend.rollout_panel import rollouts_context
 from frontend.views.advice import targets_context
 from frontend.views.base import render_page, require_team, team_required
 from frontend.views.status import deployment_state, timeline
@@ -64,12 +65,12 @@ def _visible(request, pk: int):
     return get_object_or_404(selectors.deployments_visible_to(request.user), pk=pk)
 
 
-def _status_context(d) -> dict:
+def _status_context(d, user) -> dict:
     conditions = {c.get("type"): c for c in d.conditions or []}
     return {
         "d": d, "state": deployment_state(d), "timeline": timeline(d), "can_pause": d.status in PAUSABLE,
         "conditions": [conditions.get(t) or {"type": t, "status": "Unknown"} for t in CONDITION_TYPES],
-    }
+    } | rollouts_context(user=user, deployment=d)
 
 
 @login_required
@@ -80,7 +81,7 @@ def deployment_detail(request, pk: int):
                                                source_roots=source_roots_of(cluster=d.cluster, team=d.team),
                                                fleet=fleet_reader(user=request.user, now=timezone.now()),
                                                prices=cluster_prices(d.cluster))
-    context = _status_context(d) | {
+    context = _status_context(d, request.user) | {
         "team": d.team, "gpus": d.quota_gpus, "gateway_base_url": settings.TANDEM_GATEWAY_BASE_URL,
         "endpoint_ready": condition_get(d.conditions, "EndpointReady") or {},
         "plan": plan, "plan_note": plan_note, "kv_observed": planning.kv_observed(d.conformance_runs.first()),
@@ -99,7 +100,8 @@ def deployment_status(request, pk: int):
     d = _visible(request, pk)
     if not request.htmx:
         return redirect("frontend:deployment-detail", pk=d.pk)
-    context = _status_context(d) | {"oob": True, "can_edit": deployment_may_change(user=request.user, deployment=d)}
+    context = _status_context(d, request.user) | {
+        "oob": True, "can_edit": deployment_may_change(user=request.user, deployment=d)}
     response = render_page(request, "deployments/detail.html#status-panel", context)
     if context["state"]["settled"]:
         return HttpResponseStopPolling(response.content)

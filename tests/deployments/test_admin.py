@@ -208,3 +208,39 @@ def test_identities_are_listed_in_admin_and_linked_only_by_the_service(admin_cli
     assert admin_client.post(reverse("admin:deployments_externalidentity_delete", args=[identity.pk]),
                              {"post": "yes"}).status_code == 403
     assert ExternalIdentity.objects.filter(pk=identity.pk, user=member).exists()
+
+
+def test_rollouts_are_read_only_in_admin_and_steered_through_the_services(admin_client, platform_admin, team,
+                                                                          team_admin, cluster):
+    from deployments.models import Rollout
+    from tests.support.rollouts import rollout_at_step, rollout_started
+
+    r = rollout_at_step(rollout_started(team=team, cluster=cluster, admin=team_admin), 0, 10)
+    page = admin_client.get(reverse("admin:deployments_rollout_change", args=[r.pk])).content.decode()
+    assert "shifting" in page and 'name="_save"' not in page  # shown, never edited
+    assert admin_client.get(reverse("admin:deployments_rollout_add")).status_code == 403
+
+    run_action(admin_client, "rollout", "pause", r)
+    r.refresh_from_db()
+    assert r.paused is True
+    assert Event.objects.get(kind="rollout_paused").actor == platform_admin
+    run_action(admin_client, "rollout", "resume", r)
+    r.refresh_from_db()
+    assert r.paused is False
+
+    asked = admin_client.post(reverse("admin:deployments_rollout_changelist"),
+                              {"action": "abort", "_selected_action": [r.pk]})
+    assert asked.status_code == 200 and 'name="reason" required' in asked.content.decode()
+    r.refresh_from_db()
+    assert r.state == "shifting"  # nothing happens before the reason is given
+    admin_client.post(reverse("admin:deployments_rollout_changelist"),
+                      {"action": "abort", "_selected_action": [r.pk], "reason": "capacity review", "confirm": "Abort"})
+    r.refresh_from_db()
+    assert r.state == Rollout.State.ROLLING_BACK
+    assert r.reason == f"Aborted by {platform_admin.username}: capacity review"
+    # Rolling back: the service refuses a pause, and the page says why instead of changing it.
+    refused = admin_client.post(reverse("admin:deployments_rollout_changelist"),
+                                {"action": "pause", "_selected_action": [r.pk]}, follow=True).content.decode()
+    assert "rolling back already" in refused
+    r.refresh_from_db()
+    assert (r.state, r.paused) == (Rollout.State.ROLLING_BACK, False)

@@ -26,6 +26,8 @@ POOL = {"instance_type": "g6e.12xlarge", "nodes": 1, "gpus_per_node": 4, "tensor
     ({"pause": {"idle_minute": 30}}, "pause.idle_minute", "unknown field; did you mean idle_minutes?"),
     ({"targets": {"ttft_p95_ms": 500, "p95": True}}, "targets.p95", "unknown field"),
     ({"engine": {"idle_minutes": 30}}, "engine.idle_minutes", "unknown field; it belongs under spec.pause"),
+    ({"max_surge": 2}, "max_surge", "unknown field; it belongs under spec.rollout"),
+    ({"rollout": {"stpes": [10, 100]}}, "rollout.stpes", "unknown field; did you mean steps?"),
 ])
 def test_an_unknown_key_at_any_level_is_refused_naming_its_path_and_what_was_meant(overrides, path, message):
     with pytest.raises(SpecError) as e:
@@ -40,7 +42,7 @@ def test_every_unknown_key_is_reported_not_only_the_first():
     assert set(e.value.errors) == {"prefill.replcas_max", "wake_on_request"}
 
 
-@pytest.mark.parametrize("section", ["engine", "expected_load", "pause", "targets"])
+@pytest.mark.parametrize("section", ["engine", "expected_load", "pause", "targets", "rollout"])
 @pytest.mark.parametrize("value", [[], 0, "", False])
 def test_a_section_that_is_not_an_object_is_refused_even_when_empty(section, value):
     """null means "the defaults"; an empty list, 0, "" or false is not an object and was read as one."""
@@ -67,7 +69,7 @@ def test_stored_specs_still_load_strictness_is_for_input():
     from deployments.spec import spec_request_shape
 
     spec = spec_parse(spec_input(pause={"idle_minutes": 30, "wake_on_request": True},
-                                 targets={"ttft_p95_ms": 500}))
+                                 targets={"ttft_p95_ms": 500}, rollout={"steps": [20, 100], "max_surge": 2}))
     assert spec_load(spec.to_dict()) == spec
     assert spec_parse(spec_request_shape(spec)) == spec
 

@@ -11,6 +11,9 @@ from gateway.streaming import relay_events
 from gateway.timing import Record
 
 
+START = {"type": "http.response.start", "status": 200, "headers": []}
+
+
 def _stream(sep: bytes) -> tuple[bytes, bytes]:
     """(the whole stream, the usage-only event in it) as vLLM frames a chat completion."""
     def event(obj) -> bytes:
@@ -51,11 +54,12 @@ async def _relay_all(cuts: list[list[int]], stream: bytes, keep_usage_chunk: boo
         sent, rec = [], Record("r", "chat.completions")
 
         async def send(message):
-            sent.append(message["body"])
+            sent.append(message)
 
         async with gate, session.get(f"http://127.0.0.1:{port}/{case}") as resp:
-            await relay_events(resp, send, rec, keep_usage_chunk=keep_usage_chunk)
-        return b"".join(sent), rec
+            await relay_events(resp, send, rec, start=START, keep_usage_chunk=keep_usage_chunk)
+        assert sent[0] is START and all(m["type"] == "http.response.body" for m in sent[1:])  # the head goes first
+        return b"".join(m["body"] for m in sent[1:]), rec
 
     try:
         async with ClientSession() as session:

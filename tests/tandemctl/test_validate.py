@@ -28,7 +28,8 @@ def test_a_valid_spec_has_no_problems(schema, spec):
 @pytest.mark.parametrize("overrides", [
     {"prefill": {**POOL, "replcas_max": 3}}, {"wake_on_request": True}, {"instance_type": "p5.48xlarge"},
     {"engine": {"idle_minutes": 30}}, {"runtime": {"ray": "2.60.0", "vllm": "0.29.0", "vlm": "x"}},
-    {"targets": {"ttft_p95_ms": 500, "p95": True}}, {"modle": {}},
+    {"targets": {"ttft_p95_ms": 500, "p95": True}}, {"modle": {}}, {"max_surge": 2},
+    {"rollout": {"stpes": [10, 100]}}, {"rollout": {"steps": [10, 100], "step_secs": 30}},
 ])
 def test_an_unknown_key_is_named_as_the_server_names_it(schema, overrides):
     with pytest.raises(SpecError) as server:
@@ -59,3 +60,25 @@ def test_a_server_whose_schema_takes_any_spec_is_schema_drift():
     with pytest.raises(CliError) as e:
         SpecSchema(document)
     assert e.value.code == SCHEMA_DRIFT
+
+
+@pytest.mark.parametrize("steps,problem", [
+    ([10, "50", 100], "spec.rollout.steps[1]: must be a whole number, got '50'"),
+    ([10, True, 100], "spec.rollout.steps[1]: must be a whole number, got True"),
+    ([0, 100], "spec.rollout.steps[0]: must be between 1 and 100, got 0"),
+    ([10, 150], "spec.rollout.steps[1]: must be between 1 and 100, got 150"),
+    ([], "spec.rollout.steps: must hold 1 to 10 items, got 0"),
+    ([*range(1, 11), 100], "spec.rollout.steps: must hold 1 to 10 items, got 11"),
+    ("10,50,100", "spec.rollout.steps: must be a list, got '10,50,100'"),
+])
+def test_each_item_of_a_list_field_is_checked_against_the_served_schema(schema, steps, problem):
+    """spec.rollout.steps is served as an array of bounded integers: each item is checked as a field is, and the
+    server refuses the same spec."""
+    assert schema.problems(spec_input(rollout={"steps": steps})) == [problem]
+    with pytest.raises(SpecError) as server:
+        spec_parse(spec_input(rollout={"steps": steps}))
+    assert list(server.value.errors) == ["rollout.steps"]
+
+
+def test_a_list_field_within_its_schema_is_valid(schema):
+    assert schema.problems(spec_input(rollout={"steps": [5, 25, 100], "max_surge": 2})) == []

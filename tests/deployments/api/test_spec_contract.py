@@ -6,7 +6,7 @@ import jsonschema
 import pytest
 
 from deployments.lifecycle import Status
-from deployments.spec import DeploymentSpec, request_fields, request_section, spec_parse
+from deployments.spec import DeploymentSpec, SpecError, request_fields, request_section, spec_parse
 from deployments.spec_diff import FREE_FIELDS
 from tests.factories import DeploymentFactory, local_spec_input, spec_input
 
@@ -48,6 +48,8 @@ VALID = [
                        "kv_connector": "NixlConnector", "kv_transport": "tcp"},
                decode={**POOL, "replicas_min": 1, "replicas_max": 1}),
     spec_input(runtime={"ray": "2.60.0", "vllm": "0.29.0", "accelerator": "gpu"}, engine=None, targets=None),
+    spec_input(rollout={"steps": [5, 25, 100], "max_surge": 2, "step_seconds": 30, "max_ttft_ratio": 1.2}),
+    spec_input(rollout=None),
 ]
 
 
@@ -72,6 +74,17 @@ def test_the_served_schema_refuses_an_unknown_key_at_every_level(served, overrid
     with pytest.raises(jsonschema.ValidationError) as e:
         jsonschema.validate(spec_input(**overrides), served)
     assert "Additional properties are not allowed" in str(e.value)
+
+
+@pytest.mark.parametrize("steps", [[0, 100], [10, 101], [], [*range(1, 11), 100], "10,100", [10.5, 100],
+                                   [True, 100]])
+def test_the_served_schema_refuses_rollout_steps_the_api_refuses(served, steps):
+    """spec.rollout.steps is a list of whole percentages (1-100, at most 10): the schema says so of the list and of
+    each item, so a generated client refuses what the server would."""
+    with pytest.raises(SpecError):
+        spec_parse(spec_input(rollout={"steps": steps}))
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(spec_input(rollout={"steps": steps}), served)
 
 
 def _leaves(cls=DeploymentSpec, prefix=""):

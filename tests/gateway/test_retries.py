@@ -1,0 +1,107 @@
+"""A replica that dies costs the user nothing it can avoid, against the real gateway and mock upstream processes:
+an upstream that fails before the client got a byte is asked once more and the client gets the whole answer; one
+that fails after the first event is never asked again (the client gets an error event and `[DONE]`); and a stream
+whose first event never comes is bounded (TANDEM_GATEWAY_FIRST_BYTE_TIMEOUT_S)."""
+import time
+
+import httpx
+import pytest
+
+from tests.gateway.conftest import drained, start_gateway, upstream_of
+from tests.gateway.test_errors import CHAT, assert_openai_error
+from tests.gateway.test_hostile import _metric
+
+RETRIES = "tandem_gateway_upstream_retries_total"
+
+
+def ask(gw, raw: str, rid: str, body: dict) -> httpx.Response:
+    return httpx.post(gw.base_url + "/v1/chat/completions", json={**CHAT, **body}, timeout=20,
+                      headers={"Authorization": f"Bearer {raw}", "X-Request-ID": rid})
+
+
+def token_events(r: httpx.Response) -> list[str]:
+    """The events of a streamed answer that carry a token (the mock's tokens are `tok0 `, `tok1 `...)."""
+    return [e for e in r.text.split("\n\n") if '"content":"tok' in e]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_an_upstream_that_dies_before_the_first_byte_is_asked_again(world, gateway, mock_requests, stream):
+    """The first try's connection closes before any event (a whole answer: before its headers; a stream: after
+    them); the second try is served. The client sees one clean answer, upstream saw the request twice, and the
+    retry is counted by reason."""
+    dep = world.deployment(f"dies-once-{stream}", options="die_first=1,chunks=8")
+    _, raw = world.key()
+    before = _metric(gateway, RETRIES, deployment=str(dep.pk))
+    r = ask(gateway, raw, f"rid-dies-{stream}", {"model": dep.spec["model_id"], "stream": stream})
+    assert r.status_code == 200, r.text
+    if stream:
+        assert r.text.rstrip().endswith("data: [DONE]") and '"error"' not in r.text
+        assert len(token_events(r)) == 8
+    else:
+        assert r.json()["choices"][0]["message"]["content"].count("tok") == 8
+    assert upstream_of(mock_requests, f"rid-dies-{stream}")["calls"] == 2
+    record = drained(f"rid-dies-{stream}")
+    assert (record.status_code, record.partial, record.error_type) == (200, False, "")
+    assert _metric(gateway, RETRIES, deployment=str(dep.pk)) == before + 1
+
+
+def test_an_upstream_that_dies_after_the_first_token_is_not_asked_again(world, gateway, mock_requests):
+    dep = world.deployment("dies-late", options="drop=1,chunks=8")
+    _, raw = world.key()
+    r = ask(gateway, raw, "rid-dies-late", {"model": "dies-late", "stream": True})
+    events = [e for e in r.text.split("\n\n") if e]
+    assert r.status_code == 200 and events[-1] == "data: [DONE]"
+    assert '"error"' in events[-2] and "upstream_disconnected" in events[-2]
+    assert len(token_events(r)) == 1
+    assert upstream_of(mock_requests, "rid-dies-late")["calls"] == 1
+    record = drained("rid-dies-late")
+    assert record.partial and record.error_type == "upstream_disconnected"
+    assert _metric(gateway, RETRIES, deployment=str(dep.pk)) == 0
+
+
+@pytest.mark.parametrize("status, expected, calls", [(503, 503, 2), (502, 502, 2), (500, 502, 1), (429, 429, 1)])
+def test_only_answers_that_another_replica_may_not_give_are_asked_again(world, gateway, mock_requests, status,
+                                                                        expected, calls):
+    """502/503/504 say the replica could not take the request: asked once more (and the second answer is the
+    client's). Any other error is the answer."""
+    world.deployment(f"fails-{status}", options=f"fail={status}")
+    _, raw = world.key()
+    assert_openai_error(ask(gateway, raw, f"rid-fails-{status}", {"model": f"fails-{status}"}), expected)
+    assert upstream_of(mock_requests, f"rid-fails-{status}")["calls"] == calls
+
+
+@pytest.fixture(scope="module")
+def bounded_gateway(django_db_setup, django_db_blocker, mock_upstream, tmp_path_factory):
+    """A gateway that waits 0.5 s for a stream's first event (its read timeout stays the tests' 2 s)."""
+    proc = start_gateway(tmp_path_factory.mktemp("bounded"), TANDEM_GATEWAY_FIRST_BYTE_TIMEOUT_S="0.5")
+    yield proc
+    proc.stop()
+
+
+def test_a_stream_whose_first_event_does_not_come_in_time_is_asked_again(world, bounded_gateway, mock_requests):
+    """The first try sends its headers and then nothing (a decode waiting for KV that never comes): past 0.5 s the
+    gateway closes it and asks again, well before the 2 s read timeout would have ended it."""
+    world.deployment("hangs-once", options="hang_first=1,chunks=4")
+    _, raw = world.key()
+    started = time.monotonic()
+    r = ask(bounded_gateway, raw, "rid-hangs-once", {"model": "hangs-once", "stream": True})
+    took = time.monotonic() - started
+    assert r.status_code == 200 and r.text.rstrip().endswith("data: [DONE]") and '"error"' not in r.text
+    assert len(token_events(r)) == 4
+    assert 0.5 <= took < 1.9, took
+    assert upstream_of(mock_requests, "rid-hangs-once")["calls"] == 2
+    assert drained("rid-hangs-once").ttft_ms >= 500  # the client waited for the first try's bound
+
+
+def test_a_stream_whose_first_event_never_comes_ends_with_a_504(world, bounded_gateway, mock_requests):
+    world.deployment("hangs", options="hang_first=2")
+    _, raw = world.key()
+    started = time.monotonic()
+    r = ask(bounded_gateway, raw, "rid-hangs", {"model": "hangs", "stream": True})
+    took = time.monotonic() - started
+    error = assert_openai_error(r, 504, "first_byte_timeout")
+    assert "0.5s" in error["message"]
+    assert 1.0 <= took < 1.9, took  # two tries of 0.5 s and the wait between them, not the 2 s read timeout
+    assert upstream_of(mock_requests, "rid-hangs")["calls"] == 2
+    record = drained("rid-hangs")
+    assert (record.status_code, record.error_type) == (504, "first_byte_timeout")
