@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from deployments.catalog import INSTANCE_TYPES
 from deployments.lifecycle import BILLED, DEFAULT_READY_SECONDS, STARTING, Status
 from deployments.serve_config import STAGES
-from deployments.spec import DeploymentSpec
+from deployments.spec import DeploymentSpec, spec_load
+from deployments.surge import Surge
 
 # Events a timeline is read from: only these carry a status or a spec (a filter for the query).
 TIMELINE_KEYS = ("status", "spec")
@@ -115,6 +116,32 @@ def cluster_prices(cluster) -> Prices:
 def spec_hourly_usd(spec: DeploymentSpec, *, prices: Prices) -> float | None:
     """USD per hour of the spec's nodes while they are provisioned (None for an instance type nobody prices)."""
     return prices.pools_hourly_usd((spec.pool(stage).instance_type, spec.pool(stage).nodes) for stage in STAGES)
+
+
+def surge_hourly_usd(spec: DeploymentSpec, surge: Surge, *, prices: Prices) -> float:
+    """USD per hour of the nodes a side-by-side rollout to `spec` adds (deployments.surge); nothing unpriced."""
+    return prices.pools_hourly_usd((spec.pool(stage).instance_type, n) for stage, n in surge.nodes.items()) or 0.0
+
+
+def surge_segments(marks: list[Mark], rollouts: Iterable[tuple[dt.datetime, dt.datetime | None]], *,
+                   surge_of, until: dt.datetime) -> list[Segment]:
+    """The nodes each side-by-side rollout added, from its start to its end (or `until`), for the spec in effect
+    when it started (the update's, recorded just before it). `surge_of` maps a spec to its Surge (the
+    deployment's cluster kind bound: deployments.surge.rollout_surge)."""
+    segments = []
+    for start, end in rollouts:
+        end = min(end or until, until)
+        spec = None
+        for mark in marks:
+            if mark.at > start:
+                break
+            spec = mark.spec or spec
+        if spec is None or end <= start:
+            continue
+        for stage, nodes in surge_of(spec_load(spec)).nodes.items():
+            if nodes > 0:
+                segments.append(Segment(start, end, stage, str(spec[stage]["instance_type"]), nodes))
+    return segments
 
 
 def _day_start(t: dt.datetime) -> dt.datetime:

@@ -14,6 +14,7 @@ from deployments.catalog import INSTANCE_TYPES, RUNTIMES, Runtime
 from deployments.hashing import content_hash
 from deployments.serve_config import POOL_RESOURCE, STAGES, serve_config_build
 from deployments.spec import DeploymentSpec, PoolSpec
+from deployments.surge import nodes_for_replicas
 from deployments.yamlio import yaml_dump, yaml_load
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "k8s_templates"
@@ -22,6 +23,10 @@ HASH_ANNOTATION = "tandem.dev/spec-hash"
 DEPLOYMENT_LABEL = "tandem.dev/deployment"
 TEAM_LABEL = "tandem.dev/team"
 POOL_LABEL = "tandem.dev/pool"
+# On the objects of an application a side-by-side rollout brings up beside the deployment's first (a name with a
+# generation suffix, deployments.serve_config.serve_app_name): the deployment it belongs to. The first application
+# has none, so what it was created with stays as it was.
+GENERATION_OF_LABEL = "tandem.dev/generation-of"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"  # the kubelet sets it on every node
 # Where a model-access credential (HF_TOKEN for gated Hugging Face models) lives: a Secret in the team namespace that
 # the driver copies from the team's secret reference (cluster setting `hf_token_refs`). Manifests only reference it;
@@ -48,8 +53,11 @@ def namespace_name(*, prefix: str, team_slug: str) -> str:
     return f"{prefix}{team_slug}"[:63].rstrip("-")
 
 
-def _labels(*, team_slug: str, name: str) -> dict:
-    return {**MANAGED_BY, TEAM_LABEL: team_slug, DEPLOYMENT_LABEL: name}
+def _labels(*, team_slug: str, name: str, generation_of: str = "") -> dict:
+    labels = {**MANAGED_BY, TEAM_LABEL: team_slug, DEPLOYMENT_LABEL: name}
+    if generation_of:
+        labels[GENERATION_OF_LABEL] = generation_of
+    return labels
 
 
 def _stamp(obj: dict) -> dict:
@@ -72,10 +80,10 @@ def _efa(pool: PoolSpec) -> bool:
 
 
 def _worker_group(*, stage: str, pool: PoolSpec, runtime: Runtime, labels: dict, node_selector: dict,
-                  hugepages: bool) -> dict:
+                  hugepages: bool, nodes: int) -> dict:
     instance = INSTANCE_TYPES[pool.instance_type]
     group = template("worker_group.yaml")
-    group.update(groupName=stage, replicas=pool.nodes, minReplicas=pool.nodes, maxReplicas=pool.nodes)
+    group.update(groupName=stage, replicas=nodes, minReplicas=nodes, maxReplicas=nodes)
     # The custom resource the stage's placement bundles consume: one unit per GPU of the node.
     group["resources"] = {POOL_RESOURCE[stage]: str(max(pool.gpus_per_node, 1))}
     pod = group["template"]
@@ -106,17 +114,29 @@ def _worker_group(*, stage: str, pool: PoolSpec, runtime: Runtime, labels: dict,
     return group
 
 
+def _sized_as_spec(cluster: dict, spec: DeploymentSpec) -> dict:
+    """The Ray cluster part with each worker group at the spec's node count (what it is outside a rollout)."""
+    sized = copy.deepcopy(cluster)
+    for group in sized["workerGroupSpecs"]:
+        nodes = spec.pool(group["groupName"]).nodes
+        group.update(replicas=nodes, minReplicas=nodes, maxReplicas=nodes)
+    return sized
+
+
 def rayservice_build(*, name: str, namespace: str, team_slug: str, spec: DeploymentSpec, target_kind: str,
-                     node_selectors: dict[str, dict]) -> dict:
+                     node_selectors: dict[str, dict], replicas: dict[str, int] | None = None,
+                     generation_of: str = "") -> dict:
     """The RayService: head group, prefill and decode worker groups, serveConfigV2 from the one serve config.
 
+    `replicas` fixes each pool's Serve replicas and sizes its worker group to the nodes they need (a side-by-side
+    rollout's application, deployments.surge); None: the spec's replica bounds on the spec's nodes.
     EFA hugepages are asked for only on `eks`, whose EFA node groups reserve EFA_HUGEPAGES in their user data
     (workers.targets.eks); another cluster's nodes have none unless its operator set them aside."""
     runtime = RUNTIMES[spec.runtime]
-    labels = _labels(team_slug=team_slug, name=name)
+    labels = _labels(team_slug=team_slug, name=name, generation_of=generation_of)
     rs = template("rayservice.yaml")
     rs["metadata"] = {"name": name, "namespace": namespace, "labels": labels}
-    serve = serve_config_build(app_name=name, spec=spec, target_kind=target_kind)
+    serve = serve_config_build(app_name=name, spec=spec, target_kind=target_kind, replicas=replicas)
     rs["spec"]["serveConfigV2"] = yaml_dump(serve, sort_keys=False)
     cluster = rs["spec"]["rayClusterConfig"]
     cluster["rayVersion"] = runtime.ray  # must equal the image's Ray, which the runtime table couples
@@ -128,13 +148,16 @@ def rayservice_build(*, name: str, namespace: str, team_slug: str, spec: Deploym
         else runtime.image
     cluster["workerGroupSpecs"] = [
         _worker_group(stage=stage, pool=spec.pool(stage), runtime=runtime, labels=labels,
-                      node_selector=node_selectors[stage], hugepages=target_kind == "eks")
+                      node_selector=node_selectors[stage], hugepages=target_kind == "eks",
+                      nodes=spec.pool(stage).nodes if replicas is None
+                      else nodes_for_replicas(spec.pool(stage), replicas[stage]))
         for stage in STAGES
     ]
     # KubeRay upgrades a changed Ray cluster by starting a second one beside it (NewCluster), which fixed-size node
     # groups never have room for. Tandem recreates the RayService instead, and says so (workers.targets.kubernetes);
-    # this hash tells the driver when the Ray cluster part changed.
-    rs["metadata"]["annotations"] = {RAY_CLUSTER_HASH_ANNOTATION: content_hash(cluster)}
+    # this hash tells the driver when the Ray cluster part changed. Worker group sizes are left out, as KubeRay
+    # leaves them out of its own: a rollout's fixed replicas resize a running Ray cluster in place, never recreate it.
+    rs["metadata"]["annotations"] = {RAY_CLUSTER_HASH_ANNOTATION: content_hash(_sized_as_spec(cluster, spec))}
     return _stamp(rs)
 
 
@@ -149,19 +172,23 @@ def service_account_build(*, namespace: str, team_slug: str, role_arn: str = "")
 
 
 def manifests_build(*, name: str, namespace: str, team_slug: str, spec: DeploymentSpec, target_kind: str,
-                    node_selectors: dict[str, dict] | None = None, role_arn: str = "") -> list[dict]:
-    """Namespace, the team's Ray service account, endpoint Service and RayService for one deployment (the
-    RayService last), each with its spec-hash annotation."""
+                    node_selectors: dict[str, dict] | None = None, role_arn: str = "",
+                    replicas: dict[str, int] | None = None, generation_of: str = "") -> list[dict]:
+    """Namespace, the team's Ray service account, endpoint Service and RayService for one application of a
+    deployment (the RayService last), each with its spec-hash annotation. `name` is the application's
+    (deployments.serve_config.serve_app_name); `generation_of` the deployment's name when the application is a
+    later generation's, whose endpoint Service then selects only its own head pod."""
     if node_selectors is None:
         node_selectors = {s: {INSTANCE_TYPE_LABEL: spec.pool(s).instance_type} for s in STAGES}
-    labels = _labels(team_slug=team_slug, name=name)
+    labels = _labels(team_slug=team_slug, name=name, generation_of=generation_of)
     ns = template("namespace.yaml")
     ns["metadata"] = {"name": namespace, "labels": {**MANAGED_BY, TEAM_LABEL: team_slug}}
     svc = template("service.yaml")
     svc["metadata"] = {"name": f"{name}-endpoint", "namespace": namespace, "labels": labels}
     svc["spec"]["selector"][DEPLOYMENT_LABEL] = name
     rs = rayservice_build(name=name, namespace=namespace, team_slug=team_slug, spec=spec,
-                          target_kind=target_kind, node_selectors=node_selectors)
+                          target_kind=target_kind, node_selectors=node_selectors, replicas=replicas,
+                          generation_of=generation_of)
     sa = service_account_build(namespace=namespace, team_slug=team_slug, role_arn=role_arn)
     return [_stamp(ns), sa, _stamp(svc), rs]
 

@@ -9,9 +9,11 @@ from dataclasses import dataclass
 from django.db.models import Q
 
 from deployments.cost import (TIMELINE_KEYS, cluster_prices, daily_rows, provisioned_segments, ready_estimate_seconds,
-                              timeline_marks)
+                              surge_hourly_usd, surge_segments, timeline_marks)
 from deployments.lifecycle import BILLED
-from deployments.models import Deployment, Event, Team
+from deployments.models import Deployment, Event, Rollout, Team
+from deployments.services.rollouts import rollout_surge_held
+from deployments.surge import rollout_surge
 
 _TIMELINE = Q(after__has_key=TIMELINE_KEYS[0]) | Q(after__has_key=TIMELINE_KEYS[1])
 
@@ -25,6 +27,22 @@ def month_bounds(month: str | None, *, now: dt.datetime) -> tuple[dt.datetime, d
     return start, (start + dt.timedelta(days=32)).replace(day=1)
 
 
+def _surging(deployments, *, until: dt.datetime) -> dict[int, list[tuple]]:
+    """Each deployment's side-by-side rollouts begun before `until`, as (start, end or None) intervals."""
+    spans = defaultdict(list)
+    for row in (Rollout.objects.filter(deployment__in=deployments, mode=Rollout.Mode.SIDE_BY_SIDE,
+                                       created_at__lt=until).values("deployment_id", "created_at", "finished_at")):
+        spans[row["deployment_id"]].append((row["created_at"], row["finished_at"]))
+    return spans
+
+
+def _segments(d: Deployment, events_of, rollouts, *, until: dt.datetime) -> list:
+    """The deployment's provisioned nodes up to `until`: its specs' over its billed time, and its rollouts' surges."""
+    marks = timeline_marks(events_of)
+    return provisioned_segments(marks, until=until) + surge_segments(
+        marks, rollouts, until=until, surge_of=lambda spec: rollout_surge(spec, target_kind=d.cluster.kind))
+
+
 def team_spend_rows(*, team: Team, since: dt.datetime, until: dt.datetime) -> list[dict]:
     """One row per UTC day, deployment, pool and instance type: node-hours provisioned and USD, for chargeback."""
     deployments = {d.pk: d for d in Deployment.objects.filter(team=team).select_related("cluster")}
@@ -33,11 +51,12 @@ def team_spend_rows(*, team: Team, since: dt.datetime, until: dt.datetime) -> li
               .values("deployment_id", "created_at", "after"))
     for row in events:
         timelines[row["deployment_id"]].append(row)
+    surging = _surging(Deployment.objects.filter(team=team), until=until)
     rows = []
     for pk, events_of in timelines.items():
         d = deployments[pk]
         prices = cluster_prices(d.cluster)
-        segments = provisioned_segments(timeline_marks(events_of), until=until)
+        segments = _segments(d, events_of, surging.get(pk, []), until=until)
         for r in daily_rows(segments, since=since, until=until, prices=prices):
             rows.append({**r, "deployment_id": pk, "deployment": d.name, "cluster": d.cluster.name})
     return sorted(rows, key=lambda r: (r["date"], r["deployment"], r["deployment_id"]))
@@ -85,16 +104,19 @@ def team_month_to_date_usd(*, team: Team, now: dt.datetime) -> float:
 
 def deployment_hourly_usd(d: Deployment) -> float:
     """What the deployment costs per hour now: its pools' price (stored with its spec) while they are provisioned,
-    else nothing."""
+    and the nodes its side-by-side rollout adds while one is in progress, else nothing."""
     if d.status not in BILLED:
         return 0.0
-    return d.hourly_usd or 0.0
+    surge = rollout_surge_held(d)
+    extra = surge_hourly_usd(d.spec_typed, surge, prices=cluster_prices(d.cluster)) if surge else 0.0
+    return (d.hourly_usd or 0.0) + extra
 
 
 def deployment_spend_usd(*, deployment: Deployment, since: dt.datetime, until: dt.datetime) -> float:
     """What one deployment cost over [since, until)."""
     events = deployment.events.filter(_TIMELINE, created_at__lt=until).values("created_at", "after")
-    segments = provisioned_segments(timeline_marks(events), until=until)
+    rollouts = _surging([deployment], until=until).get(deployment.pk, [])
+    segments = _segments(deployment, events, rollouts, until=until)
     return sum(r["usd"] for r in daily_rows(segments, since=since, until=until,
                                             prices=cluster_prices(deployment.cluster)))
 

@@ -98,8 +98,12 @@ class _Rollout:
         r = self.r
         if r.state == State.ROLLING_BACK:
             return self.roll_back()
+        # The pools hold the whole surge until the rollout ends. Sized to each pass's plan, they would shrink as
+        # the old generation is about to give a replica back, before it has (on eks the node group, not Tandem,
+        # picks the node that goes), and grow again a pass later for a GPU node that takes minutes to join.
+        # Quota and cost count the same surge for as long (deployments.surge).
         pools = self.p.step(EventKind.NODE_POOLS, lambda: self.target.ensure_node_pools(
-            self.d, extra=surge_of(self.planned(), old=self.old_spec, new=self.new_spec)))
+            self.d, extra=dict.fromkeys(STAGES, self.new_spec.rollout.max_surge)))
         if not pools.ready:
             return Outcome(wait=_requeue())
         if r.paused:

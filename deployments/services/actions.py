@@ -22,7 +22,8 @@ from deployments.services.budgets import budget_require_approver
 from deployments.services.events import event_record
 from deployments.services.node_groups import nodegroup_quota_check
 from deployments.services.quota import quota_check
-from deployments.services.rollouts import rollout_begin, rollout_end_by_status, rollout_require_none
+from deployments.services.rollouts import (rollout_begin, rollout_end_by_status, rollout_require_none,
+                                           rollout_surge_needed)
 from deployments.services.spec_store import deployment_proposal_set, deployment_spec_set
 from deployments.services.status import deployment_reconcile_request
 from deployments.spec import DeploymentSpec, SpecError, name_errors, spec_check, spec_load, spec_parse_field
@@ -168,7 +169,8 @@ def deployment_approve(*, actor, deployment: Deployment, generation: int, propos
                             old_spec=d.spec if waits else None)
     if waits:
         proposed = _recheck(d.proposed_spec, d.cluster, d.team)
-        quota_check(team=team, gpus=quota_gpus(proposed, target_kind=d.cluster.kind), exclude_id=d.pk)
+        quota_check(team=team, gpus=quota_gpus(proposed, target_kind=d.cluster.kind), exclude_id=d.pk,
+                    surge=rollout_surge_needed(deployment=d, old_spec=d.spec_typed, new_spec=proposed))
         rollout_require_none(d)
         before, proposer = d.spec, d.proposed_by
         fields = deployment_spec_set(deployment=d, spec=proposed) + deployment_proposal_set(deployment=d, spec=None,
@@ -299,6 +301,9 @@ def _require_no_other_proposal(*, actor, d: Deployment) -> None:
 def _update_apply(*, actor, d: Deployment, new_spec: DeploymentSpec, message: str = "") -> Deployment:
     """Apply a change that needs no approval: the new spec runs at the next generation."""
     rollout_require_none(d)
+    if surge := rollout_surge_needed(deployment=d, old_spec=d.spec_typed, new_spec=new_spec):
+        quota_check(team=d.team, gpus=quota_gpus(new_spec, target_kind=d.cluster.kind), exclude_id=d.pk,
+                    surge=surge)
     before, dropped = d.spec, d.proposed_spec
     fields = deployment_spec_set(deployment=d, spec=new_spec) + deployment_proposal_set(deployment=d, spec=None,
                                                                                         by=None)

@@ -10,13 +10,14 @@ from django.utils import timezone
 from deployments.errors import Conflict, NotAllowed
 from deployments.event_kinds import EventKind
 from deployments.generations import kv_verdict
-from deployments.lifecycle import ROLLOUT_ENDS
+from deployments.lifecycle import ROLLOUT_ENDS, Status
 from deployments.models import Deployment, Rollout
 from deployments.permissions import deployment_may_decide
 from deployments.services.events import event_record
 from deployments.services.spec_store import deployment_spec_set
 from deployments.services.status import deployment_reconcile_request
 from deployments.spec import STAGES, DeploymentSpec
+from deployments.surge import Surge, rollout_surge
 
 
 def rollout_active(deployment: Deployment) -> Rollout | None:
@@ -31,13 +32,33 @@ def rollout_require_none(deployment: Deployment) -> None:
                        "Wait until it is done, or abort it, then update again.")
 
 
+def _mode(verdict) -> str:
+    """How an update with this compatibility verdict rolls out: in place when the generations can share KV."""
+    return Rollout.Mode.IN_PLACE if verdict.compatible else Rollout.Mode.SIDE_BY_SIDE
+
+
+def rollout_surge_needed(*, deployment: Deployment, old_spec: DeploymentSpec, new_spec: DeploymentSpec) -> Surge | None:
+    """The surge an update about to be made to `deployment` will hold while it rolls out: a running deployment's
+    update that runs side by side (rollout_begin); None for any other."""
+    if deployment.status != Status.RUNNING or _mode(kv_verdict(old_spec, new_spec)) != Rollout.Mode.SIDE_BY_SIDE:
+        return None
+    return rollout_surge(new_spec, target_kind=deployment.cluster.kind)
+
+
+def rollout_surge_held(deployment: Deployment) -> Surge | None:
+    """What the deployment holds beyond its spec now: its side-by-side rollout's surge while one is in progress."""
+    if not deployment.rollouts.filter(state__in=Rollout.ACTIVE, mode=Rollout.Mode.SIDE_BY_SIDE).exists():
+        return None
+    return rollout_surge(deployment.spec_typed, target_kind=deployment.cluster.kind)
+
+
 def rollout_begin(*, deployment: Deployment, old_spec: DeploymentSpec, new_spec: DeploymentSpec, actor=None
                   ) -> Rollout:
     """Record how the update about to run (`deployment.generation`, already the new one) reaches users, in the
     update's own transaction, with the compatibility verdict and its reasons."""
     d = deployment
     verdict = kv_verdict(old_spec, new_spec)
-    mode = Rollout.Mode.IN_PLACE if verdict.compatible else Rollout.Mode.SIDE_BY_SIDE
+    mode = _mode(verdict)
     old = {stage: old_spec.pool(stage).replicas_min for stage in STAGES}
     r = Rollout.objects.create(
         deployment=d, from_generation=d.endpoint_generation or d.observed_generation or d.generation - 1,

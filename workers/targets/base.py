@@ -69,21 +69,26 @@ class Target:
         while two generations run: workers.rollout); ready=True once they do."""
         return Step(ready=True, message="No node pools to manage on this target.")
 
-    def desired(self, deployment) -> tuple[object, str]:
-        """The objects to apply and their content hash."""
+    def desired(self, deployment, unit: AppUnit | None = None) -> tuple[object, str]:
+        """The unit's objects to apply and their content hash (None: the live unit's)."""
         raise NotImplementedError
 
-    def observe(self, deployment, desired=None) -> Observed:
-        """What exists for the deployment, compared with `desired` (what `desired()` returned, passed by a pass
-        that built it already; built here when None)."""
+    def observe(self, deployment, desired=None, unit: AppUnit | None = None) -> Observed:
+        """What exists for the unit (None: the live one), compared with `desired` (what `desired()` returned,
+        passed by a pass that built it already; built here when None)."""
+        raise NotImplementedError
+
+    def endpoint_url(self, deployment, unit: AppUnit | None = None) -> str:
+        """Where the unit answers (None: the live one), whether or not it runs yet."""
         raise NotImplementedError
 
     def apply(self, deployment, desired) -> Step:
         """Make the target hold `desired`; the Step's message says what changed (the pipeline records it)."""
         raise NotImplementedError
 
-    def teardown(self, deployment) -> Step:
-        """Remove what the deployment created; ready=True once nothing is left."""
+    def teardown(self, deployment, unit: AppUnit | None = None) -> Step:
+        """Remove what the unit created (None: every application of the deployment, and what they share);
+        ready=True once nothing is left."""
         raise NotImplementedError
 
     def pause(self, deployment) -> Step:

@@ -20,9 +20,9 @@ from deployments.catalog import INSTANCE_TYPES, InstanceType
 from deployments.lifecycle import Status
 from deployments.services.node_groups import NODEGROUPS_PER_CLUSTER
 from deployments.serve_config import STAGES
-from deployments.spec import PoolSpec
+from deployments.surge import pool_nodes
 from workers import clients
-from workers.targets.base import PermanentError, Step, TransientError
+from workers.targets.base import AppUnit, PermanentError, Step, TransientError
 from workers.targets.eks_launch_template import launch_template_data
 from workers.targets.kubernetes import KubernetesTarget
 
@@ -86,9 +86,9 @@ def nodegroup_taints(instance: InstanceType) -> list[dict]:
     return taints
 
 
-def _scaling(pool: PoolSpec) -> dict:
-    """A node group sized to the pool: a fixed node count (Ray Serve scales replicas inside it)."""
-    return {"minSize": pool.nodes, "maxSize": pool.nodes, "desiredSize": pool.nodes}
+def _scaling(nodes: int) -> dict:
+    """A node group of a fixed node count (Ray Serve scales replicas inside it)."""
+    return {"minSize": nodes, "maxSize": nodes, "desiredSize": nodes}
 
 
 def _issues(ng: dict) -> str:
@@ -355,7 +355,7 @@ class EksTarget(KubernetesTarget):
         self._aws(f"deleting placement group {name}", self.ec2.delete_placement_group,
                   tolerate="InvalidPlacementGroup.Unknown", GroupName=name)
 
-    def _create_nodegroup(self, deployment, stage: str, name: str) -> None:
+    def _create_nodegroup(self, deployment, stage: str, name: str, nodes: int) -> None:
         missing = [k for k in ("node_role_arn", "subnet_ids") if not getattr(self.config, k)]
         if missing:  # a cluster registered before they were required
             raise PermanentError(f"Cluster {self.cluster.name} has no {' or '.join(missing)} in its config; EKS "
@@ -374,7 +374,7 @@ class EksTarget(KubernetesTarget):
         template = self._launch_template(deployment, stage, name, capacity=capacity, reservation=reservation)
         kwargs = {
             "clusterName": self.eks_name, "nodegroupName": name,
-            "scalingConfig": _scaling(pool),
+            "scalingConfig": _scaling(nodes),
             "instanceTypes": [pool.instance_type], "amiType": "AL2023_x86_64_NVIDIA", "capacityType": capacity,
             "launchTemplate": template,
             "labels": {"tandem.dev/pool": stage, "tandem.dev/deployment": deployment.name,
@@ -388,13 +388,14 @@ class EksTarget(KubernetesTarget):
                   tolerate="ResourceInUseException", **kwargs)  # else a previous pass (or a killed worker) asked
         self._groups.pop(name, None)
 
-    def _ensure_one(self, deployment, stage: str) -> tuple[bool, str]:
+    def _ensure_one(self, deployment, stage: str, extra: int) -> tuple[bool, str]:
         name = self.nodegroup_name(deployment, stage)
         pool = deployment.spec_typed.pool(stage)
+        nodes = pool_nodes(pool, extra)
         ng = self._describe(name)
         if ng is None:
-            self._create_nodegroup(deployment, stage, name)
-            return False, f"{name}: creating {pool.nodes} × {pool.instance_type}"
+            self._create_nodegroup(deployment, stage, name, nodes)
+            return False, f"{name}: creating {nodes} × {pool.instance_type}"
         self._require_owned(deployment, ng, doing="use, resize or replace")
         status = ng.get("status")
         if status == "CREATE_FAILED":
@@ -411,17 +412,18 @@ class EksTarget(KubernetesTarget):
             # Instance types of a managed node group are fixed: replace it.
             self._changed(name, "replacing", self.eks.delete_nodegroup)
             return False, f"{name}: replacing for {pool.instance_type}"
-        want = _scaling(pool)
+        want = _scaling(nodes)
         have = {k: ng.get("scalingConfig", {}).get(k) for k in want}
         if have != want:
             self._changed(name, "resizing", self.eks.update_nodegroup_config, scalingConfig=want)
-            return False, f"{name}: resizing to {pool.nodes} node(s)"
+            surge = f" ({extra} replica(s) beyond the spec's while a rollout surges)" if extra else ""
+            return False, f"{name}: resizing to {nodes} node(s){surge}"
         if status == "DEGRADED" and not _fatal(ng):
             return False, f"{name}: degraded ({_issues(ng)}); waiting for EKS to recover it"
         if status != "ACTIVE":  # fatally DEGRADED, DELETE_FAILED: EKS says why in its health issues
             raise PermanentError(f"Node group {name} is {status} ({_issues(ng)}); fix it in the EKS console, then "
                                  "retry.")
-        return True, f"{name}: {pool.nodes} × {pool.instance_type} active"
+        return True, f"{name}: {nodes} × {pool.instance_type} active"
 
     def _deadline_passed(self, deployment) -> int | None:
         """The cluster's deadline in minutes, when the deployment has been provisioning for longer. Not while it
@@ -432,12 +434,14 @@ class EksTarget(KubernetesTarget):
         waited = (dj_timezone.now() - deployment.status_changed_at).total_seconds() / 60
         return deadline if waited > deadline else None
 
-    def ensure_node_pools(self, deployment) -> Step:
-        """Both stages' node groups exist, ACTIVE, with the requested instance type and size; past the cluster's
-        provisioning deadline, the deployment fails with what EKS says and its node groups go."""
+    def ensure_node_pools(self, deployment, extra: dict[str, int] | None = None) -> Step:
+        """Both stages' node groups exist, ACTIVE, with the requested instance type, sized for the spec's replicas
+        and `extra` more per stage (a side-by-side rollout's surge: deployments.surge.pool_nodes), back to the
+        spec's size once extra is 0; past the cluster's provisioning deadline, the deployment fails with what EKS
+        says and its node groups go."""
         self._new_pass()
         self._active_cluster()
-        results = [self._ensure_one(deployment, stage) for stage in STAGES]
+        results = [self._ensure_one(deployment, stage, (extra or {}).get(stage, 0)) for stage in STAGES]
         ready = all(ok for ok, _ in results)
         if not ready and (deadline := self._deadline_passed(deployment)) is not None:
             reasons = []
@@ -479,12 +483,13 @@ class EksTarget(KubernetesTarget):
             return Step(ready=False, message="; ".join(waiting))
         return Step(ready=True, message=f"{step.message} Node groups scaled to zero.")
 
-    def teardown(self, deployment) -> Step:
+    def teardown(self, deployment, unit: AppUnit | None = None) -> Step:
         """Kubernetes objects first (so pods leave the nodes), then the node groups Tandem created, then (once a
-        group is gone) its launch template and placement group."""
+        group is gone) its launch template and placement group. One unit's teardown leaves the node groups, which
+        the deployment's other application runs on (ensure_node_pools sizes them)."""
         self._new_pass()
-        step = super().teardown(deployment)
-        if not step.ready:
+        step = super().teardown(deployment, unit)
+        if not step.ready or unit is not None:
             return step
         left = []
         for stage in STAGES:

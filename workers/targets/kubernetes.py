@@ -26,13 +26,14 @@ from kubernetes.client.exceptions import ApiException
 
 from deployments.applied_check import applied_differences, applied_mismatch_message
 from deployments.catalog import RUNTIMES
-from deployments.manifests import (DEPLOYMENT_LABEL, HASH_ANNOTATION, MANAGED_BY, MODEL_SECRET, POOL_LABEL,
-                                  RAY_CLUSTER_HASH_ANNOTATION, TEAM_LABEL, endpoint_url, manifests_build, manifests_hash,
-                                  namespace_guards_build, namespace_name)
+from deployments.manifests import (DEPLOYMENT_LABEL, GENERATION_OF_LABEL, HASH_ANNOTATION, MANAGED_BY, MODEL_SECRET,
+                                  POOL_LABEL, RAY_CLUSTER_HASH_ANNOTATION, TEAM_LABEL, endpoint_url, manifests_build,
+                                  manifests_hash, namespace_guards_build, namespace_name)
 from deployments.secret_refs import SecretRefError, secret_resolve
+from deployments.serve_config import serve_app_name
 from deployments.team_roles import team_role_arn
 from workers import clients
-from workers.targets.base import Observed, PermanentError, Step, Target, TransientError
+from workers.targets.base import AppUnit, Observed, PermanentError, Step, Target, TransientError, live_unit
 from workers.targets.serve_status import serve_app_message
 
 GROUP, VERSION, PLURAL = "ray.io", "v1", "rayservices"
@@ -69,6 +70,14 @@ def api_error(e: Exception, *, doing: str, cluster: str, access: str = KUBECONFI
 def _labelled(labels: dict | None, wanted: dict) -> bool:
     """Whether an object carries every one of `wanted` labels (Tandem's ownership marks)."""
     return all((labels or {}).get(k) == v for k, v in wanted.items())
+
+
+def _same_application(current: dict, obj: dict) -> bool:
+    """Whether an existing RayService or endpoint Service is the application `obj` describes: Tandem's labels for
+    it, and the same deployment behind a later generation's name (deployment `a`'s generation 2 is named `a-g2`,
+    as a deployment `a-g2` of the same team would be)."""
+    labels, wanted = current.get("metadata", {}).get("labels") or {}, obj["metadata"]["labels"]
+    return _labelled(labels, wanted) and labels.get(GENERATION_OF_LABEL) == wanted.get(GENERATION_OF_LABEL)
 
 
 def _applied_hash(desired: dict, current: dict | None) -> str:
@@ -145,11 +154,22 @@ class KubernetesTarget(Target):
         """The IAM role the team's Ray pods assume (IRSA), from the cluster's `team_roles`; "" for none."""
         return team_role_arn(self.config, deployment.team.slug) or ""
 
-    def desired(self, deployment) -> tuple[list[dict], str]:
+    def app_name(self, deployment, unit: AppUnit | None = None) -> str:
+        """The name of the unit's RayService and Serve application (None: the live unit's)."""
+        generation = (unit or live_unit(deployment)).app_generation
+        return serve_app_name(deployment_id=deployment.pk, name=deployment.name, target_kind=self.cluster.kind,
+                              app_generation=generation)
+
+    def desired(self, deployment, unit: AppUnit | None = None) -> tuple[list[dict], str]:
+        """The unit's objects (None: the live unit's): a later generation is a RayService of its own, named for it,
+        with its own endpoint Service; fixed replicas size its Serve deployments and worker groups."""
+        unit = unit or live_unit(deployment)
         namespace, team_slug = self.namespace(deployment), deployment.team.slug
-        ns, *rest = manifests_build(name=deployment.name, namespace=namespace, team_slug=team_slug,
-                                    spec=deployment.spec_typed, target_kind=self.cluster.kind,
-                                    node_selectors=self.node_selectors(deployment), role_arn=self.team_role(deployment))
+        ns, *rest = manifests_build(name=self.app_name(deployment, unit), namespace=namespace, team_slug=team_slug,
+                                    spec=unit.spec, target_kind=self.cluster.kind,
+                                    node_selectors=self.node_selectors(deployment), role_arn=self.team_role(deployment),
+                                    replicas=unit.replicas,
+                                    generation_of=deployment.name if unit.app_generation else "")
         guards = namespace_guards_build(namespace=namespace, team_slug=team_slug,
                                         kuberay_namespace_labels=settings.TANDEM_KUBERAY_NAMESPACE_LABELS,
                                         prometheus_namespace_labels=settings.TANDEM_PROMETHEUS_NAMESPACE_LABELS)
@@ -178,8 +198,8 @@ class KubernetesTarget(Target):
         return self._get("reading the RayService", k8s.CustomObjectsApi(self.api).get_namespaced_custom_object,
                          GROUP, VERSION, meta["namespace"], PLURAL, meta["name"])
 
-    def observe(self, deployment, desired: list[dict] | None = None) -> Observed:
-        objects = desired if desired is not None else self.desired(deployment)[0]
+    def observe(self, deployment, desired: list[dict] | None = None, unit: AppUnit | None = None) -> Observed:
+        objects = desired if desired is not None else self.desired(deployment, unit)[0]
         found = []
         for obj in objects:
             found.append(current := self._read(obj))
@@ -196,19 +216,24 @@ class KubernetesTarget(Target):
         hashes = [_applied_hash(o, f) for o, f in zip(objects, found)]
         applied = manifests_hash([{"metadata": {"annotations": {HASH_ANNOTATION: h}}} for h in hashes]) \
             if all(hashes) else ""
-        serve_status, message, ready = self._serve_status(rs, deployment.name)
-        if not ready and serve_status != "RUNNING" and (pending := self._unschedulable(deployment)):
+        app = rs["metadata"]["name"]
+        serve_status, message, ready = self._serve_status(rs, app)
+        if not ready and serve_status != "RUNNING" and (pending := self._unschedulable(deployment, app)):
             message = f"{pending} {message}"
         return Observed(exists=True, applied_hash=applied, serve_status=serve_status, message=message,
-                        endpoint_url=endpoint_url(name=deployment.name, namespace=self.namespace(deployment)),
+                        endpoint_url=endpoint_url(name=app, namespace=self.namespace(deployment)),
                         details={"ready": ready, "numServeEndpoints": rs.get("status", {}).get("numServeEndpoints", 0)})
 
-    def _unschedulable(self, deployment) -> str:
-        """Why the deployment's pods that the scheduler cannot place are Pending, in the scheduler's own words, per
+    def endpoint_url(self, deployment, unit: AppUnit | None = None) -> str:
+        """The in-cluster URL of the unit's endpoint Service (None: the live unit's)."""
+        return endpoint_url(name=self.app_name(deployment, unit), namespace=self.namespace(deployment))
+
+    def _unschedulable(self, deployment, app: str) -> str:
+        """Why the application's pods that the scheduler cannot place are Pending, in the scheduler's own words, per
         pool ("" when every pod is placed). A RayService waiting on them says only that it is not ready."""
         try:
             found = k8s.CoreV1Api(self.api).list_namespaced_pod(
-                self.namespace(deployment), label_selector=f"{DEPLOYMENT_LABEL}={deployment.name}",
+                self.namespace(deployment), label_selector=f"{DEPLOYMENT_LABEL}={app}",
                 _request_timeout=TIMEOUT)
         except ApiException as e:
             if e.status in (403, 404):  # a role without pods/list: the deployment goes on, without this detail
@@ -272,6 +297,10 @@ class KubernetesTarget(Target):
             if current is None:
                 self._create(obj)
                 done.append(f"created {label}")
+            elif obj["kind"] in ("RayService", "Service") and not _same_application(current, obj):
+                raise PermanentError(f"{label} on {self.cluster.name} is not this deployment's application (its "
+                                     "labels name another); Tandem will not replace it. Rename or remove it, then "
+                                     "retry.")
             elif current.get("metadata", {}).get("deletionTimestamp"):
                 raise TransientError(f"The previous {label} is still being deleted; creating the new one once it "
                                      "is gone.")
@@ -419,30 +448,51 @@ class KubernetesTarget(Target):
             self._call("updating the RayService", k8s.CustomObjectsApi(self.api).replace_namespaced_custom_object,
                        GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], body)
 
-    def teardown(self, deployment) -> Step:
-        """Delete the RayService and Service (and the team namespace once nothing of Tandem's is left)."""
-        objects, _ = self.desired(deployment)
-        # The team's service account, RoleBinding and NetworkPolicies go with its namespace.
-        ns_obj, svc, rs = (next(o for o in objects if o["kind"] == kind)
-                           for kind in ("Namespace", "Service", "RayService"))
-        namespace = ns_obj["metadata"]["name"]
+    def teardown(self, deployment, unit: AppUnit | None = None) -> Step:
+        """Delete the unit's RayService and endpoint Service; None: every application of the deployment (each
+        generation's), then the team namespace once nothing of Tandem's is left in it."""
+        units = [unit] if unit is not None else self._units_present(deployment)
         custom, core = k8s.CustomObjectsApi(self.api), k8s.CoreV1Api(self.api)
-        remaining = []
-        for obj, delete in ((rs, lambda: custom.delete_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, rs["metadata"]["name"], _request_timeout=TIMEOUT)),
-                            (svc, lambda: core.delete_namespaced_service(
-                                svc["metadata"]["name"], namespace, _request_timeout=TIMEOUT))):
-            current = self._read(obj)
-            if current is None or not _labelled(current.get("metadata", {}).get("labels"), obj["metadata"]["labels"]):
-                continue  # gone, or not this deployment's: never delete what Tandem did not make
-            self._delete(f"deleting the {obj['kind']}", delete)
-            if self._read(obj) is not None:
-                remaining.append(obj["kind"])
+        namespace, remaining = self.namespace(deployment), []
+        for u in units:
+            objects, _ = self.desired(deployment, u)
+            # The team's service account, RoleBinding and NetworkPolicies go with its namespace.
+            svc, rs = (next(o for o in objects if o["kind"] == kind) for kind in ("Service", "RayService"))
+            for obj, delete in ((rs, lambda name=rs["metadata"]["name"]: custom.delete_namespaced_custom_object(
+                    GROUP, VERSION, namespace, PLURAL, name, _request_timeout=TIMEOUT)),
+                                (svc, lambda name=svc["metadata"]["name"]: core.delete_namespaced_service(
+                                    name, namespace, _request_timeout=TIMEOUT))):
+                current = self._read(obj)
+                if current is None or not _same_application(current, obj):
+                    continue  # gone, or not this deployment's: never delete what Tandem did not make
+                self._delete(f"deleting the {obj['kind']}", delete)
+                if self._read(obj) is not None:
+                    remaining.append(f"{obj['kind']} {obj['metadata']['name']}")
         if remaining:
             return Step(ready=False, message=f"Waiting for {', '.join(remaining)} to go away.")
+        if unit is not None:
+            return Step(ready=True, message=f"Deleted RayService {self.app_name(deployment, unit)} and its endpoint "
+                                            f"Service in {namespace}.")
+        ns_obj = self.desired(deployment)[0][0]
         if self._namespace_release(namespace, deployment.team.slug) and self._read(ns_obj) is not None:
             return Step(ready=False, message=f"Waiting for namespace {namespace} to go away.")
         return Step(ready=True, message=f"Deleted the RayService and endpoint Service in {namespace}.")
+
+    def _units_present(self, deployment) -> list[AppUnit]:
+        """Every application of the deployment that may exist: its first, its live one, and each later generation's
+        RayService found in the team namespace (a rollout's, old or new)."""
+        spec = deployment.spec_typed  # names and labels do not depend on it
+        generations = {0, live_unit(deployment).app_generation}
+        if self._get("reading the namespace", k8s.CoreV1Api(self.api).read_namespace,
+                     self.namespace(deployment)) is not None:
+            found = self._call("listing RayServices", k8s.CustomObjectsApi(self.api).list_namespaced_custom_object,
+                               GROUP, VERSION, self.namespace(deployment), PLURAL,
+                               label_selector=f"{GENERATION_OF_LABEL}={deployment.name}")
+            for rs in (found or {}).get("items", []):
+                suffix = rs["metadata"]["name"].removeprefix(f"{deployment.name}-g")
+                if suffix.isdigit():
+                    generations.add(int(suffix))
+        return [AppUnit(app_generation=g, spec=spec) for g in sorted(generations)]
 
     def _delete(self, doing: str, fn: Callable) -> None:
         try:
@@ -474,7 +524,7 @@ class KubernetesTarget(Target):
         """The last lines of each stage's worker pods (where the engines run, with NIXL's own messages)."""
         core, namespace, logs = k8s.CoreV1Api(self.api), self.namespace(deployment), {}
         for stage in ("prefill", "decode"):
-            selector = f"{DEPLOYMENT_LABEL}={deployment.name},{POOL_LABEL}={stage}"
+            selector = f"{DEPLOYMENT_LABEL}={self.app_name(deployment)},{POOL_LABEL}={stage}"
             pods = self._call(f"listing the {stage} pods", core.list_namespaced_pod, namespace,
                               label_selector=selector)
             names = [p.metadata.name for p in pods.items]

@@ -149,6 +149,8 @@ def test_a_rollout_in_place_cannot_be_paused_only_aborted(api, team, team_admin,
 
 
 def test_a_rollout_of_another_deployment_is_a_404_through_this_one(api, team, team_admin, cluster, rollout):
+    team.gpu_quota = 32  # two rollouts side by side: their specs' 16 GPUs and their surges' 16
+    team.save(update_fields=["gpu_quota"])
     other = rollout_started(team=team, cluster=cluster, admin=team_admin)
     api.force_authenticate(team_admin)
     wrong = f"/api/v1/deployments/{rollout.deployment_id}/rollouts/{other.pk}/"
