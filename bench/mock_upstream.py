@@ -13,6 +13,7 @@ as a path prefix, so tests need no extra headers:  http://127.0.0.1:9100/o/ttft=
     hang_first  the first N requests for the request's `model` send no event (a stream its headers only) and wait
                 until the client gives up: a decode waiting for KV that never comes; later ones are served
     retry_after with `fail`, a Retry-After header of this many seconds
+    linger      seconds a stream stays open after its `[DONE]` before it ends (Ray Serve's proxy holds it a while)
 
 --keepalive-timeout closes a connection idle that long between requests (as Ray Serve's proxy does after 5 s).
 
@@ -199,6 +200,8 @@ class Mock:
             tail += event([], usage=usage)
         await resp.write(tail + DONE)
         entry.update(usage=usage, finished=True)
+        if options["linger"]:  # as Ray Serve does: the stream stays open a while after its last event
+            await asyncio.sleep(options["linger"])
         await resp.write_eof()
         return resp
 
@@ -243,7 +246,7 @@ def main(argv=None) -> None:
     parser.add_argument("--keepalive-timeout", type=float, default=75.0, help="seconds an idle connection is kept")
     args = parser.parse_args(argv)
     defaults = {"ttft": args.ttft, "chunks": args.chunks, "gap": args.gap, "fail": 0, "drop": 0, "pad": 0, "stall": 0,
-                "retry_after": 0, "die_first": 0, "hang_first": 0}
+                "retry_after": 0, "die_first": 0, "hang_first": 0, "linger": 0}
     try:
         import uvloop
 

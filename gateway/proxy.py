@@ -130,9 +130,10 @@ async def handle_openai(gw, head: RequestHead, receive, send):
         if not ex.client_gone:
             raise
         asyncio.current_task().uncancel()  # our own cancel: the client left; record it and end quietly
-        status, rec.partial, rec.error_type = CLIENT_CLOSED, True, "client_disconnected"
-        if rec.stream and not rec.completion_tokens:
-            rec.completion_tokens = max(0, rec.chunks - 1)  # an estimate; the record says partial
+        if not ex.finished:  # it left with the whole answer (at `[DONE]`): a complete request, as recorded
+            status, rec.partial, rec.error_type = CLIENT_CLOSED, True, "client_disconnected"
+            if rec.stream and not rec.completion_tokens:
+                rec.completion_tokens = max(0, rec.chunks - 1)  # an estimate; the record says partial
     except Exception:  # noqa: BLE001 - a bug must still give the client an OpenAI-shaped answer, never a page
         log.exception("gateway error")
         status, rec.error_type = 500, "internal_error"

@@ -105,6 +105,10 @@ async def relay_events(resp, send, rec, *, start: dict, keep_usage_chunk: bool, 
                 start = None
             await send({"type": "http.response.body", "body": data, "more_body": True})
             rec.chunk_sent(len(data))
+            if saw_done and not tail:
+                # The answer is whole: do not wait for upstream to close the stream (Serve holds it open a while),
+                # or a client that leaves at `[DONE]`, as the SDKs do, would count as one that left midway.
+                return
     except UPSTREAM_FAILURES as e:
         failure = e
     if start is not None:

@@ -107,3 +107,23 @@ def test_a_stream_whose_first_event_never_comes_ends_with_a_504(world, bounded_g
     assert upstream_of(mock_requests, "rid-hangs")["calls"] == 2
     record = drained("rid-hangs")
     assert (record.status_code, record.error_type) == (504, "first_byte_timeout")
+
+
+def test_a_client_that_leaves_at_done_while_upstream_holds_the_stream_open_made_a_complete_request(world, gateway):
+    """The OpenAI SDKs close the connection at `[DONE]`; Ray Serve keeps a stream open a while after it (seen on
+    the local PD stack, where most streams were recorded as 499 partial). The gateway relays `[DONE]` and ends the
+    answer there, so the request is recorded as the complete 200 it was, and the judge of a rollout counts its
+    time to first token."""
+    dep = world.deployment("lingers", options="chunks=4,linger=3")
+    _, raw = world.key()
+    with httpx.stream("POST", gateway.base_url + "/v1/chat/completions", timeout=20,
+                      json={**CHAT, "model": dep.spec["model_id"], "stream": True},
+                      headers={"Authorization": f"Bearer {raw}", "X-Request-ID": "rid-lingers"}) as r:
+        for line in r.iter_lines():
+            if line == "data: [DONE]":
+                break  # and close, as the SDKs do
+    started = time.monotonic()
+    record = drained("rid-lingers")
+    assert (record.status_code, record.partial, record.error_type) == (200, False, "")
+    assert record.ttft_ms is not None and record.completion_tokens == 4
+    assert time.monotonic() - started < 3  # recorded before upstream's stream would have ended
