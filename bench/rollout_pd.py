@@ -26,10 +26,11 @@ from tests.e2e.conftest import (MODEL, ROOT, RUNTIME, _auth, local_cluster_confi
                                 no_application_outlives_its_test, tiny_variant)
 from tests.factories import MembershipFactory, TeamFactory, local_spec_input
 from tests.support.processes import Worker, start_gateway, stop_at_end, wait_for, worker_environment  # noqa: F401
+from usage.tasks import drain_request_records
 
 pytestmark = [pytest.mark.pd, pytest.mark.e2e, pytest.mark.timeout(3600)]
-CLIENTS = 3  # concurrent streams, constantly
-ROLLOUT = {"steps": [10, 50, 100], "step_seconds": 20}
+CLIENTS = 4  # concurrent streams, constantly
+ROLLOUT = {"steps": [10, 50, 100], "step_seconds": 30}
 PROMPT = [{"role": "user", "content": "Write one sentence about the sea."}]
 
 
@@ -71,6 +72,27 @@ class Load:
 
     def since(self, t: float) -> list[dict]:
         return [r for r in self.results if r["started"] >= t]
+
+
+class Drain:
+    """What beat does every 5 s in production: the gateway's request records into PostgreSQL, where the rollout's
+    judge reads them (here every second)."""
+
+    def __init__(self):
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join(timeout=30)
+
+    def _run(self):
+        while not self.stop.wait(1.0):
+            drain_request_records()
 
 
 class Replicas:
@@ -161,15 +183,15 @@ def test_rollouts_under_streaming_load(transactional_db, redis_client, local_ray
     d = Deployment.objects.get(pk=d.pk)
     _, secret = api_key_create(actor=member, team=team, name="bench", all_deployments=False, deployments=[d])
     rows = []
-    with Load(f"{gateway.base_url}/v1", secret) as load:
+    with Drain(), Load(f"{gateway.base_url}/v1", secret) as load:
         wait_for(lambda: len(load.results) >= 10, timeout=120, what="the load to run")
         rows.append(_roll(local_ray, d, admin, load, str(tiny_variant), "new weights"))
         d = rows[-1]["deployment"]
         rows.append(_roll(local_ray, d, admin, load, str(models / "tiny-llama-nochat"), "fails conformance"))
         d = rows[-1]["deployment"]
         rows.append(_roll(local_ray, d, admin, load, str(models / "tiny-llama-slow"), "slower"))
-    print("\nrollouts on the local PD stack, 3 concurrent streams through the gateway, steps 10/50/100, "
-          "20 s a step:")
+    print(f"\nrollouts on the local PD stack, {CLIENTS} concurrent streams through the gateway, steps 10/50/100, "
+          f"{ROLLOUT['step_seconds']} s a step:")
     for row in rows:
         print(f"  {row['rollout']:18} {row['state']:12} gen {row['from']}→{row['to']}  requests {row['requests']:4}  "
               f"failed {row['failed']}  {row['seconds']:4} s  peak replicas {row['peak_replicas']}  "
