@@ -5,11 +5,13 @@
 
 Against a running local PD stack (`./tandem up`): `--streams` threads each stream chats through the gateway with
 the official openai client, back to back. After a quiet baseline the prefill replica's process (the Serve replica
-actor, found through Ray's state API) gets SIGKILL; once the deployment is healthy again, the decode's. Per kill it
-prints the requests that failed before their first token, the streams that were cut after it (and whether they ended
-with an error event or otherwise), any request that went `--hang-after` seconds without a byte, and the seconds until
-the deployment is healthy again: Serve shows a new replica RUNNING and a fresh request through the gateway answers.
-With `--out` it keeps what it saw for fixtures: the metrics text after each recovery and the replicas' Serve logs.
+actor, found through Ray's state API) gets SIGKILL; once the deployment is healthy again, the decode's; then Tandem
+restarts the decode as its reconciler does for a stale NIXL peer (RayTarget.restart_stage, through the control plane's
+database: DATABASE_URL). Per phase it prints the requests that failed before their first token, the streams cut
+after it (and how many of those ended with an OpenAI error event, which the openai client raises as a bare
+APIError), any request that went `--hang-after` seconds without a byte, and the seconds until the deployment is
+healthy again: Serve shows a new replica RUNNING and a fresh request through the gateway answers. With `--out` it
+keeps what it saw for fixtures: the metrics text before, during and after each phase, and the replicas' logs.
 """
 import argparse
 import json
@@ -162,6 +164,7 @@ def summary(outcomes: list[Outcome], *, since: float, until: float) -> dict:
         "ok": sum(1 for o in window if not o.error),
         "failed_before_first_token": sum(1 for o in before_first if o.error and not o.hung),
         "cut_after_first_token": sum(1 for o in after_first if o.error and not o.hung),
+        "cut_with_error_event": sum(1 for o in after_first if o.error.startswith("APIError:")),
         "hung": sum(1 for o in window if o.hung),
         "slowest_s": round(max((o.ended - o.started for o in window), default=0.0), 1),
         "errors": sorted({o.error for o in window if o.error}),

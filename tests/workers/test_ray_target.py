@@ -62,8 +62,7 @@ def test_other_applications_on_the_cluster_survive_apply_and_teardown(dashboard,
     assert set(dashboard.details()["applications"]) == {"someone-else"}
 
 
-def test_restarting_a_stage_rolls_only_its_deployment_keeps_other_applications_and_is_no_drift(dashboard,
-                                                                                               deployment):
+def test_restarting_a_stage_stamps_only_that_stage_keeps_other_applications_and_is_no_drift(dashboard, deployment):
     dashboard.put({"applications": [{"name": "someone-else", "route_prefix": "/other", "import_path": "x:app"}]})
     target = RayTarget(deployment.cluster)
     _apply(target, deployment)
