@@ -291,9 +291,10 @@ def _kv_transfer(p: _Pass, target, *, now) -> None:
             p.cond("KvTransfer", True, "NoFailedReads", "No KV read from prefill has failed on the decode.")
         return
     if current is not None and current["status"] == "False":
-        return  # restarted already in this spell: a second restart would not tell the user more
+        return  # restarted once in this spell: a fresh decode that still fails has another cause
     failed = (state.kv_reads or {}).get("failed", 0)
-    seen = f"The decode's {failed:g} KV reads from prefill all failed since {failing_since:%H:%M:%S} UTC."
+    seen = (f"Every KV read of the decode from prefill has failed since {failing_since:%H:%M:%S} UTC ({failed:g} "
+            "in the scrape that saw it).")
     restart = p.step(EventKind.DECODE_RESTARTED, lambda: _restart_decode(target, d, seen))
     p.cond("KvTransfer", False, "DecodeRestarted" if restart.ready else "ReadsFailing", restart.message)
 
