@@ -103,7 +103,7 @@ def test_a_decode_whose_reads_all_fail_is_restarted_once_and_its_recovery_is_tim
     assert _kv(d)["status"] == "False" and _kv(d)["reason"] == "DecodeRestarted"
     restarted = Event.objects.get(deployment=d, kind=EventKind.DECODE_RESTARTED)
     assert "Every KV read of the decode from prefill has failed" in restarted.message and "(3 in" in restarted.message
-    assert "replacing the decode replicas" in restarted.message
+    assert f"replacing the replicas of tdm-{d.pk}-tiny to restart its decode" in restarted.message
 
     # Serve rolls the decode (DEPLOYING, then RUNNING): the deployment keeps serving, and says when Serve is back.
     _settle(d)

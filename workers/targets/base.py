@@ -90,8 +90,9 @@ class Target:
         return self.teardown(deployment)
 
     def restart_stage(self, deployment, stage: str) -> Step:
-        """Replace the replicas of one stage ("prefill" or "decode") with new ones; ready=True once asked. Where the
-        target cannot, ready=False and the message says so (the pipeline records it)."""
+        """Replace the replicas of one stage ("prefill" or "decode") with new ones (at least those: the ray target
+        replaces the whole application's); ready=True once asked. Where the target cannot, ready=False and the
+        message says so (the pipeline records it)."""
         return Step(ready=False, message=f"This target cannot restart the {stage} replicas on its own; restart "
                                          "them by hand.")
 

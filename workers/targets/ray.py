@@ -187,9 +187,11 @@ class RayTarget(Target):
         return Step(ready=False, message=f"Serve application {name} is being deleted.")
 
     def restart_stage(self, deployment, stage: str) -> Step:
-        """PUT our application back with a new RESTART_ENV in `stage`'s runtime_env: a new version of that stage's
-        deployment, whose replicas Serve replaces. `observe` compares only what `desired` renders, so it is no
-        drift, and the next apply of a changed spec drops it."""
+        """PUT our application back with a new RESTART_ENV in `stage`'s runtime_env: a new version of the
+        application, whose replicas Serve replaces. On Ray 2.60 that is every deployment of the PD application, not
+        only `stage`'s (the builder's arguments changed; measured on the local PD stack, bench/README.md), so
+        prefill restarts too. `observe` compares only what `desired` renders, so it is no drift, and the next apply
+        of a changed spec drops it."""
         name = self.app_name(deployment)
         config, _ = self.desired(deployment)  # the same cluster options as every apply
         with self._writing():
@@ -201,7 +203,7 @@ class RayTarget(Target):
             runtime_env.setdefault("env_vars", {})[RESTART_ENV] = timezone.now().isoformat()
             self._request("PUT", f"restarting the {stage} replicas",
                           json={**config, "applications": [*self._others(deployed, name), app]})
-        return Step(ready=True, message=f"Serve is replacing the {stage} replicas of {name}.")
+        return Step(ready=True, message=f"Serve is replacing the replicas of {name} to restart its {stage}.")
 
     def endpoint_answers(self, deployment, observed: Observed) -> Step:
         """The OpenAI-compatible endpoint lists the deployment's model."""
