@@ -79,3 +79,12 @@ def test_kv_reads_say_whether_the_decode_got_its_kv_between_two_scrapes():
                                                                         "transfers": 0}
     assert kv_reads(snap(BEFORE), snap(with_failed_reads(AFTER, 3)))["state"] == "mixed"
     assert kv_reads(snap(AFTER), snap(AFTER))["state"] == "quiet"
+
+
+def test_after_a_prefill_restart_the_decode_reads_from_the_new_prefill_on_vllm_0_32():
+    """Recorded on the local PD stack (fixtures/cut_restart.py): between 20 s after SIGKILL of the prefill and the
+    new prefill serving, the decode read KV 25 times and no read failed (vLLM replaced the stale NIXL peer)."""
+    def real(name):
+        return snapshot_build(parse_text(fixture(name)), "tiny-llama", application="tdm-1-tiny-llama")
+    assert kv_reads(real("prefill-restart-before.prom"), real("prefill-restart-after.prom")) == {
+        "state": "moving", "failed": 0.0, "transfers": 25}

@@ -133,3 +133,14 @@ def test_reads_that_fail_beside_reads_that_succeed_restart_nothing(serving, dash
     reconcile_pass(d.pk)
     assert RESTART_ENV not in _decode_env(dashboard, d)["decode"]
     assert _kv(d)["status"] == "True"
+
+
+def test_a_prefill_restart_that_vllm_recovers_from_by_itself_restarts_nothing(serving, dashboard, metrics):
+    """The scrapes recorded around a real SIGKILL of the prefill (tests/observability/fixtures/cut_restart.py)."""
+    d = serving
+    for name in ("prefill-restart-before.prom", "prefill-restart-after.prom"):
+        state = _scrape(d, metrics, fixture(name).replace("tdm-1-tiny-llama", f"tdm-{d.pk}-tiny"))
+    assert state.kv_reads == {"state": "moving", "failed": 0.0, "transfers": 25}
+    reconcile_pass(d.pk)
+    assert RESTART_ENV not in _decode_env(dashboard, d)["decode"]
+    assert _kv(d)["reason"] == "NoFailedReads"
