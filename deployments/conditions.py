@@ -1,7 +1,8 @@
 """Kubernetes-style status conditions, written through one pure helper (as KubeRay's setCondition)."""
 from datetime import datetime
 
-CONDITION_TYPES = ("Approved", "NodePoolsReady", "Applied", "ServeRunning", "EndpointReady", "ConformancePassed")
+CONDITION_TYPES = ("Approved", "NodePoolsReady", "Applied", "ServeRunning", "EndpointReady", "ConformancePassed",
+                   "KvTransfer")
 # ConformancePassed's and EndpointReady's reason when KV does not move over the EFA the spec asked for
 # (observability.fabric): the endpoint stays closed to users (the gateway reads this reason) until it does.
 KV_NOT_ON_EFA = "KvNotOnEfa"
@@ -79,3 +80,8 @@ def endpoint_ready(conditions: list[dict], *, generation: int, answers: bool, me
         return {"status": True, "reason": "Answering", "message": message}
     return {"status": True, "reason": "AnsweringWithWarnings",
             "message": f"Serving, but conformance checks failed: {checked.get('message', '')}"}
+
+
+def seconds_since_transition(condition: dict, *, now: datetime) -> float:
+    """How long `condition` has held its status (from its last_transition_time)."""
+    return max(0.0, (now - datetime.fromisoformat(condition["last_transition_time"])).total_seconds())

@@ -48,6 +48,12 @@ class EventKind(models.TextChoices):
     ROLLOUT_ROLLED_BACK = "rollout_rolled_back", "Rollout rolled back"
     ROLLOUT_DONE = "rollout_done", "Rollout done"
 
+    # A dead replica (workers.pipeline): Serve running again after it, a decode whose KV reads from prefill all
+    # fail restarted, KV moving again; each with how long it took.
+    SERVE_RECOVERED = "serve_recovered", "Serving again"
+    DECODE_RESTARTED = "decode_restarted", "Decode restarted"
+    KV_RECOVERED = "kv_recovered", "KV transfer recovered"
+
     # A status change that names no action of its own (deployment_transition): `status_<status>` (status_kind).
     STATUS_APPROVED = "status_approved", Status.APPROVED.label
     STATUS_REJECTED = "status_rejected", Status.REJECTED.label

@@ -74,6 +74,10 @@ class ScrapeState(models.Model):
     snapshot = models.JSONField(default=dict)
     last_error = models.TextField(blank=True)
     last_error_at = models.DateTimeField(null=True, blank=True)
+    # The decode pool's KV reads as the last two scrapes saw them (observability.pd_health.kv_reads), and since when
+    # every read has failed (None: they have not, or succeeded since). The reconciler acts on it (workers.pipeline).
+    kv_reads = models.JSONField(default=dict)
+    kv_failing_since = models.DateTimeField(null=True, blank=True)
 
 
 class ConformanceRun(models.Model):

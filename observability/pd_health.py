@@ -91,3 +91,22 @@ def bytes_span_text(lo: float, hi: float | None) -> str:
     if hi is None or not math.isfinite(hi):
         return f"over {lo:,.0f} bytes"
     return f"{lo:,.0f}–{hi:,.0f} bytes"
+
+
+# What the decode pool's KV reads did between two scrapes (kv_reads).
+KV_FAILING, KV_MOVING, KV_QUIET, KV_MIXED = "failing", "moving", "quiet", "mixed"
+
+
+def kv_reads(before: dict, after: dict) -> dict:
+    """Whether the decode pool got its KV from prefill between two scrapes, from NIXL's own counters.
+
+    `failing`: NIXL counted failed reads on the decode (vLLM counts failed handshakes and notifications among them)
+    and none succeeded, as when a decode keeps a restarted prefill's NIXL peer; `moving`: reads succeeded and none
+    failed; `mixed`: both; `quiet`: neither (no traffic, or no prefill to read from)."""
+    inc = snapshot_increase(before, after)
+    failed = inc.counter.get(("nixl_failed_transfers", "decode"), 0.0)
+    kv_bytes = inc.hist.get(("kv_bytes", "decode"))
+    transfers = kv_bytes.count if kv_bytes else 0
+    state = (KV_MIXED if failed and transfers else KV_FAILING if failed else KV_MOVING if transfers
+             else KV_QUIET)
+    return {"state": state, "failed": failed, "transfers": transfers}

@@ -6,7 +6,9 @@ from django.db import transaction
 
 from deployments.models import Cluster, Deployment
 from deployments.serve_config import serve_app_name
+from deployments.services.status import deployment_reconcile_request
 from observability.models import ScrapeState
+from observability.pd_health import KV_FAILING, KV_MOVING, kv_reads
 from observability.promtext import Sample, parse_prometheus_api, parse_text
 from observability.rollups import minute_of, rollup_increase
 from observability.snapshot import snapshot_build, snapshot_increase
@@ -77,6 +79,22 @@ def scrape_deployment(*, deployment_id: int, client: httpx.Client, now: dt.datet
         if state.scraped_at is not None and state.snapshot:
             touched = rollup_increase(deployment_id=d.pk, minute=minute_of(now),
                                       inc=snapshot_increase(state.snapshot, snap))
+            if _kv_reads_follow(state, kv_reads(state.snapshot, snap), now=now):
+                deployment_reconcile_request(deployment_id=d.pk)  # the pipeline restarts or reports recovery
         state.snapshot, state.scraped_at, state.last_error = snap, now, ""
         state.save()
     return {"ok": True, "series": sum(len(v) for v in snap.values()), "rows": touched}
+
+
+def _kv_reads_follow(state: ScrapeState, reads: dict, *, now: dt.datetime) -> bool:
+    """Keep the decode's KV reads on `state`: a failing spell starts at the first scrape whose reads all failed and
+    ends at the first whose reads all succeeded (one with neither, or both, leaves it as it is). True when the
+    spell started or ended."""
+    state.kv_reads = reads
+    if reads["state"] == KV_FAILING and state.kv_failing_since is None:
+        state.kv_failing_since = now
+        return True
+    if reads["state"] == KV_MOVING and state.kv_failing_since is not None:
+        state.kv_failing_since = None
+        return True
+    return False

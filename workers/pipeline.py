@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 from django.conf import settings
 from django.utils import timezone
 
-from deployments.conditions import condition_set, conformance_passed, endpoint_ready
+from deployments.conditions import (
+    condition_get, condition_set, conformance_passed, endpoint_ready, seconds_since_transition,
+)
 from deployments.errors import StatusMoved
 from deployments.event_kinds import EventKind
 from deployments.lifecycle import PROGRESSING, SETTLED, Status
@@ -21,7 +23,7 @@ from deployments.services.actions import deployment_transition
 from deployments.services.status import deployment_observe
 from deployments.spend import deployment_ready_estimate
 from deployments.spec import SpecError, spec_check
-from observability.models import ConformanceRun
+from observability.models import ConformanceRun, ScrapeState
 from observability.tasks import run_conformance
 from deployments.services.rollouts import rollout_active
 from workers.rollout import rollout_in_place_done, rollout_pass
@@ -232,7 +234,14 @@ def _serve_status(p: _Pass, target, observed: Observed) -> _End | None:
     deploy it); None once it is."""
     d = p.d
     p.note(EventKind.SERVE_STATUS, f"{observed.serve_status or 'Unknown'}: {observed.message}".rstrip(": "))
-    p.cond("ServeRunning", observed.serve_status == "RUNNING", observed.serve_status or "Unknown", observed.message)
+    running = observed.serve_status == "RUNNING"
+    was = condition_get(d.conditions, "ServeRunning")
+    if running and d.status == Status.RUNNING and was is not None and was["status"] == "False":
+        # A replica died (or Serve replaced one) under a deployment that serves, and Serve has it back.
+        seconds = seconds_since_transition(was, now=timezone.now())
+        p.note(EventKind.SERVE_RECOVERED, f"Serve runs every replica again, {seconds:.0f} s after it reported "
+                                          f"{was.get('reason') or 'a fault'}.", duration_ms=int(seconds * 1000))
+    p.cond("ServeRunning", running, observed.serve_status or "Unknown", observed.message)
     if observed.serve_status == "DEPLOY_FAILED":
         # Leave nothing half-deployed behind: the reason is kept on the deployment, and retry re-applies.
         p.step(EventKind.TEARDOWN, lambda: target.teardown(d))
@@ -265,10 +274,43 @@ def _endpoint(p: _Pass, target, observed: Observed) -> _End:
             rollout_in_place_done(d)
             _conformance_enqueue(d.pk)
         return _End(fields=fields | {"conformance_requested_at": now}, move=(Status.RUNNING, "Serving."), then=then)
+    _kv_transfer(p, target, now=now)
     # Users wait on the run of a pending endpoint: if its task failed or was lost, run it again, not wait for ever.
     if ready["reason"] == "ConformancePending" and _conformance_overdue(d):
         return _End(fields=fields | {"conformance_requested_at": now}, then=lambda: _conformance_requeue(d))
     return _End(fields=fields)
+
+
+def _kv_transfer(p: _Pass, target, *, now) -> None:
+    """8 derive, for a deployment that serves: KvTransfer from the decode's KV reads as the scrapes saw them
+    (observability.scraper). A decode whose reads from prefill all fail while Serve runs both (as when it keeps a
+    restarted prefill's NIXL peer) is restarted, once per failing spell; when reads succeed again the condition and
+    an event say how long it took."""
+    d = p.d
+    state = ScrapeState.objects.filter(deployment=d).first()
+    failing_since = state.kv_failing_since if state else None
+    current = condition_get(d.conditions, "KvTransfer")
+    if failing_since is None:
+        if current is not None and current["status"] == "False":
+            seconds = seconds_since_transition(current, now=now)
+            message = f"KV moves from prefill to decode again, {seconds:.0f} s after its reads were seen failing."
+            p.note(EventKind.KV_RECOVERED, message, duration_ms=int(seconds * 1000))
+            p.cond("KvTransfer", True, "Recovered", message)
+        elif current is None:
+            p.cond("KvTransfer", True, "NoFailedReads", "No KV read from prefill has failed on the decode.")
+        return
+    if current is not None and current["status"] == "False":
+        return  # restarted once in this spell: a fresh decode that still fails has another cause
+    failed = (state.kv_reads or {}).get("failed", 0)
+    seen = (f"Every KV read of the decode from prefill has failed since {failing_since:%H:%M:%S} UTC ({failed:g} "
+            "in the scrape that saw it).")
+    restart = p.step(EventKind.DECODE_RESTARTED, lambda: _restart_decode(target, d, seen))
+    p.cond("KvTransfer", False, "DecodeRestarted" if restart.ready else "ReadsFailing", restart.message)
+
+
+def _restart_decode(target, d: Deployment, seen: str) -> Step:
+    step = target.restart_stage(d, "decode")
+    return Step(ready=step.ready, message=f"{seen} {step.message}")
 
 
 def _conformance_checked(p: _Pass) -> list[dict]:

@@ -1,7 +1,7 @@
 """The PD health probe on scrapes with and without KV transfer."""
 import pytest
 
-from observability.pd_health import pd_health
+from observability.pd_health import kv_reads, pd_health
 from observability.promtext import parse_text
 from observability.snapshot import snapshot_build
 from tests.observability.helpers import fixture, set_value
@@ -36,11 +36,15 @@ def test_no_traffic_between_scrapes():
     assert h["verdict"] == "no_traffic"
 
 
+def with_failed_reads(text: str, n: int) -> str:
+    """A scrape whose decode replica (zi5cs8z8 in the recorded scrapes) counted `n` failed NIXL reads."""
+    return text + ('# TYPE ray_vllm_nixl_num_failed_transfers counter\n'
+                   'ray_vllm_nixl_num_failed_transfers_total{ReplicaId="zi5cs8z8",engine="0",'
+                   f'model_name="tiny-llama"}} {float(n)}\n')
+
+
 def test_failed_transfers_are_named():
-    failed = AFTER + ('# TYPE ray_vllm_nixl_num_failed_transfers counter\n'
-                      'ray_vllm_nixl_num_failed_transfers_total{ReplicaId="zi5cs8z8",engine="0",'
-                      'model_name="tiny-llama"} 2.0\n')
-    h = pd_health(snap(BEFORE), snap(failed), instance_type="cpu")
+    h = pd_health(snap(BEFORE), snap(with_failed_reads(AFTER, 2)), instance_type="cpu")
     assert h["verdict"] == "transfer_failures" and h["failed_transfers"] == 2
 
 
@@ -66,3 +70,21 @@ def test_small_transfers_are_not_judged_against_the_link():
 def test_without_efa_slow_is_expected():
     h = pd_health(snap(BEFORE), snap(_big_slow_transfers()), instance_type="g6e.xlarge")
     assert h["verdict"] == "healthy"
+
+
+def test_kv_reads_say_whether_the_decode_got_its_kv_between_two_scrapes():
+    assert kv_reads(snap(BEFORE), snap(AFTER)) == {"state": "moving", "failed": 0.0, "transfers": 9}
+    # Reads failed and none completed: what a decode holding a dead prefill's NIXL peer shows.
+    assert kv_reads(snap(AFTER), snap(with_failed_reads(AFTER, 3))) == {"state": "failing", "failed": 3.0,
+                                                                        "transfers": 0}
+    assert kv_reads(snap(BEFORE), snap(with_failed_reads(AFTER, 3)))["state"] == "mixed"
+    assert kv_reads(snap(AFTER), snap(AFTER))["state"] == "quiet"
+
+
+def test_after_a_prefill_restart_the_decode_reads_from_the_new_prefill_on_vllm_0_32():
+    """Recorded on the local PD stack (fixtures/cut_restart.py): between 20 s after SIGKILL of the prefill and the
+    new prefill serving, the decode read KV 25 times and no read failed (vLLM replaced the stale NIXL peer)."""
+    def real(name):
+        return snapshot_build(parse_text(fixture(name)), "tiny-llama", application="tdm-1-tiny-llama")
+    assert kv_reads(real("prefill-restart-before.prom"), real("prefill-restart-after.prom")) == {
+        "state": "moving", "failed": 0.0, "transfers": 25}

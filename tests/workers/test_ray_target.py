@@ -10,7 +10,7 @@ from deployments.spec import spec_parse
 from tests.factories import ClusterFactory, DeploymentFactory, TeamFactory, local_spec_input
 from tests.support.ray_dashboard import RayDashboard
 from workers.targets.base import PermanentError, TransientError
-from workers.targets.ray import RayTarget
+from workers.targets.ray import RESTART_ENV, RayTarget
 
 RAY_TOKEN = "ray-token-not-a-secret"
 
@@ -60,6 +60,27 @@ def test_other_applications_on_the_cluster_survive_apply_and_teardown(dashboard,
     time.sleep(0.25)
     assert target.teardown(deployment).ready
     assert set(dashboard.details()["applications"]) == {"someone-else"}
+
+
+def test_restarting_a_stage_stamps_only_that_stage_keeps_other_applications_and_is_no_drift(dashboard, deployment):
+    dashboard.put({"applications": [{"name": "someone-else", "route_prefix": "/other", "import_path": "x:app"}]})
+    target = RayTarget(deployment.cluster)
+    _apply(target, deployment)
+    _, desired_hash = target.desired(deployment)
+    assert target.restart_stage(deployment, "decode").ready
+    app = dashboard.details()["applications"][f"tdm-{deployment.pk}-tiny"]
+    args = app["deployed_app_config"]["args"]
+    assert RESTART_ENV in args["decode_config"]["runtime_env"]["env_vars"]
+    assert RESTART_ENV not in args["prefill_config"]["runtime_env"]["env_vars"]
+    assert app["status"] == "DEPLOYING"  # Serve has a new version of the application to roll out
+    assert "someone-else" in dashboard.details()["applications"]
+    assert target.observe(deployment).applied_hash == desired_hash
+
+
+def test_restarting_a_stage_of_an_application_that_is_not_there_asks_nothing(dashboard, deployment):
+    step = RayTarget(deployment.cluster).restart_stage(deployment, "decode")
+    assert not step.ready and "is not on the cluster" in step.message
+    assert dashboard.details()["applications"] == {}
 
 
 def _chat(cluster, team: str, source: str):

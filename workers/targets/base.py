@@ -96,6 +96,13 @@ class Target:
         nothing is worth keeping, that is the teardown."""
         return self.teardown(deployment)
 
+    def restart_stage(self, deployment, stage: str) -> Step:
+        """Replace the replicas of one stage ("prefill" or "decode") with new ones (at least those: the ray target
+        replaces the whole application's); ready=True once asked. Where the target cannot, ready=False and the
+        message says so (the pipeline records it)."""
+        return Step(ready=False, message=f"This target cannot restart the {stage} replicas on its own; restart "
+                                         "them by hand.")
+
     def preflight(self, deployment) -> None:
         """Refuse, with PermanentError, what the target would only refuse after minutes of retries."""
 

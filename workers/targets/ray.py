@@ -6,12 +6,14 @@ Several teams share one cluster: each deployment is its own application, named b
 (`tdm-<id>-<name>`; a name alone is unique only within a team), answering under its own route prefix (`/d/<id>`)
 with its own NIXL ports, so Tandem only ever writes or removes the application that is this deployment's.
 """
+import copy
 import json
 from contextlib import contextmanager
 from urllib.parse import urlsplit
 
 import httpx
 from django.db import connection, transaction
+from django.utils import timezone
 
 from deployments.hashing import content_hash
 from deployments.model_sources import not_allowed_message, source_roots_of
@@ -24,6 +26,8 @@ APPS = "/api/serve/applications/"
 # First key of the two-key advisory lock that serialises writes to one Ray cluster's applications (second: its id).
 CLUSTER_LOCK_CLASS = 0x7A4E
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+# Set in a stage's runtime_env to make Serve replace its replicas (restart_stage); no engine reads it.
+RESTART_ENV = "TANDEM_RESTARTED_AT"
 
 
 def http_error(e: Exception, *, doing: str, cluster: str) -> Exception:
@@ -194,6 +198,25 @@ class RayTarget(Target):
                 self._request("PUT", "removing the application",
                               json={**config, "applications": self._others(deployed, names)})
         return Step(ready=False, message=f"Serve application {', '.join(present)} is being deleted.")
+
+    def restart_stage(self, deployment, stage: str) -> Step:
+        """PUT our application back with a new RESTART_ENV in `stage`'s runtime_env: a new version of the
+        application, whose replicas Serve replaces. On Ray 2.60 that is every deployment of the PD application, not
+        only `stage`'s (the builder's arguments changed; measured on the local PD stack, bench/README.md), so
+        prefill restarts too. `observe` compares only what `desired` renders, so it is no drift, and the next apply
+        of a changed spec drops it."""
+        name = self.app_name(deployment)
+        config, _ = self.desired(deployment)  # the same cluster options as every apply
+        with self._writing():
+            deployed = self._deployed()
+            app = copy.deepcopy((deployed.get(name) or {}).get("deployed_app_config"))
+            if not app:
+                return Step(ready=False, message=f"Serve application {name} is not on the cluster.")
+            runtime_env = app["args"][f"{stage}_config"].setdefault("runtime_env", {})
+            runtime_env.setdefault("env_vars", {})[RESTART_ENV] = timezone.now().isoformat()
+            self._request("PUT", f"restarting the {stage} replicas",
+                          json={**config, "applications": [*self._others(deployed, name), app]})
+        return Step(ready=True, message=f"Serve is replacing the replicas of {name} to restart its {stage}.")
 
     def endpoint_answers(self, deployment, observed: Observed) -> Step:
         """The OpenAI-compatible endpoint lists the deployment's model."""
