@@ -14,13 +14,6 @@ CPU_OMP_CORE = {"prefill": "0", "decode": "1"}
 CPU_MAX_NUM_SEQS = 8
 KV_ROLE = {"prefill": "kv_producer", "decode": "kv_consumer"}
 NIXL_PORT_FIRST, NIXL_PORT_SLOTS, NIXL_PORTS_PER_STAGE = 20000, 200, 100
-# How long a prefill keeps a finished request's KV for its decode, in seconds: NixlConnector's `kv_lease_duration`
-# (vLLM 0.22 and later, vllm-project/vllm#41383; it replaced VLLM_NIXL_ABORT_REQUEST_TIMEOUT, 480 s, which these
-# runtimes no longer read). A decode waiting for the KV extends the lease by two thirds of it every sixth of it
-# (NixlConnectorWorker._send_heartbeats); a decode that died stops, and the prefill frees the blocks when the lease
-# runs out (_reap_expired_send_leases). vLLM's default is 30 s; 20 s frees a dead decode's share sooner while a
-# busy decode still has three heartbeats (every 3 s) to miss before its KV goes.
-KV_LEASE_SECONDS = 20
 # Ray's accelerator_type names where they differ from the catalog's GPU names.
 RAY_ACCELERATOR = {"A100-40GB": "A100-40G", "A100-80GB": "A100-80G"}
 
@@ -45,10 +38,9 @@ def _kv_transfer(*, stage: str, cpu: bool, efa: bool, connector: str) -> dict:
     kv = {"kv_connector": connector, "kv_role": KV_ROLE[stage]}
     if cpu:
         kv["kv_buffer_device"] = "cpu"
-    kv["kv_connector_extra_config"] = {"kv_lease_duration": KV_LEASE_SECONDS}
     if efa:
         # NIXL's default UCX backend silently runs at TCP speed on EFA (ai-dynamo/nixl#909).
-        kv["kv_connector_extra_config"]["backends"] = ["LIBFABRIC"]
+        kv["kv_connector_extra_config"] = {"backends": ["LIBFABRIC"]}
     return kv
 
 

@@ -84,7 +84,7 @@ def test_p5_workers_get_efa_devices_hugepages_and_libfabric():
     assert prefill["resources"] == {"prefill_pool": "8"}
     serve = yaml.safe_load(rs["spec"]["serveConfigV2"])
     kv = serve["applications"][0]["args"]["decode_config"]["engine_kwargs"]["kv_transfer_config"]
-    assert kv["kv_connector_extra_config"]["backends"] == ["LIBFABRIC"]
+    assert kv["kv_connector_extra_config"] == {"backends": ["LIBFABRIC"]}
     # NIXL's LIBFABRIC backend needs libfabric and the EFA libraries: the runtime's EFA image, on every pod.
     runtime = RUNTIMES[spec_parse(SPECS["p5"], target_kind="eks").runtime]
     container = prefill["template"]["spec"]["containers"][0]

@@ -4,9 +4,7 @@ import json
 from pathlib import Path
 
 from deployments.hashing import content_hash
-from deployments.serve_config import (
-    KV_LEASE_SECONDS, ray_app_name, ray_nixl_ports, ray_route_prefix, serve_config_build,
-)
+from deployments.serve_config import ray_app_name, ray_nixl_ports, ray_route_prefix, serve_config_build
 from deployments.spec import spec_load, spec_parse
 from tests.factories import local_spec_input, spec_input
 
@@ -56,21 +54,9 @@ def test_nixl_uses_libfabric_only_where_the_instance_has_efa():
     args = serve_config_build(app_name="llama", spec=spec, target_kind="eks")["applications"][0]["args"]
     assert args["prefill_config"]["engine_kwargs"]["kv_transfer_config"] == {
         "kv_connector": "NixlConnector", "kv_role": "kv_producer",
-        "kv_connector_extra_config": {"kv_lease_duration": KV_LEASE_SECONDS, "backends": ["LIBFABRIC"]}}
+        "kv_connector_extra_config": {"backends": ["LIBFABRIC"]}}
     assert args["decode_config"]["engine_kwargs"]["kv_transfer_config"] == {
-        "kv_connector": "NixlConnector", "kv_role": "kv_consumer",
-        "kv_connector_extra_config": {"kv_lease_duration": KV_LEASE_SECONDS}}
-
-
-def test_kv_waits_on_both_stages_are_bounded_by_tandems_lease_on_every_target():
-    """Both stages carry Tandem's lease, where vLLM reads it: a prefill frees KV no decode came for after it."""
-    gpu = _stored(spec_input(prefill=_pool("g6e.xlarge", 1, 1), decode=_pool("g6e.xlarge", 1, 1)), "eks")
-    cpu = _stored(local_spec_input(), "ray")
-    for spec, kind in ((gpu, "eks"), (cpu, "ray")):
-        args = serve_config_build(app_name="t", spec=spec, target_kind=kind)["applications"][0]["args"]
-        for stage in ("prefill", "decode"):
-            extra = args[f"{stage}_config"]["engine_kwargs"]["kv_transfer_config"]["kv_connector_extra_config"]
-            assert extra["kv_lease_duration"] == KV_LEASE_SECONDS, (kind, stage)
+        "kv_connector": "NixlConnector", "kv_role": "kv_consumer"}
 
 
 def test_hub_models_are_not_forced_offline_on_the_cpu_runtime():
