@@ -74,9 +74,8 @@ class Load:
         return [r for r in self.results if r["started"] >= t]
 
 
-class Drain:
-    """What beat does every 5 s in production: the gateway's request records into PostgreSQL, where the rollout's
-    judge reads them (here every second)."""
+class Background:
+    """A loop on a thread of its own for the length of a `with` block (`_run` watches `self.stop`)."""
 
     def __init__(self):
         self.stop = threading.Event()
@@ -91,26 +90,25 @@ class Drain:
         self.thread.join(timeout=30)
 
     def _run(self):
+        raise NotImplementedError
+
+
+class Drain(Background):
+    """What beat does every 5 s in production: the gateway's request records into PostgreSQL, where the rollout's
+    judge reads them (here every second)."""
+
+    def _run(self):
         while not self.stop.wait(1.0):
             drain_request_records()
 
 
-class Replicas:
+class Replicas(Background):
     """The most Prefill and Decode replicas of the deployment's applications that Serve ran at once (polled)."""
 
     def __init__(self, state: dict, pk: int):
+        super().__init__()
         self.state, self.pk = state, pk
         self.peak = {"prefill": 0, "decode": 0}
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        self.thread.join(timeout=30)
 
     def _run(self):
         http = httpx.Client(timeout=30, headers=_auth(self.state))

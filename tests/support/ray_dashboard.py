@@ -16,6 +16,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from tests.support.serve_examples import deploy_failed
 
 
+# The token the tests' stand-in dashboards require (tests/workers/conftest.py's `dashboard`).
+TEST_TOKEN = "ray-token-not-a-secret"
+
+
 class RayDashboard:
     """The fake dashboard's state; `serve()` starts the HTTP server in a thread."""
 

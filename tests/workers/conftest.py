@@ -8,6 +8,7 @@ from deployments.spec import spec_parse
 from tests.factories import MODEL_SOURCES, ClusterFactory, DeploymentFactory, TeamFactory, spec_input
 from tests.conftest import EMULATOR_TOKEN as TOKEN  # noqa: F401 - the driver tests use it
 from tests.support.moto_server import MotoServer
+from tests.support.ray_dashboard import TEST_TOKEN, RayDashboard
 from tests.support.processes import Worker, wait_for, worker_environment  # noqa: F401 - fixtures and tests use them
 
 
@@ -62,3 +63,12 @@ def worker(worker_env):
     yield started
     for w in started:
         w.stop()
+
+
+@pytest.fixture
+def dashboard():
+    """A stand-in Ray dashboard (the Serve REST API over real HTTP, token TEST_TOKEN) whose applications run 0.2 s
+    after each change."""
+    server = RayDashboard(token=TEST_TOKEN, ready_after=0.2).serve()
+    yield server
+    server.close()

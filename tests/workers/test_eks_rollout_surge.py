@@ -10,12 +10,12 @@ from kubernetes import client as k8s
 
 from deployments.catalog import INSTANCE_TYPES
 from deployments.lifecycle import Status
-from deployments.manifests import DEPLOYMENT_LABEL, GENERATION_OF_LABEL
+from deployments.manifests import DEPLOYMENT_LABEL
 from deployments.models import Cluster, Deployment, Membership, Rollout
 from deployments.services.actions import deployment_approve, deployment_update
 from deployments.services.quota import team_gpus_held
 from deployments.services.rollouts import rollout_active, rollout_record
-from deployments.spec import STAGES, spec_load
+from deployments.spec import STAGES
 from deployments.spend import deployment_hourly_usd, deployment_spend_usd
 from tests.factories import MODEL_SOURCES, ClusterFactory, DeploymentFactory, MembershipFactory, TeamFactory, spec_input
 from observability.models import ConformanceRun

@@ -20,18 +20,10 @@ from tests.observability.helpers import as_application_of, fixture
 from tests.observability.mock_openai import MockUpstream
 from tests.observability.test_pd_health import with_failed_reads
 from tests.support.processes import wait_for
-from tests.support.ray_dashboard import RayDashboard
+from tests.support.ray_dashboard import TEST_TOKEN as RAY_TOKEN
 from workers.pipeline import reconcile_pass
 from workers.targets.ray import RESTART_ENV
 
-RAY_TOKEN = "ray-token-not-a-secret"
-
-
-@pytest.fixture
-def dashboard():
-    server = RayDashboard(token=RAY_TOKEN, ready_after=0.2).serve()
-    yield server
-    server.close()
 
 
 @pytest.fixture

@@ -8,18 +8,10 @@ from django.db import connection
 from deployments.models import Cluster
 from deployments.spec import spec_parse
 from tests.factories import ClusterFactory, DeploymentFactory, TeamFactory, local_spec_input
-from tests.support.ray_dashboard import RayDashboard
+from tests.support.ray_dashboard import TEST_TOKEN as RAY_TOKEN
 from workers.targets.base import PermanentError, TransientError
 from workers.targets.ray import RESTART_ENV, RayTarget
 
-RAY_TOKEN = "ray-token-not-a-secret"
-
-
-@pytest.fixture
-def dashboard():
-    server = RayDashboard(token=RAY_TOKEN, ready_after=0.2).serve()
-    yield server
-    server.close()
 
 
 @pytest.fixture

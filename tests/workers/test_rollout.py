@@ -16,20 +16,12 @@ from deployments.spec import spec_parse
 from observability.models import ConformanceRun
 from tests.factories import MODEL_SOURCES, ClusterFactory, DeploymentFactory, MembershipFactory, TeamFactory, local_spec_input
 from tests.support.processes import wait_for
-from tests.support.ray_dashboard import RayDashboard
+from tests.support.ray_dashboard import TEST_TOKEN as RAY_TOKEN
 from usage.models import RequestRecord
 from workers.pipeline import reconcile_pass
 
-RAY_TOKEN = "ray-token-not-a-secret"
 OLD, NEW = "s3://models/tiny-a", "s3://models/tiny-b"
 FAST = {"step_seconds": 5}
-
-
-@pytest.fixture
-def dashboard():
-    server = RayDashboard(token=RAY_TOKEN, ready_after=0.2).serve()
-    yield server
-    server.close()
 
 
 @pytest.fixture
