@@ -53,6 +53,6 @@ def rollout_surge(spec: DeploymentSpec, *, target_kind: str) -> Surge:
         if target_kind in WHOLE_NODE_KINDS:
             gpus[stage] = nodes[stage] * node_quota_gpus(instance_type=pool.instance_type,
                                                          gpus_per_node=pool.gpus_per_node, target_kind=target_kind)
-        else:
-            gpus[stage] = spec.rollout.max_surge * pool.tensor_parallel_size
+        else:  # each surge replica's GPUs (none on the CPU runtime, whose pools have none)
+            gpus[stage] = spec.rollout.max_surge * pool.tensor_parallel_size if pool.gpus_per_node else 0
     return Surge(nodes=nodes, gpus=gpus)

@@ -4,7 +4,7 @@ import pytest
 from deployments.cost import ON_DEMAND, surge_hourly_usd
 from deployments.spec import spec_parse
 from deployments.surge import pool_nodes, rollout_surge
-from tests.factories import spec_input
+from tests.factories import local_spec_input, spec_input
 
 
 def _spec(itype, *, gpus, tp, nodes, replicas_min, replicas_max=None, max_surge=1):
@@ -41,3 +41,10 @@ def test_a_pool_without_extra_replicas_keeps_the_spec_s_nodes():
     assert pool_nodes(spec.prefill) == pool_nodes(spec.prefill, 0) == 2
     assert pool_nodes(spec.prefill, 1) == pool_nodes(spec.prefill, 2) == 3
     assert pool_nodes(spec.prefill, 3) == 4
+
+
+def test_a_cpu_deployment_s_surge_holds_no_gpu_of_its_team():
+    """The local target's CPU pools have no GPUs: its rollouts fit a team with a quota of none (the rollout
+    benchmark on the real stack was refused before this)."""
+    spec = spec_parse(local_spec_input(), target_kind="ray")
+    assert rollout_surge(spec, target_kind="ray").total_gpus == 0
