@@ -28,8 +28,9 @@ def rollout_active(deployment: Deployment) -> Rollout | None:
 def rollout_require_none(deployment: Deployment) -> None:
     """An update is refused while another is rolling out: two new generations at once would mix."""
     if (r := rollout_active(deployment)) is not None:
-        raise Conflict(f"Generation {r.to_generation} is still rolling out ({r.state}, {r.weight}% of requests). "
-                       "Wait until it is done, or abort it, then update again.")
+        where = (f"{r.state}, {r.weight}% of requests" if r.mode == Rollout.Mode.SIDE_BY_SIDE else "in place")
+        raise Conflict(f"Generation {r.to_generation} is still rolling out ({where}). Wait until it is done, or "
+                       "abort it, then update again.")
 
 
 def _mode(verdict) -> str:

@@ -96,7 +96,9 @@ def test_two_updates_at_once_one_wins(users, k8s_cluster):
     row = Deployment.objects.get(pk=d.pk)
     assert row.status == Status.UPDATING and row.generation == d.generation + 1
     assert winner.json()["spec"]["engine"]["max_model_len"] == row.spec["engine"]["max_model_len"]
-    assert loser.json()["detail"] == "A deployment can be updated when running or failed; this one is updating."
+    # The winner's update rolls out (in place: only max_model_len changed); the loser is told to wait for it.
+    assert loser.json()["detail"] == (f"Generation {row.generation} is still rolling out (in place). Wait until it "
+                                      "is done, or abort it, then update again.")
 
 
 def test_delete_during_provisioning_with_a_live_worker_leaves_nothing(users, k8s_cluster, emulator, worker_env):
