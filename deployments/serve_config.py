@@ -115,16 +115,16 @@ def ray_route_prefix(*, deployment_id: int, app_generation: int = 0) -> str:
     return f"/d/{deployment_id}" + (f"/g{app_generation}" if app_generation else "")
 
 
-def ray_nixl_ports(*, deployment_id: int, app_generation: int = 0) -> dict[str, int]:
+def ray_nixl_ports(*, deployment_id: int, half: int = 0) -> dict[str, int]:
     """Each stage's NIXL side-channel port base on a shared Ray cluster.
 
     Ray Serve LLM binds every prefill replica to 20000 + its rank (decode: 22000 + rank), so a second deployment's
     engines on the same node would fail to bind. Each deployment gets its own block of 200 ports (100 per stage,
     room for replicas × tensor-parallel ranks) in 20000-59999, by id; ids equal modulo 200 share one, and Serve then
     reports the failed bind only if their replicas meet on a node. Two generations side by side split each stage's
-    block by the parity of their application's generation (50 ports each)."""
+    block: the serving one binds its `half` (50 ports), a rollout's new one the other (Deployment.app_port_half)."""
     base = NIXL_PORT_FIRST + (deployment_id % NIXL_PORT_SLOTS) * 2 * NIXL_PORTS_PER_STAGE
-    base += (app_generation % 2) * (NIXL_PORTS_PER_STAGE // 2)
+    base += half * (NIXL_PORTS_PER_STAGE // 2)
     return {"prefill": base, "decode": base + NIXL_PORTS_PER_STAGE}
 
 

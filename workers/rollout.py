@@ -56,10 +56,12 @@ class _Rollout:
     def old_unit(self, sizes: Sizes) -> AppUnit:
         # Untouched (its spec's own bounds, as it was applied) until it gives a replica back.
         full = sizes.old == wanted_replicas(self.old_spec)
-        return AppUnit(self.r.from_app, self.old_spec, replicas=None if full else dict(sizes.old))
+        return AppUnit(self.r.from_app, self.old_spec, replicas=None if full else dict(sizes.old),
+                       port_half=self.d.app_port_half)
 
     def new_unit(self, sizes: Sizes) -> AppUnit:
-        return AppUnit(self.r.to_app, self.new_spec, replicas=dict(sizes.new))
+        # The other half of the NIXL ports: the two generations' engines may share a node (the local target).
+        return AppUnit(self.r.to_app, self.new_spec, replicas=dict(sizes.new), port_half=1 - self.d.app_port_half)
 
     def ensure(self, unit: AppUnit):
         """Apply a unit when the cluster lacks it or holds another config; what the cluster has now."""
@@ -210,7 +212,8 @@ class _Rollout:
         r = self.r
         if not self.gone(self.old_unit(self.sizes)):
             return Outcome(wait=_requeue())
-        live = AppUnit(r.to_app, self.new_spec)  # its spec's own bounds again, as outside a rollout
+        # its spec's own bounds again, as outside a rollout
+        live = AppUnit(r.to_app, self.new_spec, port_half=1 - self.d.app_port_half)
         observed = self.ensure(live)
         sizes = Sizes(old={s: 0 for s in STAGES}, new=dict(self.sizes.new))
         self.record(state=State.DONE, replicas=sizes.as_dict(), finished_at=self.now,
@@ -220,6 +223,7 @@ class _Rollout:
                    seconds=int((self.now - r.created_at).total_seconds()))
         return Outcome(fields={"endpoint_url": observed.endpoint_url,
                                "endpoint_generation": r.to_generation, "app_generation": r.to_app,
+                               "app_port_half": 1 - self.d.app_port_half,
                                "observed_generation": r.to_generation, "next_endpoint_url": "",
                                "next_generation": None, "next_weight": 0, "serving_seen_at": self.now},
                        move=("running", f"Generation {r.to_generation} serves every request."))

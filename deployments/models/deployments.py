@@ -69,6 +69,9 @@ class Deployment(models.Model):
     next_weight = models.PositiveSmallIntegerField(default=0)
     # The generation in the name of the application that serves (0: its first application's name, no suffix).
     app_generation = models.PositiveIntegerField(default=0)
+    # Which half of its NIXL port block the serving application binds on a shared `ray` cluster (0 or 1): a
+    # side-by-side rollout's new generation takes the other half (deployments.serve_config.ray_nixl_ports).
+    app_port_half = models.PositiveSmallIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     status_changed_at = models.DateTimeField(auto_now_add=True)

@@ -11,6 +11,7 @@ from django.utils import timezone
 from deployments.lifecycle import Status
 from deployments.models import Cluster, Deployment, Membership, Rollout
 from deployments.services import actions
+from deployments.serve_config import ray_nixl_ports
 from deployments.services.rollouts import rollout_abort, rollout_active
 from deployments.spec import spec_parse
 from observability.models import ConformanceRun
@@ -71,6 +72,14 @@ def _apps(dashboard, d) -> dict[str, dict]:
     return out
 
 
+def _nixl_ports(dashboard, name: str) -> list[int]:
+    """The NIXL side-channel ports an application's engines bind (each stage's base and the 50 after it)."""
+    args = dashboard.details()["applications"][name]["deployed_app_config"]["args"]
+    bases = [args[f"{stage}_config"]["experimental_configs"]["NIXL_SIDE_CHANNEL_PORT_BASE"]
+             for stage in ("prefill", "decode")]
+    return [port for base in bases for port in range(base, base + 50)]
+
+
 def _traffic(d, generation: int, *, n: int = 8, ttft_ms: float = 40.0, status: int = 200):
     """What the gateway records for requests a generation served now."""
     now = timezone.now()
@@ -111,6 +120,9 @@ def test_new_weights_come_up_beside_the_old_take_each_step_and_end_serving_alone
     assert _apps(dashboard, d) == {f"tdm-{d.pk}-tiny": {"prefill": 1, "decode": 1},
                                    f"tdm-{d.pk}-tiny-g2": {"prefill": 1, "decode": 1}}
     assert d.next_endpoint_url == f"{dashboard.url}/d/{d.pk}/g2" and d.next_weight == 0
+    # The two generations' engines may share a node: each binds its own NIXL ports.
+    old_ports, new_ports = (_nixl_ports(dashboard, name) for name in (f"tdm-{d.pk}-tiny", f"tdm-{d.pk}-tiny-g2"))
+    assert not set(old_ports) & set(new_ports), (old_ports, new_ports)
     assert d.endpoint_url == f"{dashboard.url}/d/{d.pk}" and d.endpoint_generation == 1
 
     ConformanceRun.objects.create(deployment=d, generation=2, passed=True, started_at=timezone.now(),
@@ -130,6 +142,7 @@ def test_new_weights_come_up_beside_the_old_take_each_step_and_end_serving_alone
     assert (d.endpoint_url, d.endpoint_generation, d.app_generation) == (f"{dashboard.url}/d/{d.pk}/g2", 2, 2)
     assert (d.next_endpoint_url, d.next_generation, d.next_weight) == ("", None, 0)
     wait_for(lambda: list(_apps(dashboard, d)) == [f"tdm-{d.pk}-tiny-g2"], timeout=5, what="the old app gone")
+    assert _nixl_ports(dashboard, f"tdm-{d.pk}-tiny-g2") == new_ports  # it keeps its ports once it serves alone
     # Never a second full set: at most one replica per pool beyond the spec's, after every pass.
     assert max(sum(app["prefill"] for app in apps.values()) for apps in seen) == 2
     assert max(sum(app["decode"] for app in apps.values()) for apps in seen) == 2
@@ -225,3 +238,26 @@ def test_pausing_during_a_rollout_ends_it_and_removes_both_generations(running, 
     assert d.rollouts.first().state == "aborted"
     assert _apps(dashboard, d) == {}
 
+
+
+def test_a_second_rollout_binds_the_half_of_the_ports_the_first_one_freed(running, dashboard):
+    """Generation 2 takes the other half of the deployment's NIXL ports from generation 1 and keeps it once it
+    serves alone; generation 3, beside it, takes the first half back. Halves follow the serving application, not
+    the generations' numbers (0 and 2 have one parity: the local stack's engines failed to bind on that)."""
+    d = _update(running, model={"id": "tiny", "source": NEW}, rollout={**FAST, "steps": [100]})
+    d = _passes_until(d, "checking", lambda row, r: r.state == "checking")
+    _checked(d)
+    d = _passes_until(d, "done", lambda row, r: row.status == "running", timeout=40)
+    assert list(_apps(dashboard, d)) == [f"tdm-{d.pk}-tiny-g2"]
+
+    d = _update(d, model={"id": "tiny", "source": OLD}, rollout=FAST)
+    d = _passes_until(d, "checking", lambda row, r: r.state == "checking")
+    assert sorted(_apps(dashboard, d)) == [f"tdm-{d.pk}-tiny-g2", f"tdm-{d.pk}-tiny-g3"]
+    serving, new = (set(_nixl_ports(dashboard, f"tdm-{d.pk}-tiny-{g}")) for g in ("g2", "g3"))
+    assert not serving & new
+    assert new == set(_nixl_ports_of_first_generation(d))
+
+
+def _nixl_ports_of_first_generation(d) -> list[int]:
+    bases = ray_nixl_ports(deployment_id=d.pk).values()
+    return [port for base in bases for port in range(base, base + 50)]

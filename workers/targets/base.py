@@ -46,11 +46,13 @@ class AppUnit:
     app_generation: int
     spec: DeploymentSpec
     replicas: dict[str, int] | None = None
+    port_half: int = 0  # which half of the deployment's NIXL port block it binds on a shared Ray cluster
 
 
 def live_unit(deployment) -> AppUnit:
     """The application that serves the deployment's spec outside a rollout."""
-    return AppUnit(app_generation=deployment.app_generation, spec=deployment.spec_typed)
+    return AppUnit(app_generation=deployment.app_generation, spec=deployment.spec_typed,
+                   port_half=deployment.app_port_half)
 
 
 class Target:

@@ -109,7 +109,7 @@ class RayTarget(Target):
         g = unit.app_generation
         config = serve_config_build(app_name=self.app_name(deployment, unit), spec=unit.spec,
                                     route_prefix=ray_route_prefix(deployment_id=deployment.pk, app_generation=g),
-                                    nixl_ports=ray_nixl_ports(deployment_id=deployment.pk, app_generation=g),
+                                    nixl_ports=ray_nixl_ports(deployment_id=deployment.pk, half=unit.port_half),
                                     target_kind="ray", http_options={"host": host, "port": parts.port or 8000},
                                     replicas=unit.replicas)
         return config, content_hash(config["applications"][0])
