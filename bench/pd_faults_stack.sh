@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `./tandem up`'s steps (tandem: cmd_up) on the bench's own database and Redis db, with a longer wait for the demo
-# on a busy machine, then bench.pd_faults; everything it started stops on exit. Run it under `flock /work/pd.lock`.
+# on a busy machine, then bench.pd_faults; everything it started stops on exit. Run it with no other PD stack or
+# benchmark on the machine.
 set -u
 cd "$(dirname "$0")/.."
 export DATABASE_URL=postgres://postgres@127.0.0.1:5432/tandem_faults REDIS_URL=redis://127.0.0.1:6379/14
