@@ -2,17 +2,12 @@
 
 They can when nothing that decides what the KV cache means changed: the weights (model source and id), the
 runtime (vLLM's version, and with it the connector's and NIXL's), the dtype, the KV connector and transport, and
-each pool's tensor parallelism (how heads split across ranks). Where both engines reported their cache layout
-(vLLM's `cache_config_info`: block size, cache dtype), a difference there decides too. Pure functions over typed
-specs; the verdict is recorded on the rollout (deployments.models.Rollout.verdict).
+each pool's tensor parallelism (how heads split across ranks). Pure functions over typed specs; the verdict is
+recorded on the rollout (deployments.models.Rollout.verdict).
 """
 from dataclasses import dataclass
 
 from deployments.spec import STAGES, DeploymentSpec
-
-# The engine report's fields that are the KV layout (vLLM's cache_config_info labels).
-REPORTED_LAYOUT = ("block_size", "cache_dtype")
-
 
 @dataclass(frozen=True)
 class Verdict:
@@ -44,15 +39,7 @@ def _spec_reasons(old: DeploymentSpec, new: DeploymentSpec) -> list[str]:
     return reasons
 
 
-def _report_reasons(old_report: dict | None, new_report: dict | None) -> list[str]:
-    if not old_report or not new_report:
-        return []
-    return [f"the engines report {key} {old_report[key]} and {new_report[key]}" for key in REPORTED_LAYOUT
-            if key in old_report and key in new_report and str(old_report[key]) != str(new_report[key])]
-
-
-def kv_verdict(old: DeploymentSpec, new: DeploymentSpec, *, old_report: dict | None = None,
-               new_report: dict | None = None) -> Verdict:
+def kv_verdict(old: DeploymentSpec, new: DeploymentSpec) -> Verdict:
     """Whether the old and new generation may exchange KV, and if not, every reason why."""
-    reasons = _spec_reasons(old, new) + _report_reasons(old_report, new_report)
+    reasons = _spec_reasons(old, new)
     return Verdict(compatible=not reasons, reasons=tuple(reasons))

@@ -168,7 +168,7 @@ class _Rollout:
             self.record(replicas=sizes.as_dict())
         old = self.ensure(self.old_unit(sizes))
         new = self.ensure(self.new_unit(sizes))
-        if "DEPLOY_FAILED" in (new.serve_status,):
+        if new.serve_status == "DEPLOY_FAILED":
             return self.start_rollback(f"Ray Serve could not scale generation {r.to_generation}: {new.message}")
         settled = new.serve_status == "RUNNING" and old.serve_status == "RUNNING" and sizes == self.sizes
         weight = effective_weight(step_weight, sizes, new=self.new_spec) if settled else r.weight
