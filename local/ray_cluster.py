@@ -201,8 +201,11 @@ def cmd_start(a: argparse.Namespace) -> int:
     return 1
 
 
-def _ray_session_pids() -> list[int]:
-    """Pids of processes that belong to our Ray temp dir (GCS, raylet, dashboard, workers)."""
+def _ray_session_pids(session: int | None = None) -> list[int]:
+    """Pids of processes that belong to our Ray temp dir (GCS, raylet, dashboard, workers) or to the head's
+    session (`session`: the head started one of its own). vLLM's engine and worker processes name neither the temp
+    dir nor Ray (VLLM::EngineCore, VLLM::Worker) and leave Ray's process group, but stay in the head's session: a
+    stop that missed them left them busy on both cores after the cluster was gone."""
     pids = []
     # The temp dir as a whole path (followed by "/", the end of an argument, or nothing): another cluster's
     # /tmp/tandem-ray-other is not ours.
@@ -211,7 +214,7 @@ def _ray_session_pids() -> list[int]:
         if not p.name.isdigit() or int(p.name) == os.getpid():
             continue
         try:
-            if needle.search((p / "cmdline").read_bytes()):
+            if needle.search((p / "cmdline").read_bytes()) or (session and os.getsid(int(p.name)) == session):
                 pids.append(int(p.name))
         except OSError:
             pass
@@ -233,7 +236,7 @@ def cmd_stop(a: argparse.Namespace) -> int:
             if not pid_alive(st.get("pid")):
                 break
             time.sleep(0.5)
-    leftovers = _ray_session_pids()
+    leftovers = _ray_session_pids(pgid)  # the head started its own session: its pgid is the session's id
     if pgid:
         try:
             os.killpg(pgid, signal.SIGKILL)

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -43,6 +44,7 @@ def local_ray(tmp_path_factory):
            # (minutes on 2 cores); one try is enough to see Serve's own failure, and every other test's engines
            # start first time.
            "RAY_SERVE_MAX_PER_REPLICA_RETRY_COUNT": "1"}
+    state = {}
     try:
         subprocess.run([sys.executable, script, "start"], check=True, timeout=300, env=env)
         state = json.loads((home / "ray-cluster.json").read_text())
@@ -51,6 +53,24 @@ def local_ray(tmp_path_factory):
         yield {**state, "secret_ref": f"file:{token}"}
     finally:
         subprocess.run([sys.executable, script, "stop"], timeout=300, env=env)
+        # vLLM's engines leave Ray's process group but not the head's session: none may outlive the stop (they
+        # kept both cores busy after a stopped cluster).
+        deadline = time.monotonic() + 10  # killed ones are gone once reaped
+        while (left := session_processes(state.get("pgid"))) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not left, f"processes of the stopped Ray head's session still run: {left}"
+
+
+def session_processes(session: int | None) -> dict[int, str]:
+    """Pid → command line of each process in the session `session` (the Ray head's: it starts its own)."""
+    found = {}
+    for proc in Path("/proc").iterdir():
+        try:
+            if session and proc.name.isdigit() and os.getsid(int(proc.name)) == session:
+                found[int(proc.name)] = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:120]
+        except OSError:
+            pass
+    return found
 
 
 def ray_apps(state: dict) -> dict:
