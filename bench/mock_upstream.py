@@ -12,6 +12,11 @@ as a path prefix, so tests need no extra headers:  http://127.0.0.1:9100/o/ttft=
                 after its headers, any other before answering): a replica that died; later ones are served
     hang_first  the first N requests for the request's `model` send no event (a stream its headers only) and wait
                 until the client gives up: a decode waiting for KV that never comes; later ones are served
+    died_first  the first N requests for the request's `model` get the 500 Ray Serve LLM answered on the local PD
+                stack to requests whose decode replica was killed (its body recorded: REPLICA_DIED_BODY)
+    kv_lost_first  the first N requests for the request's `model` get the stream Ray Serve LLM sent on the local PD
+                stack to a request whose prefill was killed under it (recorded: KV_LOST_STREAM): vLLM's empty
+                first chunk, then its error event
     retry_after with `fail`, a Retry-After header of this many seconds
     linger      seconds a stream stays open after its `[DONE]` before it ends (Ray Serve's proxy holds it a while)
 
@@ -24,11 +29,14 @@ import argparse
 import asyncio
 import sys
 import time
+from pathlib import Path
 
 import orjson
 from aiohttp import web
 
 DONE = b"data: [DONE]\n\n"
+REPLICA_DIED_BODY = Path(__file__).with_name("recorded") / "serve-500-decode-killed.json"
+KV_LOST_STREAM = Path(__file__).with_name("recorded") / "serve-stream-prefill-killed.txt"
 
 
 def parse_options(text: str, defaults: dict) -> dict:
@@ -55,7 +63,7 @@ class Mock:
         self.record = record
         self.requests: dict[str, dict] = {}
         self.served = 0
-        self.by_model: dict[str, int] = {}  # requests seen per `model`, for die_first and hang_first
+        self.by_model: dict[str, int] = {}  # requests seen per `model`, for the *_first options
 
     def _log(self, request, body, **fields):
         if self.record:
@@ -91,6 +99,10 @@ class Mock:
             except (asyncio.CancelledError, ConnectionResetError):
                 entry.update(cancelled=True, cancelled_at=time.time())
                 raise
+        if nth <= options["died_first"]:
+            return web.Response(status=500, content_type="application/json", body=REPLICA_DIED_BODY.read_bytes())
+        if nth <= options["kv_lost_first"]:
+            return web.Response(content_type="text/event-stream", body=KV_LOST_STREAM.read_bytes())
         if options["fail"]:
             return web.Response(status=options["fail"], content_type="application/json",
                                 headers={"Retry-After": str(options["retry_after"])} if options["retry_after"] else None,
@@ -246,7 +258,7 @@ def main(argv=None) -> None:
     parser.add_argument("--keepalive-timeout", type=float, default=75.0, help="seconds an idle connection is kept")
     args = parser.parse_args(argv)
     defaults = {"ttft": args.ttft, "chunks": args.chunks, "gap": args.gap, "fail": 0, "drop": 0, "pad": 0, "stall": 0,
-                "retry_after": 0, "die_first": 0, "hang_first": 0, "linger": 0}
+                "retry_after": 0, "die_first": 0, "hang_first": 0, "died_first": 0, "kv_lost_first": 0, "linger": 0}
     try:
         import uvloop
 

@@ -8,6 +8,7 @@ from functools import partial
 import aiohttp
 import orjson
 
+from deployments.redaction import internal_redact
 from gateway import metrics
 from gateway.errors import GatewayError, bad_gateway, first_byte_timeout, from_upstream, gateway_timeout
 from gateway.requests import (ClientGone, RequestHead, check_against_deployment, parse_request, read_body,
@@ -22,17 +23,26 @@ CLIENT_CLOSED = 499  # nginx's convention for "the client went away first"
 # Upstream answers that mean "this replica could not take it" (Ray Serve's proxy answers 503 when its replicas are
 # full, 502/504 when one died or hung): another try may reach another replica.
 RETRY_STATUSES = frozenset((502, 503, 504))
-RETRY_BACKOFF_S = 0.1  # the mean wait before the one retry (uniform over 0.05-0.15 s: retries of one failure spread)
+# Ray Serve LLM answers a request whose replica died under it with a 500 quoting Ray's exception (recorded on the
+# local PD stack: tests/gateway/fixtures/serve_500_decode_killed.json). These say a replica is gone, not that the
+# request is wrong; any other 500 is the answer.
+REPLICA_DIED = (b"The actor died unexpectedly before finishing this task",  # ray.exceptions.ActorDiedError
+                b"failed because an upstream actor died")  # Serve's router, wrapping it (ray/serve/_private/router.py)
+# The mean waits before each retry, jittered over 0.5-1.5x so that retries of one failure spread. The first soon:
+# another replica may take it. The second only for a replica that is gone (connect, disconnect, a dead actor):
+# by then Serve has dropped it from its routing and queues the request until its replacement runs.
+RETRY_WAITS_S = (0.1, 2.0)
 UNBOUNDED = nullcontext()  # a whole answer's wait (asyncio.timeout(None) would cost 2 us a request for nothing)
 
 
 class Retryable(Exception):
-    """Upstream failed before the client got any byte of the answer: `error` is what the client gets if the one
-    retry fails too; `reason` labels the retry's metric."""
+    """Upstream failed before the client got any byte of the answer: `error` is what the client gets if no retry
+    is left; `reason` labels the retry's metric; `gone`: the replica is gone (it may take two retries for Serve
+    to route around it), rather than busy or silent (one retry: more would only add load or wait)."""
 
-    def __init__(self, error: GatewayError, reason: str):
+    def __init__(self, error: GatewayError, reason: str, gone: bool = False):
         super().__init__(error.message)
-        self.error, self.reason = error, reason
+        self.error, self.reason, self.gone = error, reason, gone
 
 
 class Exchange:
@@ -77,7 +87,7 @@ async def handle_openai(gw, head: RequestHead, receive, send):
     """The record is kept under the gateway's own request id (sent upstream too); the client's `X-Request-ID`,
     when sane, is kept beside it and echoed back. One generation of the deployment serves the whole request
     (routing.Route.upstream) and every answer from then on names it (`x-tandem-generation`). An upstream that
-    fails before the client got any byte is asked once more, after a short wait (_answer says when). The tokens
+    fails before the client got any byte is asked again (_answer says when, _answer_with_retries how often). The tokens
     a key's request used count towards its limit once the request has finished."""
     rec = Record(head.request_id, head.endpoint, head.client_id)
     rid = head.echo_id
@@ -107,18 +117,7 @@ async def handle_openai(gw, head: RequestHead, receive, send):
             raise ClientGone
         else:
             connection.on_lost = partial(_client_left, ex)
-        try:
-            await _answer(gw, ex, route, upstream, head, body, send, rec, keep_usage_chunk)
-        except Retryable as failed:
-            if ex.resp is not None:
-                ex.resp.close()
-                ex.resp = None
-            metrics.retried(rec.deployment_id, failed.reason)
-            await asyncio.sleep(RETRY_BACKOFF_S * (0.5 + random.random()))
-            try:
-                await _answer(gw, ex, route, upstream, head, body, send, rec, keep_usage_chunk)
-            except Retryable as again:
-                raise again.error from None
+        await _answer_with_retries(gw, ex, route, upstream, head, body, send, rec, keep_usage_chunk)
     except GatewayError as err:
         status = err.status
         rec.error_type = err.code or err.type
@@ -160,12 +159,31 @@ async def handle_openai(gw, head: RequestHead, receive, send):
             gw.limiter.spent(key, at=rec.created_at, tokens=rec.prompt_tokens + rec.completion_tokens)
 
 
+async def _answer_with_retries(gw, ex: Exchange, route, upstream, head: RequestHead, body: bytes, send,
+                               rec: Record, keep_usage_chunk: bool) -> None:
+    """_answer, tried again while the client has nothing yet, on the same generation (`upstream`) every time:
+    once after any Retryable failure, and once more while each failure says the replica is gone (RETRY_WAITS_S).
+    A stream silent past its bound is so retried once: two bounds at most."""
+    for tried, wait in enumerate((*RETRY_WAITS_S, None), 1):
+        try:
+            return await _answer(gw, ex, route, upstream, head, body, send, rec, keep_usage_chunk)
+        except Retryable as failed:
+            if ex.resp is not None:
+                ex.resp.close()
+                ex.resp = None
+            if wait is None or (tried > 1 and not failed.gone):
+                raise failed.error from None
+            metrics.retried(rec.deployment_id, failed.reason)
+            await asyncio.sleep(wait * (0.5 + random.random()))
+
+
 async def _answer(gw, ex: Exchange, route, upstream, head: RequestHead, body: bytes, send, rec: Record,
                   keep_usage_chunk: bool) -> None:
     """One try at upstream, relayed to the client. Raises Retryable while the client has nothing yet and another
-    try may work: the connection failed or broke before the answer, upstream answered 502/503/504, or a stream
-    ended, broke or stayed silent past `first_byte_timeout_s` before its first event (a decode waiting for KV
-    that never comes). A non-streamed answer is bounded by the read timeout alone, and a timeout there is final.
+    try may work: the connection failed or broke before the answer, upstream answered 502/503/504 or a 500 that
+    says its replica died (REPLICA_DIED), or a stream ended, broke, sent a server error event or stayed silent
+    past `first_byte_timeout_s` before its first token (a decode waiting for KV that never comes, or whose KV
+    could not be read from a prefill that died). A non-streamed answer is bounded by the read timeout alone, and a timeout there is final.
     """
     stream = rec.stream
     header = upstream.header
@@ -173,8 +191,12 @@ async def _answer(gw, ex: Exchange, route, upstream, head: RequestHead, body: by
         async with asyncio.timeout(gw.config.first_byte_timeout_s) if stream else UNBOUNDED as first_byte:
             resp = ex.resp = await _post(gw, route, upstream.urls[head.endpoint], body, head.request_id)
             if resp.status >= 400:
-                error = await _upstream_error(resp)
-                raise Retryable(error, str(resp.status)) if resp.status in RETRY_STATUSES else error
+                error, payload = await _upstream_error(resp, head.request_id)
+                if resp.status in RETRY_STATUSES:
+                    raise Retryable(error, str(resp.status))
+                if resp.status == 500 and any(marker in payload for marker in REPLICA_DIED):
+                    raise Retryable(error, "replica_died", gone=True)
+                raise error
             if stream and resp.content_type == "text/event-stream":
                 start = {"type": "http.response.start", "status": 200, "headers": [
                     (b"content-type", resp.headers.get("Content-Type", "text/event-stream").encode()),
@@ -185,9 +207,11 @@ async def _answer(gw, ex: Exchange, route, upstream, head: RequestHead, body: by
                                        first_byte=first_byte)
                 except NotStarted as e:
                     error = (gateway_timeout(gw.config.upstream_timeout_s) if e.timed_out else
-                             bad_gateway("The deployment closed the stream before its first event.",
+                             bad_gateway("The deployment failed before its first token: "
+                                         f"{internal_redact(e.failed)}") if e.failed else
+                             bad_gateway("The deployment closed the stream before its first token.",
                                          "upstream_disconnected"))
-                    raise Retryable(error, "stream_not_started") from None
+                    raise Retryable(error, "stream_not_started", gone=not e.timed_out) from None
                 ex.finished = True
                 await send({"type": "http.response.body", "body": b""})
                 return
@@ -211,12 +235,12 @@ async def _post(gw, route, url, body: bytes, request_id: str):
         return await gw.session.post(url, data=body, headers=headers)
     except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError):
         raise Retryable(bad_gateway("Could not connect to the deployment.", "upstream_unreachable"),
-                        "connect") from None
+                        "connect", gone=True) from None
     except asyncio.TimeoutError:  # connected and sent, then no answer within the read timeout: asking again waits
         raise gateway_timeout(gw.config.upstream_timeout_s) from None  # as long again
     except aiohttp.ClientError as e:
         raise Retryable(bad_gateway(f"The deployment failed before answering ({type(e).__name__})."),
-                        "disconnected") from None
+                        "disconnected", gone=True) from None
 
 
 async def _read_all(gw, resp) -> bytes:
@@ -226,15 +250,20 @@ async def _read_all(gw, resp) -> bytes:
         raise gateway_timeout(gw.config.upstream_timeout_s) from None
     except (aiohttp.ClientError, ConnectionError):  # nothing of it reached the client yet
         raise Retryable(bad_gateway("The deployment broke off its answer.", "upstream_disconnected"),
-                        "disconnected") from None
+                        "disconnected", gone=True) from None
 
 
-async def _upstream_error(resp) -> GatewayError:
+async def _upstream_error(resp, request_id: str) -> tuple[GatewayError, bytes]:
+    """The client's error for upstream's error answer, and that answer's body. A server-side failure's body is
+    logged whole (the client gets it redacted): what the operator needs to see what failed."""
     try:
         payload = await resp.content.read(64 * 1024)
     except (aiohttp.ClientError, asyncio.TimeoutError):
         payload = b""
-    return from_upstream(resp.status, payload, resp.headers.get("Retry-After"))
+    if resp.status >= 500:
+        log.warning("upstream answered %s to request %s: %s", resp.status, request_id,
+                    payload[:4096].decode(errors="replace"))
+    return from_upstream(resp.status, payload, resp.headers.get("Retry-After")), payload
 
 
 def _read_usage(payload: bytes, rec) -> None:

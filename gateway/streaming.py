@@ -60,25 +60,66 @@ def _split_complete(data: bytes) -> int:
 
 
 class NotStarted(Exception):
-    """Upstream ended or broke before it sent a whole event: nothing reached the client, so it may be asked again.
-    `timed_out`: it stopped answering (a read timeout) rather than closing."""
+    """Upstream ended, broke or failed before its first token: nothing reached the client, so it may be asked again.
+    `timed_out`: it stopped answering (a read timeout) rather than closing; `failed`: the message of the server
+    error event it ended with (vLLM's "Internal server error" for a request whose KV could not be loaded: seen on
+    the local PD stack when the prefill died under it)."""
 
-    def __init__(self, timed_out: bool):
-        super().__init__("upstream stream ended before its first event")
-        self.timed_out = timed_out
+    def __init__(self, timed_out: bool, failed: str | None = None):
+        super().__init__("upstream stream ended before its first token")
+        self.timed_out, self.failed = timed_out, failed
+
+
+PREAMBLE = object()  # _opening: every event so far is empty
+
+
+def _opening(data: bytes):
+    """What the whole events in `data` say of an answer not yet begun: PREAMBLE while none holds anything of it
+    (vLLM opens a chat stream with `{"delta": {"role": "assistant", "content": ""}}` before its first token, and
+    may follow it with an error), a server error event's message when one comes first, or None once the answer
+    begins (a token, a tool call, a finish, `[DONE]`, a client error, or anything not understood)."""
+    start = 0
+    for end in _EVENT_END.finditer(data):
+        event, start = data[start:end.start()], end.end()
+        if not event.startswith(b"data:"):
+            continue  # a comment or another field: not part of the answer
+        try:
+            obj = orjson.loads(event[5:])
+        except orjson.JSONDecodeError:
+            return None
+        if not isinstance(obj, dict):
+            return None
+        error = obj.get("error")
+        if isinstance(error, dict):
+            code = error.get("code")
+            if isinstance(code, int) and code < 500:
+                return None  # the request's own fault: the client's answer, as upstream gave it
+            return str(error.get("message") or "")[:300] or "an error"
+        choices = obj.get("choices")
+        if not isinstance(choices, list) or not choices or not all(_empty_choice(c) for c in choices):
+            return None
+    return PREAMBLE
+
+
+def _empty_choice(choice) -> bool:
+    if not isinstance(choice, dict) or choice.get("finish_reason") is not None:
+        return False
+    delta = choice.get("delta", {"text": choice.get("text")})
+    return isinstance(delta, dict) and not any(value for key, value in delta.items() if key != "role")
 
 
 async def relay_events(resp, send, rec, *, start: dict, keep_usage_chunk: bool, first_byte=None) -> None:
     """Send each upstream read on at once. Only an unfinished trailing event is held until its end arrives:
     a client cannot use half an event, and whole events are needed to find and drop the usage chunk.
 
-    The response's head (`start`) goes out with the first whole event, so until then the client has nothing and
-    an upstream that ends or breaks raises NotStarted (the caller may retry). `first_byte`, an asyncio.Timeout
-    bounding the wait for that event, is lifted once it is sent. An upstream that breaks or ends without `[DONE]`
-    after that gives the client an error event and `[DONE]`.
+    The response's head (`start`) goes out with the first event that holds anything of the answer (events before
+    it with nothing in them are held: _opening), so until then the client has nothing and an upstream that ends,
+    breaks or sends a server error event raises NotStarted (the caller may retry). `first_byte`, an
+    asyncio.Timeout bounding the wait for that event, is lifted once it is sent. An upstream that breaks or ends
+    without `[DONE]` after that gives the client an error event and `[DONE]`.
     """
     read = resp.content.readany
-    tail = b""
+    tail = held = b""
     events = 0
     saw_done = False
     failure = None
@@ -99,6 +140,13 @@ async def relay_events(resp, send, rec, *, start: dict, keep_usage_chunk: bool, 
             saw_done = data.endswith(DONE_ENDINGS) and _ends_with_done(data)
             events += data.count(b"\n\n") or data.count(b"\r\n\r\n")
             if start is not None:
+                opening = _opening(data)
+                if opening is PREAMBLE:
+                    held += data
+                    continue
+                if opening is not None:
+                    raise NotStarted(False, failed=opening)
+                data, held = held + data, b""
                 if first_byte is not None:
                     first_byte.reschedule(None)
                 await send(start)

@@ -1,5 +1,6 @@
 """A replica that dies costs the user nothing it can avoid, against the real gateway and mock upstream processes:
-an upstream that fails before the client got a byte is asked once more and the client gets the whole answer; one
+an upstream that fails before the client got a byte is asked again (twice when the replica is gone) and the client
+gets the whole answer; one
 that fails after the first event is never asked again (the client gets an error event and `[DONE]`); and a stream
 whose first event never comes is bounded (TANDEM_GATEWAY_FIRST_BYTE_TIMEOUT_S)."""
 import time
@@ -24,25 +25,86 @@ def token_events(r: httpx.Response) -> list[str]:
     return [e for e in r.text.split("\n\n") if '"content":"tok' in e]
 
 
-@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
-def test_an_upstream_that_dies_before_the_first_byte_is_asked_again(world, gateway, mock_requests, stream):
-    """The first try's connection closes before any event (a whole answer: before its headers; a stream: after
-    them); the second try is served. The client sees one clean answer, upstream saw the request twice, and the
-    retry is counted by reason."""
-    dep = world.deployment(f"dies-once-{stream}", options="die_first=1,chunks=8")
-    _, raw = world.key()
-    before = _metric(gateway, RETRIES, deployment=str(dep.pk))
-    r = ask(gateway, raw, f"rid-dies-{stream}", {"model": dep.spec["model_id"], "stream": stream})
+def assert_whole_answer(r: httpx.Response, stream: bool, tokens: int) -> None:
     assert r.status_code == 200, r.text
     if stream:
         assert r.text.rstrip().endswith("data: [DONE]") and '"error"' not in r.text
-        assert len(token_events(r)) == 8
+        assert len(token_events(r)) == tokens
     else:
-        assert r.json()["choices"][0]["message"]["content"].count("tok") == 8
-    assert upstream_of(mock_requests, f"rid-dies-{stream}")["calls"] == 2
-    record = drained(f"rid-dies-{stream}")
+        assert r.json()["choices"][0]["message"]["content"].count("tok") == tokens
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("dies", [1, 2])
+def test_an_upstream_that_dies_before_the_first_byte_is_asked_again(world, gateway, mock_requests, stream, dies):
+    """The first try's connection closes before any event (a whole answer: before its headers; a stream: after
+    them), and with `dies=2` the second's too: a replica that is gone. The next try is served. The client sees
+    one clean answer, upstream saw the request once more than it died, and each retry is counted by reason."""
+    dep = world.deployment(f"dies-{dies}-{stream}", options=f"die_first={dies},chunks=8")
+    _, raw = world.key()
+    rid = f"rid-dies-{dies}-{stream}"
+    r = ask(gateway, raw, rid, {"model": dep.spec["model_id"], "stream": stream})
+    assert_whole_answer(r, stream, 8)
+    assert upstream_of(mock_requests, rid)["calls"] == dies + 1
+    record = drained(rid)
     assert (record.status_code, record.partial, record.error_type) == (200, False, "")
-    assert _metric(gateway, RETRIES, deployment=str(dep.pk)) == before + 1
+    reason = "stream_not_started" if stream else "disconnected"  # a stream's headers came, then nothing
+    assert _metric(gateway, RETRIES, deployment=str(dep.pk), reason=reason) == dies
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_a_request_whose_replica_died_under_it_is_asked_until_serve_routes_around_the_dead_one(world, gateway,
+                                                                                              mock_requests, stream):
+    """What Ray Serve LLM answered on the local PD stack when its decode replica was SIGKILLed: a 500 quoting
+    Ray's ActorDiedError (the recorded body), to the request and to the gateway's first retry 0.1 s later (Serve
+    had not dropped the dead replica yet). A dead replica is not the request's fault: the gateway asks a third
+    time, about 2 s later, and the client gets the whole answer."""
+    dep = world.deployment(f"died-twice-{stream}", options="died_first=2,chunks=4")
+    _, raw = world.key()
+    rid = f"rid-died-twice-{stream}"
+    started = time.monotonic()
+    r = ask(gateway, raw, rid, {"model": dep.spec["model_id"], "stream": stream})
+    assert_whole_answer(r, stream, 4)
+    assert upstream_of(mock_requests, rid)["calls"] == 3
+    assert time.monotonic() - started >= 1.0  # the second retry waited for Serve (2 s, jittered over 1-3 s)
+    assert (drained(rid).status_code, drained(rid).error_type) == (200, "")
+    assert _metric(gateway, RETRIES, deployment=str(dep.pk), reason="replica_died") == 2
+
+
+def test_a_replica_that_stays_dead_is_asked_three_times_and_the_client_gets_a_502_without_its_address(
+        world, gateway, mock_requests):
+    world.deployment("died-for-good", options="died_first=9")
+    _, raw = world.key()
+    error = assert_openai_error(ask(gateway, raw, "rid-died-for-good", {"model": "died-for-good"}), 502)
+    assert error["message"].startswith("The deployment answered 500: ") and "The actor died" in error["message"]
+    assert "192.0.2.2" not in error["message"], error["message"]  # the Ray node's address, in Serve's body
+    assert upstream_of(mock_requests, "rid-died-for-good")["calls"] == 3
+
+
+def test_a_stream_whose_prefill_died_before_its_first_token_is_asked_again(world, gateway, mock_requests):
+    """What Serve streamed on the local PD stack to a request whose prefill was SIGKILLed under it (recorded):
+    vLLM's empty first chunk (role only), then its error event. The client had no token yet, so the gateway held
+    the empty chunk back, and asks again; the client gets one whole answer, its TTFT that of the answer's first
+    token."""
+    dep = world.deployment("kv-lost-once", options="kv_lost_first=1,chunks=4")
+    _, raw = world.key()
+    r = ask(gateway, raw, "rid-kv-lost-once", {"model": dep.spec["model_id"], "stream": True})
+    assert_whole_answer(r, True, 4)
+    assert r.text.count('"role":"assistant"') == 1  # the answer's own first chunk, not the failed try's
+    assert upstream_of(mock_requests, "rid-kv-lost-once")["calls"] == 2
+    record = drained("rid-kv-lost-once")
+    assert (record.status_code, record.partial, record.error_type) == (200, False, "")
+    assert _metric(gateway, RETRIES, deployment=str(dep.pk), reason="stream_not_started") == 1
+
+
+def test_a_stream_that_keeps_failing_before_its_first_token_gets_a_502_naming_the_failure(world, gateway,
+                                                                                         mock_requests):
+    world.deployment("kv-lost", options="kv_lost_first=9")
+    _, raw = world.key()
+    error = assert_openai_error(ask(gateway, raw, "rid-kv-lost", {"model": "kv-lost", "stream": True}), 502)
+    assert error["message"] == "The deployment failed before its first token: Internal server error"
+    assert upstream_of(mock_requests, "rid-kv-lost")["calls"] == 3
+    assert (drained("rid-kv-lost").status_code, drained("rid-kv-lost").error_type) == (502, "upstream_error")
 
 
 def test_an_upstream_that_dies_after_the_first_token_is_not_asked_again(world, gateway, mock_requests):
@@ -63,7 +125,8 @@ def test_an_upstream_that_dies_after_the_first_token_is_not_asked_again(world, g
 def test_only_answers_that_another_replica_may_not_give_are_asked_again(world, gateway, mock_requests, status,
                                                                         expected, calls):
     """502/503/504 say the replica could not take the request: asked once more (and the second answer is the
-    client's). Any other error is the answer."""
+    client's: asking a busy deployment a third time only adds to its load). Any other error, a 500 that is not
+    Serve's word for a dead replica among them, is the answer."""
     world.deployment(f"fails-{status}", options=f"fail={status}")
     _, raw = world.key()
     assert_openai_error(ask(gateway, raw, f"rid-fails-{status}", {"model": f"fails-{status}"}), expected)
