@@ -1,7 +1,8 @@
 """A dead prefill or decode replica under streaming load: what users see, and how long until it serves again.
 
     python -m bench.pd_faults --gateway http://127.0.0.1:18801/v1 --key tdm_... --model tiny-llama \
-        --state ~/.cache/tandem/pd-runtime/ray-cluster.json --app tdm-1-tiny-llama [--streams 4] [--out var/pd-faults]
+        --state ~/.cache/tandem/pd-runtime/ray-cluster.json --app tdm-1-tiny-llama [--streams 4] [--out var/pd-faults] \
+        [--direct-streams 0] [--kills prefill,decode] [--no-tandem-restart]
 
 Against a running local PD stack (`./tandem up`): `--streams` threads each stream chats through the gateway with
 the official openai client, back to back. After a quiet baseline the prefill replica's process (the Serve replica
@@ -10,8 +11,11 @@ restarts the decode as its reconciler does for a stale NIXL peer (RayTarget.rest
 database: DATABASE_URL). Per phase it prints the requests that failed before their first token, the streams cut
 after it (and how many of those ended with an OpenAI error event, which the openai client raises as a bare
 APIError), any request that went `--hang-after` seconds without a byte, and the seconds until the deployment is
-healthy again: Serve shows a new replica RUNNING and a fresh request through the gateway answers. With `--out` it
-keeps what it saw for fixtures: the metrics text before, during and after each phase, and the replicas' logs.
+healthy again: Serve shows a new replica RUNNING and a fresh request through the gateway answers, and the gateway's
+retries by reason in the phase. `--direct-streams` adds streams straight to Serve's route (no gateway, no retry):
+their figures per phase show what the gateway spared its clients. With `--out` it keeps what it saw for fixtures:
+the metrics text before, during and after each phase, the replicas' logs, and Serve's error answers to the direct
+streams, whole (serve-errors.jsonl).
 """
 import argparse
 import json
@@ -60,7 +64,7 @@ class Load:
         except (httpx.ReadTimeout, openai.APITimeoutError) as e:
             return Outcome(started, time.monotonic(), first, error=type(e).__name__, hung=True)
         except Exception as e:  # noqa: BLE001 - every failure a user would see is counted, by its class
-            return Outcome(started, time.monotonic(), first, error=f"{type(e).__name__}: {str(e)[:160]}")
+            return Outcome(started, time.monotonic(), first, error=f"{type(e).__name__}: {str(e)[:400]}")
         return Outcome(started, time.monotonic(), first)
 
     def _loop(self) -> None:
@@ -74,6 +78,77 @@ class Load:
         for t in threads:
             t.start()
         return threads
+
+
+class DirectLoad:
+    """Streams straight to Serve's route for the deployment (no gateway, so no retry) on `streams` threads: what
+    a client of Serve itself sees, and, with `out`, every error answer's status and whole body as Serve sent it,
+    and every stream that carried an error event, to that event (serve-errors.jsonl: the gateway's test fixtures
+    of Serve's errors come from there)."""
+
+    def __init__(self, base_url: str, model: str, streams: int, out: Path | None):
+        self.base_url, self.model, self.streams, self.out = base_url, model, streams, out
+        self.outcomes: list[Outcome] = []
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+
+    def _one(self, http: httpx.Client) -> Outcome:
+        started, first = time.monotonic(), None
+        body = {"model": self.model, "messages": PROMPT, "max_tokens": 48, "stream": True, "temperature": 0}
+        try:
+            with http.stream("POST", f"{self.base_url}/chat/completions", json=body) as r:
+                if r.status_code != 200:
+                    self._keep(r.status_code, r.read())
+                    return Outcome(started, time.monotonic(), None, error=f"HTTP {r.status_code}")
+                seen = []
+                for line in r.iter_lines():
+                    seen.append(line)
+                    if first is None and line.startswith("data: {") and '"content":"' in line \
+                            and '"content":""' not in line:
+                        first = time.monotonic()
+                    if line.startswith("data: {") and '"error"' in line:
+                        self._keep(r.status_code, "\n".join(seen).encode())
+                        return Outcome(started, time.monotonic(), first, error="error event")
+        except httpx.TimeoutException as e:
+            return Outcome(started, time.monotonic(), first, error=type(e).__name__, hung=True)
+        except httpx.HTTPError as e:
+            return Outcome(started, time.monotonic(), first, error=type(e).__name__)
+        return Outcome(started, time.monotonic(), first)
+
+    def _keep(self, status: int, payload: bytes) -> None:
+        if self.out:
+            with self.lock, open(self.out / "serve-errors.jsonl", "a") as f:
+                f.write(json.dumps({"at": time.time(), "status": status,
+                                    "body": payload.decode(errors="replace")}) + "\n")
+
+    def _loop(self, hang_after: float) -> None:
+        with httpx.Client(timeout=httpx.Timeout(hang_after, connect=10)) as http:
+            while not self.stop.is_set():
+                outcome = self._one(http)
+                with self.lock:
+                    self.outcomes.append(outcome)
+
+    def start(self, hang_after: float) -> list[threading.Thread]:
+        threads = [threading.Thread(target=self._loop, args=(hang_after,), daemon=True) for _ in range(self.streams)]
+        for t in threads:
+            t.start()
+        return threads
+
+
+def gateway_retries(metrics_url: str) -> dict[str, float]:
+    """The gateway's retries so far, by reason (tandem_gateway_upstream_retries_total)."""
+    from prometheus_client.parser import text_string_to_metric_families
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(httpx.get(metrics_url, timeout=10).text):
+        for sample in family.samples:
+            if sample.name == "tandem_gateway_upstream_retries_total":
+                reason = sample.labels["reason"]
+                out[reason] = out.get(reason, 0) + sample.value
+    return out
+
+
+def _increase(before: dict, after: dict) -> dict:
+    return {k: after[k] - before.get(k, 0) for k in sorted(after) if after[k] - before.get(k, 0)}
 
 
 class Ray:
@@ -207,6 +282,12 @@ def main() -> None:
     parser.add_argument("--recover-timeout", type=float, default=900.0)
     parser.add_argument("--hang-after", type=float, default=90.0, help="seconds without a byte that count as a hang")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--gateway-metrics", default="http://127.0.0.1:9801/metrics",
+                        help="the gateway's metrics, for its retries by reason per phase")
+    parser.add_argument("--direct-streams", type=int, default=0,
+                        help="streams straight to Serve beside the gateway's (no retry; their errors kept in --out)")
+    parser.add_argument("--kills", default="prefill,decode",
+                        help="the stages to SIGKILL, one after another, each once it serves again")
     parser.add_argument("--no-tandem-restart", dest="tandem_restart", action="store_false",
                         help="skip the last phase: Tandem restarting the decode, as its reconciler does for a stale "
                              "NIXL peer")
@@ -215,25 +296,33 @@ def main() -> None:
     timeout = httpx.Timeout(a.hang_after, connect=10)
     load = Load(OpenAI(base_url=a.gateway, api_key=a.key, max_retries=0, timeout=timeout), a.model, a.streams)
     probe = OpenAI(base_url=a.gateway, api_key=a.key, max_retries=0, timeout=30)
+    deployment_id = int(a.app.split("-")[1])  # tdm-<id>-<name>
+    direct = DirectLoad(f"{ray.state['serve_http_url']}/d/{deployment_id}/v1", a.model, a.direct_streams, a.out)
     started = time.monotonic()
-    threads = load.start()
+    threads = load.start() + direct.start(a.hang_after)
     time.sleep(a.baseline)
     save_metrics(a.out, ray=ray, label="baseline")
-    report = {"streams": a.streams, "hang_after_s": a.hang_after,
+    report = {"streams": a.streams, "direct_streams": a.direct_streams, "hang_after_s": a.hang_after,
               "baseline": summary(load.outcomes, since=started, until=time.monotonic())}
-    deployment_id = int(a.app.split("-")[1])  # tdm-<id>-<name>
-    phases = [("prefill", "prefill", None), ("decode", "decode", None)]
+    stages = a.kills.split(",")
+    phases = [(stage if stages.count(stage) == 1 else f"{stage}_{n}", stage, None)
+              for n, stage in enumerate(stages, 1)]
     if a.tandem_restart:
         phases.append(("decode_restarted_by_tandem", "decode", deployment_id))
     for label, stage, restart in phases:
+        retries = gateway_retries(a.gateway_metrics)
         kill = kill_and_recover(ray=ray, app=a.app, stage=stage, probe=probe, model=a.model,
                                 timeout=a.recover_timeout, out=a.out, restart_deployment=restart)
         time.sleep(a.settle)
         killed = kill.pop("killed")
-        report[label] = {**kill, **summary(load.outcomes, since=killed, until=time.monotonic())}
+        report[label] = {**kill, **summary(load.outcomes, since=killed, until=time.monotonic()),
+                         "gateway_retries": _increase(retries, gateway_retries(a.gateway_metrics))}
+        if direct.streams:
+            report[label]["straight_to_serve"] = summary(direct.outcomes, since=killed, until=time.monotonic())
         if a.out:
             save_evidence(a.out, ray=ray, label=label)
     load.stop.set()
+    direct.stop.set()
     for t in threads:
         t.join(timeout=a.hang_after + 30)
     print(json.dumps(report, indent=2))

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `./tandem up`'s steps (tandem: cmd_up) on the bench's own database and Redis db, with a longer wait for the demo
 # on a busy machine, then bench.pd_faults; everything it started stops on exit. Run it with no other PD stack or
-# benchmark on the machine.
+# benchmark on the machine. Arguments after the output folder go to bench.pd_faults.
 set -u
 cd "$(dirname "$0")/.."
 export DATABASE_URL=postgres://postgres@127.0.0.1:5432/tandem_faults REDIS_URL=redis://127.0.0.1:6379/14
@@ -36,5 +36,5 @@ PY
 )
 echo "app $APP; bench starts $(date -u)"
 .venv/bin/python -m bench.pd_faults --gateway http://127.0.0.1:18801/v1 --key "$KEY" --model tiny-llama \
-  --state "$RT/ray-cluster.json" --app "$APP" --out "$OUT"
+  --state "$RT/ray-cluster.json" --app "$APP" --out "$OUT" "${@:2}"
 echo "bench rc $? at $(date -u)"
