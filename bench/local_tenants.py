@@ -1,6 +1,18 @@
 """Two teams share the real local Ray cluster: each deploys `chat` serving model `tiny-llama`, from its own weights
 (two tiny models with different random weights). Each keeps answering with its own weights through the gateway,
-at its own route prefix, and one team's teardown leaves the other's application running."""
+at its own route prefix, and one team's teardown leaves the other's application running.
+
+    ./tandem test bench/local_tenants.py -m pd -s       # or, with the suite's environment set up by hand:
+    .venv/bin/python -m pytest -p no:cacheprovider -m pd -s bench/local_tenants.py
+
+Moved out of the suite (it was its longest test after the PD end-to-end one: two more deployments, four vLLM
+engines loaded on CPU, about 4 minutes of a 2-core machine) to keep the whole suite under 20 minutes. The suite
+still proves what it rests on: deployments of one name in two teams each at its own route prefix, and two
+workers deploying at once keeping each other's application (tests/workers/test_ray_target.py, against the
+stand-in Serve REST API), every route refusing the other team (tests/test_two_tenants.py), and one deployment's
+whole real path (tests/e2e/test_local_pd.py). It prints the Ray session's memory with none, two and one
+deployments; bench/README.md records a run.
+"""
 import os
 import re
 from pathlib import Path
@@ -12,10 +24,12 @@ from rest_framework.test import APIClient
 
 from deployments.conditions import condition_get
 from deployments.models import Cluster, Deployment, Membership
-from tests.e2e.conftest import MODEL, local_cluster_config, ray_apps
+from tests.conftest import redis_client  # noqa: F401 - a fixture
+from tests.e2e.conftest import (MODEL, local_cluster_config, local_ray, no_application_outlives_its_test,  # noqa: F401
+                                ray_apps, tiny_variant)
 from tests.e2e.test_local_pd import status_of
 from tests.factories import MembershipFactory, TeamFactory, UserFactory, local_spec_input
-from tests.support.processes import Worker, start_gateway, stop_at_end, wait_for, worker_environment
+from tests.support.processes import Worker, start_gateway, stop_at_end, wait_for, worker_environment  # noqa: F401
 
 pytestmark = [pytest.mark.pd, pytest.mark.e2e, pytest.mark.timeout(1800)]
 PROMPT = [{"role": "user", "content": "Tell me about the cluster."}]
