@@ -14,6 +14,8 @@ as a path prefix, so tests need no extra headers:  http://127.0.0.1:9100/o/ttft=
                 until the client gives up: a decode waiting for KV that never comes; later ones are served
     died_first  the first N requests for the request's `model` get the 500 Ray Serve LLM answered on the local PD
                 stack to requests whose decode replica was killed (its body recorded: REPLICA_DIED_BODY)
+    ingress_died_first  the first N requests for the request's `model` get the bare 500 Serve's HTTP proxy answered
+                when the ingress replica died under the request (recorded: INGRESS_DIED_BODY)
     kv_lost_first  the first N requests for the request's `model` get the stream Ray Serve LLM sent on the local PD
                 stack to a request whose prefill was killed under it (recorded: KV_LOST_STREAM): vLLM's empty
                 first chunk, then its error event
@@ -37,6 +39,7 @@ from aiohttp import web
 DONE = b"data: [DONE]\n\n"
 REPLICA_DIED_BODY = Path(__file__).with_name("recorded") / "serve-500-decode-killed.json"
 KV_LOST_STREAM = Path(__file__).with_name("recorded") / "serve-stream-prefill-killed.txt"
+INGRESS_DIED_BODY = Path(__file__).with_name("recorded") / "serve-proxy-500-ingress-stopped.txt"
 
 
 def parse_options(text: str, defaults: dict) -> dict:
@@ -101,6 +104,8 @@ class Mock:
                 raise
         if nth <= options["died_first"]:
             return web.Response(status=500, content_type="application/json", body=REPLICA_DIED_BODY.read_bytes())
+        if nth <= options["ingress_died_first"]:
+            return web.Response(status=500, body=INGRESS_DIED_BODY.read_bytes())
         if nth <= options["kv_lost_first"]:
             return web.Response(content_type="text/event-stream", body=KV_LOST_STREAM.read_bytes())
         if options["fail"]:
@@ -258,7 +263,7 @@ def main(argv=None) -> None:
     parser.add_argument("--keepalive-timeout", type=float, default=75.0, help="seconds an idle connection is kept")
     args = parser.parse_args(argv)
     defaults = {"ttft": args.ttft, "chunks": args.chunks, "gap": args.gap, "fail": 0, "drop": 0, "pad": 0, "stall": 0,
-                "retry_after": 0, "die_first": 0, "hang_first": 0, "died_first": 0, "kv_lost_first": 0, "linger": 0}
+                "retry_after": 0, "die_first": 0, "hang_first": 0, "died_first": 0, "ingress_died_first": 0, "kv_lost_first": 0, "linger": 0}
     try:
         import uvloop
 

@@ -28,6 +28,10 @@ RETRY_STATUSES = frozenset((502, 503, 504))
 # request is wrong; any other 500 is the answer.
 REPLICA_DIED = (b"The actor died unexpectedly before finishing this task",  # ray.exceptions.ActorDiedError
                 b"failed because an upstream actor died")  # Serve's router, wrapping it (ray/serve/_private/router.py)
+# Serve's HTTP proxy answers a bare `Internal Server Error` when the ingress replica itself died under the request
+# (the application's own errors are JSON): recorded on the local PD stack while Serve replaced every replica of a
+# deployment Tandem restarted (its log: "Request failed: The actor died unexpectedly before finishing this task").
+SERVE_PROXY_500 = b"Internal Server Error"
 # The mean waits before each retry, jittered over 0.5-1.5x so that retries of one failure spread. The first soon:
 # another replica may take it. The second only for a replica that is gone (connect, disconnect, a dead actor):
 # by then Serve has dropped it from its routing and queues the request until its replacement runs.
@@ -194,7 +198,8 @@ async def _answer(gw, ex: Exchange, route, upstream, head: RequestHead, body: by
                 error, payload = await _upstream_error(resp, head.request_id)
                 if resp.status in RETRY_STATUSES:
                     raise Retryable(error, str(resp.status))
-                if resp.status == 500 and any(marker in payload for marker in REPLICA_DIED):
+                if resp.status == 500 and (payload.strip() == SERVE_PROXY_500 or
+                                           any(marker in payload for marker in REPLICA_DIED)):
                     raise Retryable(error, "replica_died", gone=True)
                 raise error
             if stream and resp.content_type == "text/event-stream":

@@ -71,6 +71,18 @@ def test_a_request_whose_replica_died_under_it_is_asked_until_serve_routes_aroun
     assert _metric(gateway, RETRIES, deployment=str(dep.pk), reason="replica_died") == 2
 
 
+def test_a_request_whose_ingress_replica_died_under_it_is_asked_again(world, gateway, mock_requests):
+    """Serve's HTTP proxy answered a bare `Internal Server Error` to two requests whose ingress replica Serve
+    stopped while Tandem restarted the deployment's replicas (recorded on the local PD stack); the application's
+    own errors are JSON, which a plain 500 is not. Asked again, the new ingress answers."""
+    dep = world.deployment("ingress-died", options="ingress_died_first=1,chunks=4")
+    _, raw = world.key()
+    r = ask(gateway, raw, "rid-ingress-died", {"model": dep.spec["model_id"], "stream": True})
+    assert_whole_answer(r, True, 4)
+    assert upstream_of(mock_requests, "rid-ingress-died")["calls"] == 2
+    assert _metric(gateway, RETRIES, deployment=str(dep.pk), reason="replica_died") == 1
+
+
 def test_a_replica_that_stays_dead_is_asked_three_times_and_the_client_gets_a_502_without_its_address(
         world, gateway, mock_requests):
     world.deployment("died-for-good", options="died_first=9")
