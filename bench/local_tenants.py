@@ -23,6 +23,7 @@ from openai import InternalServerError, OpenAI
 from rest_framework.test import APIClient
 
 from deployments.conditions import condition_get
+from deployments.lifecycle import STARTING
 from deployments.models import Cluster, Deployment, Membership
 from tests.conftest import redis_client  # noqa: F401 - a fixture
 from tests.e2e.conftest import (MODEL, local_cluster_config, local_ray, no_application_outlives_its_test,  # noqa: F401
@@ -98,7 +99,7 @@ def test_two_teams_share_one_ray_cluster_each_with_its_own_weights(transactional
 
         # Both run side by side, each opened for its users by its own conformance run through the gateway.
         for slug, pk in pks.items():
-            wait_for(lambda: status_of(pk) in ("running", "failed"), timeout=1200, every=2, what=f"{slug} running")
+            wait_for(lambda: status_of(pk) not in STARTING, timeout=1200, every=2, what=f"{slug} running")
             wait_for(lambda: (condition_get(Deployment.objects.get(pk=pk).conditions, "EndpointReady") or {})
                      .get("status") == "True", timeout=600, every=2, what=f"{slug}'s endpoint opened")
         memory["both"] = ray_memory(local_ray["pid"])
