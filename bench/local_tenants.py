@@ -27,7 +27,7 @@ from deployments.lifecycle import STARTING
 from deployments.models import Cluster, Deployment, Membership
 from tests.conftest import redis_client  # noqa: F401 - a fixture
 from tests.e2e.conftest import (MODEL, local_cluster_config, local_ray, no_application_outlives_its_test,  # noqa: F401
-                                ray_apps, tiny_variant)
+                                ray_apps, session_processes, tiny_variant)
 from tests.e2e.test_local_pd import status_of
 from tests.factories import MembershipFactory, TeamFactory, UserFactory, local_spec_input
 from tests.support.processes import Worker, start_gateway, stop_at_end, wait_for, worker_environment  # noqa: F401
@@ -39,14 +39,11 @@ PROMPT = [{"role": "user", "content": "Tell me about the cluster."}]
 def ray_memory(head_pid: int) -> dict:
     """RSS and PSS (shared pages split between sharers) summed over the Ray head's session: every Ray, Serve and
     vLLM process of the local cluster, in GiB."""
-    sid = os.getsid(head_pid)
     rss = pss = 0
-    for proc in Path("/proc").iterdir():
+    for pid in session_processes(os.getsid(head_pid)):
         try:
-            if not proc.name.isdigit() or os.getsid(int(proc.name)) != sid:
-                continue
-            rollup = (proc / "smaps_rollup").read_text()
-        except (OSError, ProcessLookupError):
+            rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
+        except OSError:  # ended since
             continue
         rss += int(re.search(r"^Rss:\s+(\d+)", rollup, re.M)[1])
         pss += int(re.search(r"^Pss:\s+(\d+)", rollup, re.M)[1])

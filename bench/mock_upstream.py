@@ -37,9 +37,11 @@ import orjson
 from aiohttp import web
 
 DONE = b"data: [DONE]\n\n"
-REPLICA_DIED_BODY = Path(__file__).with_name("recorded") / "serve-500-decode-killed.json"
-KV_LOST_STREAM = Path(__file__).with_name("recorded") / "serve-stream-prefill-killed.txt"
-INGRESS_DIED_BODY = Path(__file__).with_name("recorded") / "serve-proxy-500-ingress-stopped.txt"
+# Answers the real local PD stack gave when a replica died (bench/recorded/README.md says where each came from).
+RECORDED = Path(__file__).with_name("recorded")
+REPLICA_DIED_BODY = (RECORDED / "serve-500-decode-killed.json").read_bytes()
+KV_LOST_STREAM = (RECORDED / "serve-stream-prefill-killed.txt").read_bytes()
+INGRESS_DIED_BODY = (RECORDED / "serve-proxy-500-ingress-stopped.txt").read_bytes()
 
 
 def parse_options(text: str, defaults: dict) -> dict:
@@ -103,11 +105,11 @@ class Mock:
                 entry.update(cancelled=True, cancelled_at=time.time())
                 raise
         if nth <= options["died_first"]:
-            return web.Response(status=500, content_type="application/json", body=REPLICA_DIED_BODY.read_bytes())
+            return web.Response(status=500, content_type="application/json", body=REPLICA_DIED_BODY)
         if nth <= options["ingress_died_first"]:
-            return web.Response(status=500, body=INGRESS_DIED_BODY.read_bytes())
+            return web.Response(status=500, body=INGRESS_DIED_BODY)
         if nth <= options["kv_lost_first"]:
-            return web.Response(content_type="text/event-stream", body=KV_LOST_STREAM.read_bytes())
+            return web.Response(content_type="text/event-stream", body=KV_LOST_STREAM)
         if options["fail"]:
             return web.Response(status=options["fail"], content_type="application/json",
                                 headers={"Retry-After": str(options["retry_after"])} if options["retry_after"] else None,
@@ -263,7 +265,8 @@ def main(argv=None) -> None:
     parser.add_argument("--keepalive-timeout", type=float, default=75.0, help="seconds an idle connection is kept")
     args = parser.parse_args(argv)
     defaults = {"ttft": args.ttft, "chunks": args.chunks, "gap": args.gap, "fail": 0, "drop": 0, "pad": 0, "stall": 0,
-                "retry_after": 0, "die_first": 0, "hang_first": 0, "died_first": 0, "ingress_died_first": 0, "kv_lost_first": 0, "linger": 0}
+                "retry_after": 0, "die_first": 0, "hang_first": 0, "died_first": 0, "ingress_died_first": 0,
+                "kv_lost_first": 0, "linger": 0}
     try:
         import uvloop
 

@@ -30,6 +30,7 @@ from pathlib import Path
 import httpx
 import openai
 from openai import OpenAI
+from prometheus_client.parser import text_string_to_metric_families
 
 PROMPT = [{"role": "user", "content": "Count slowly from one to fifty, one number per line."}]
 
@@ -80,23 +81,20 @@ class Load:
         return threads
 
 
-class DirectLoad:
-    """Streams straight to Serve's route for the deployment (no gateway, so no retry) on `streams` threads: what
-    a client of Serve itself sees, and, with `out`, every error answer's status and whole body as Serve sent it,
-    and every stream that carried an error event, to that event (serve-errors.jsonl: the gateway's test fixtures
-    of Serve's errors come from there)."""
+@dataclass
+class DirectLoad(Load):
+    """Load's streams straight to Serve's route for the deployment (no gateway, so no retry), `client` an
+    httpx.Client with that route as its base URL: what a client of Serve itself sees, and, with `out`, every error
+    answer's status and whole body as Serve sent it, and every stream that carried an error event, to that event
+    (serve-errors.jsonl: the gateway's test fixtures of Serve's errors come from there)."""
 
-    def __init__(self, base_url: str, model: str, streams: int, out: Path | None):
-        self.base_url, self.model, self.streams, self.out = base_url, model, streams, out
-        self.outcomes: list[Outcome] = []
-        self.stop = threading.Event()
-        self.lock = threading.Lock()
+    out: Path | None = None
 
-    def _one(self, http: httpx.Client) -> Outcome:
+    def _one(self) -> Outcome:
         started, first = time.monotonic(), None
         body = {"model": self.model, "messages": PROMPT, "max_tokens": 48, "stream": True, "temperature": 0}
         try:
-            with http.stream("POST", f"{self.base_url}/chat/completions", json=body) as r:
+            with self.client.stream("POST", "chat/completions", json=body) as r:
                 if r.status_code != 200:
                     self._keep(r.status_code, r.read())
                     return Outcome(started, time.monotonic(), None, error=f"HTTP {r.status_code}")
@@ -121,23 +119,9 @@ class DirectLoad:
                 f.write(json.dumps({"at": time.time(), "status": status,
                                     "body": payload.decode(errors="replace")}) + "\n")
 
-    def _loop(self, hang_after: float) -> None:
-        with httpx.Client(timeout=httpx.Timeout(hang_after, connect=10)) as http:
-            while not self.stop.is_set():
-                outcome = self._one(http)
-                with self.lock:
-                    self.outcomes.append(outcome)
-
-    def start(self, hang_after: float) -> list[threading.Thread]:
-        threads = [threading.Thread(target=self._loop, args=(hang_after,), daemon=True) for _ in range(self.streams)]
-        for t in threads:
-            t.start()
-        return threads
-
 
 def gateway_retries(metrics_url: str) -> dict[str, float]:
     """The gateway's retries so far, by reason (tandem_gateway_upstream_retries_total)."""
-    from prometheus_client.parser import text_string_to_metric_families
     out: dict[str, float] = {}
     for family in text_string_to_metric_families(httpx.get(metrics_url, timeout=10).text):
         for sample in family.samples:
@@ -297,9 +281,10 @@ def main() -> None:
     load = Load(OpenAI(base_url=a.gateway, api_key=a.key, max_retries=0, timeout=timeout), a.model, a.streams)
     probe = OpenAI(base_url=a.gateway, api_key=a.key, max_retries=0, timeout=30)
     deployment_id = int(a.app.split("-")[1])  # tdm-<id>-<name>
-    direct = DirectLoad(f"{ray.state['serve_http_url']}/d/{deployment_id}/v1", a.model, a.direct_streams, a.out)
+    direct = DirectLoad(httpx.Client(base_url=f"{ray.state['serve_http_url']}/d/{deployment_id}/v1/", timeout=timeout),
+                        a.model, a.direct_streams, out=a.out)
     started = time.monotonic()
-    threads = load.start() + direct.start(a.hang_after)
+    threads = load.start() + direct.start()
     time.sleep(a.baseline)
     save_metrics(a.out, ray=ray, label="baseline")
     report = {"streams": a.streams, "direct_streams": a.direct_streams, "hang_after_s": a.hang_after,

@@ -31,9 +31,9 @@ AUTH_FAILURES = Counter("tandem_gateway_auth_failures", "Requests refused for th
 UNTRUSTED_FORWARDED = Counter("tandem_gateway_untrusted_forwarded", "Requests carrying a load balancer's header "
                               "(X-Forwarded-For, X-Amzn-Trace-Id) from a peer outside "
                               "TANDEM_GATEWAY_FORWARDED_ALLOW_IPS, served as that peer (gateway/forwarded.py)")
-UPSTREAM_RETRIES = Counter("tandem_gateway_upstream_retries", "Retries of requests whose try failed before the client got a "
-                           "byte, by deployment and reason (502/503/504, replica_died, connect, disconnected, "
-                           "stream_not_started, first_byte_timeout)",
+UPSTREAM_RETRIES = Counter("tandem_gateway_upstream_retries", "Retries of requests whose try failed before the "
+                           "client got a byte, by deployment and reason (502/503/504, replica_died, connect, "
+                           "disconnected, stream_not_started, first_byte_timeout)",
                            ["deployment", "reason"])
 CACHE_ENTRIES = Gauge("tandem_gateway_cache_entries", "Entries held in memory, by cache", ["cache"])
 

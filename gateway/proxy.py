@@ -24,8 +24,8 @@ CLIENT_CLOSED = 499  # nginx's convention for "the client went away first"
 # full, 502/504 when one died or hung): another try may reach another replica.
 RETRY_STATUSES = frozenset((502, 503, 504))
 # Ray Serve LLM answers a request whose replica died under it with a 500 quoting Ray's exception (recorded on the
-# local PD stack: tests/gateway/fixtures/serve_500_decode_killed.json). These say a replica is gone, not that the
-# request is wrong; any other 500 is the answer.
+# local PD stack: bench/recorded/serve-500-decode-killed.json). These say a replica is gone, not that the request
+# is wrong; any other 500 is the answer.
 REPLICA_DIED = (b"The actor died unexpectedly before finishing this task",  # ray.exceptions.ActorDiedError
                 b"failed because an upstream actor died")  # Serve's router, wrapping it (ray/serve/_private/router.py)
 # Serve's HTTP proxy answers a bare `Internal Server Error` when the ingress replica itself died under the request
@@ -91,8 +91,8 @@ async def handle_openai(gw, head: RequestHead, receive, send):
     """The record is kept under the gateway's own request id (sent upstream too); the client's `X-Request-ID`,
     when sane, is kept beside it and echoed back. One generation of the deployment serves the whole request
     (routing.Route.upstream) and every answer from then on names it (`x-tandem-generation`). An upstream that
-    fails before the client got any byte is asked again (_answer says when, _answer_with_retries how often). The tokens
-    a key's request used count towards its limit once the request has finished."""
+    fails before the client got any byte is asked again (_answer says when, _answer_with_retries how often). The
+    tokens a key's request used count towards its limit once the request has finished."""
     rec = Record(head.request_id, head.endpoint, head.client_id)
     rid = head.echo_id
     ex = Exchange()
@@ -187,7 +187,8 @@ async def _answer(gw, ex: Exchange, route, upstream, head: RequestHead, body: by
     try may work: the connection failed or broke before the answer, upstream answered 502/503/504 or a 500 that
     says its replica died (REPLICA_DIED), or a stream ended, broke, sent a server error event or stayed silent
     past `first_byte_timeout_s` before its first token (a decode waiting for KV that never comes, or whose KV
-    could not be read from a prefill that died). A non-streamed answer is bounded by the read timeout alone, and a timeout there is final.
+    could not be read from a prefill that died). A non-streamed answer is bounded by the read timeout alone, and a
+    timeout there is final.
     """
     stream = rec.stream
     header = upstream.header
@@ -198,8 +199,7 @@ async def _answer(gw, ex: Exchange, route, upstream, head: RequestHead, body: by
                 error, payload = await _upstream_error(resp, head.request_id)
                 if resp.status in RETRY_STATUSES:
                     raise Retryable(error, str(resp.status))
-                if resp.status == 500 and (payload.strip() == SERVE_PROXY_500 or
-                                           any(marker in payload for marker in REPLICA_DIED)):
+                if resp.status == 500 and _replica_died(payload):
                     raise Retryable(error, "replica_died", gone=True)
                 raise error
             if stream and resp.content_type == "text/event-stream":
@@ -232,6 +232,11 @@ async def _answer(gw, ex: Exchange, route, upstream, head: RequestHead, body: by
         (b"content-length", str(len(payload)).encode()), (b"x-request-id", head.echo_id), header]})
     await send({"type": "http.response.body", "body": payload})
     rec.bytes_out = len(payload)
+
+
+def _replica_died(payload: bytes) -> bool:
+    """Whether a 500's body is Serve's word for a replica that died under the request."""
+    return payload.strip() == SERVE_PROXY_500 or any(marker in payload for marker in REPLICA_DIED)
 
 
 async def _post(gw, route, url, body: bytes, request_id: str):

@@ -59,9 +59,15 @@ class _Rollout:
         return AppUnit(self.r.from_app, self.old_spec, replicas=None if full else dict(sizes.old),
                        port_half=self.d.app_port_half)
 
-    def new_unit(self, sizes: Sizes) -> AppUnit:
+    @property
+    def new_port_half(self) -> int:
         # The other half of the NIXL ports: the two generations' engines may share a node (the local target).
-        return AppUnit(self.r.to_app, self.new_spec, replicas=dict(sizes.new), port_half=1 - self.d.app_port_half)
+        return 1 - self.d.app_port_half
+
+    def new_unit(self, sizes: Sizes | None = None) -> AppUnit:
+        """The new generation's application: at `sizes`, or its spec's own bounds (as outside a rollout)."""
+        return AppUnit(self.r.to_app, self.new_spec, replicas=dict(sizes.new) if sizes else None,
+                       port_half=self.new_port_half)
 
     def ensure(self, unit: AppUnit):
         """Apply a unit when the cluster lacks it or holds another config; what the cluster has now."""
@@ -212,9 +218,7 @@ class _Rollout:
         r = self.r
         if not self.gone(self.old_unit(self.sizes)):
             return Outcome(wait=_requeue())
-        # its spec's own bounds again, as outside a rollout
-        live = AppUnit(r.to_app, self.new_spec, port_half=1 - self.d.app_port_half)
-        observed = self.ensure(live)
+        observed = self.ensure(self.new_unit())
         sizes = Sizes(old={s: 0 for s in STAGES}, new=dict(self.sizes.new))
         self.record(state=State.DONE, replicas=sizes.as_dict(), finished_at=self.now,
                     reason=f"Every request goes to generation {r.to_generation}; generation {r.from_generation} "
@@ -223,7 +227,7 @@ class _Rollout:
                    seconds=int((self.now - r.created_at).total_seconds()))
         return Outcome(fields={"endpoint_url": observed.endpoint_url,
                                "endpoint_generation": r.to_generation, "app_generation": r.to_app,
-                               "app_port_half": 1 - self.d.app_port_half,
+                               "app_port_half": self.new_port_half,
                                "observed_generation": r.to_generation, "next_endpoint_url": "",
                                "next_generation": None, "next_weight": 0, "serving_seen_at": self.now},
                        move=("running", f"Generation {r.to_generation} serves every request."))
@@ -232,8 +236,8 @@ class _Rollout:
     def start_rollback(self, reason: str, evidence: dict | None = None) -> Outcome:
         """Every request back to the old generation at once; the new one goes on the next passes."""
         self.record(state=State.ROLLING_BACK, reason=reason, step_started_at=self.now)
-        self.record_event(EventKind.ROLLOUT_ROLLED_BACK, f"Rolling back to generation {self.r.from_generation}: {reason}",
-                   evidence=evidence or {})
+        self.record_event(EventKind.ROLLOUT_ROLLED_BACK,
+                          f"Rolling back to generation {self.r.from_generation}: {reason}", evidence=evidence or {})
         return Outcome(fields={"next_weight": 0}, wait=_requeue())
 
     def roll_back(self) -> Outcome:

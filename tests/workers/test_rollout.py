@@ -73,10 +73,14 @@ def _apps(dashboard, d) -> dict[str, dict]:
 
 
 def _nixl_ports(dashboard, name: str) -> list[int]:
-    """The NIXL side-channel ports an application's engines bind (each stage's base and the 50 after it)."""
+    """The NIXL side-channel ports an application's engines bind."""
     args = dashboard.details()["applications"][name]["deployed_app_config"]["args"]
-    bases = [args[f"{stage}_config"]["experimental_configs"]["NIXL_SIDE_CHANNEL_PORT_BASE"]
-             for stage in ("prefill", "decode")]
+    return _port_spans(args[f"{stage}_config"]["experimental_configs"]["NIXL_SIDE_CHANNEL_PORT_BASE"]
+                       for stage in ("prefill", "decode"))
+
+
+def _port_spans(bases) -> list[int]:
+    """Each stage's base port and the 50 after it (half of a stage's block)."""
     return [port for base in bases for port in range(base, base + 50)]
 
 
@@ -255,9 +259,4 @@ def test_a_second_rollout_binds_the_half_of_the_ports_the_first_one_freed(runnin
     assert sorted(_apps(dashboard, d)) == [f"tdm-{d.pk}-tiny-g2", f"tdm-{d.pk}-tiny-g3"]
     serving, new = (set(_nixl_ports(dashboard, f"tdm-{d.pk}-tiny-{g}")) for g in ("g2", "g3"))
     assert not serving & new
-    assert new == set(_nixl_ports_of_first_generation(d))
-
-
-def _nixl_ports_of_first_generation(d) -> list[int]:
-    bases = ray_nixl_ports(deployment_id=d.pk).values()
-    return [port for base in bases for port in range(base, base + 50)]
+    assert new == set(_port_spans(ray_nixl_ports(deployment_id=d.pk).values()))  # the first generation's half
