@@ -29,6 +29,10 @@ class _Common:
     prometheus_url: str = ""  # a Prometheus server that scrapes Ray; preferred over metrics_url
     model_sources: dict = field(default_factory=dict)  # where each team may load weights from
     prices: dict = field(default_factory=dict)  # USD per node-hour where it is not the on-demand price
+    # Minutes a deployment whose nodes are ready has to serve before it fails and its nodes are released; None: its
+    # planned start plus serving_grace_minutes (deployments.serving_deadline).
+    serving_deadline_minutes: int | None = None
+    serving_grace_minutes: int = 10
 
 
 @dataclass(frozen=True)
@@ -141,6 +145,8 @@ def cluster_config_errors(kind: str | None, config: dict) -> list[str]:
     if "prices" in config:  # this cluster's USD per node-hour (reserved, spot) where it is not the on-demand price
         errors += prices_errors(config["prices"])
     maybe("prometheus_url", URL, "a Prometheus server's http(s) URL, e.g. http://prometheus:9090.")
+    errors += _minutes_errors(config, "serving_deadline_minutes", low=1, optional=True)
+    errors += _minutes_errors(config, "serving_grace_minutes", low=0, optional=False)
     if kind in ("eks", "kubernetes"):
         maybe("metrics_url", URL, "the Ray head's metrics export URL, e.g. http://head:8080/metrics.")
     if kind == "ray":
@@ -148,6 +154,16 @@ def cluster_config_errors(kind: str | None, config: dict) -> list[str]:
         maybe("serve_url", URL, "the Serve HTTP proxy's URL, e.g. http://127.0.0.1:8000.")
         maybe("metrics_url", URL, "the metrics export URL, e.g. http://127.0.0.1:8080/metrics.")
     return errors
+
+
+def _minutes_errors(config: dict, key: str, *, low: int, optional: bool) -> list[str]:
+    """A setting of whole minutes between `low` and a day (None allowed when `optional`)."""
+    if key not in config or (optional and config[key] is None):
+        return []
+    value = config[key]
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= 24 * 60:
+        return [f"{key}: whole minutes between {low} and 1440" + (", or null." if optional else ".")]
+    return []
 
 
 def _eks_errors(config: EksConfig) -> list[str]:

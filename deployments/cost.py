@@ -1,9 +1,9 @@
 """What a deployment costs, from its own timeline: pure functions over the status and spec changes it went through.
 
-A deployment's timeline is its status changes (`deployment_transition`'s events, `after.status`) and the specs it
-was given (`after.spec`: the request, its edits, approved and applied updates). While its status is one of
-lifecycle.BILLED its pools' nodes are provisioned: each pool's nodes × hours × the instance's price per hour (the
-cluster's `Prices`). A paused deployment costs nothing: on EKS its node groups are at zero, elsewhere nothing of it
+A deployment's timeline is its status changes (`deployment_transition`'s events, `after.status`), the specs it
+was given (`after.spec`: the request, its edits, approved and applied updates) and the release of a failed one's
+nodes (`after.released`, workers.pipeline). While its status is one of lifecycle.BILLED, and not released, its
+pools' nodes are provisioned: each pool's nodes × hours × the instance's price per hour (the cluster's `Prices`). A paused deployment costs nothing: on EKS its node groups are at zero, elsewhere nothing of it
 runs. What a spec costs per hour is `spec_hourly_usd` at the cluster's prices, the one figure that cost, budgets,
 previews, approvals, the planner, the advisor and the request form show, so what an approver sees is what the team
 is charged.
@@ -19,18 +19,20 @@ from deployments.serve_config import STAGES
 from deployments.spec import DeploymentSpec, spec_load
 from deployments.surge import Surge
 
-# Events a timeline is read from: only these carry a status or a spec (a filter for the query).
-TIMELINE_KEYS = ("status", "spec")
+# Events a timeline is read from: only these carry a status, a spec or a release (a filter for the query).
+TIMELINE_KEYS = ("status", "spec", "released")
 READY_HISTORY = 5  # the latest this many starts decide the estimate
 
 
 @dataclass(frozen=True)
 class Mark:
-    """One point of a deployment's timeline: a status change, or the spec in effect from then on, or both."""
+    """One point of a deployment's timeline: a status change, or the spec in effect from then on, or both; or the
+    release of what a failed deployment ran on (nothing billed from then until its next status change)."""
 
     at: dt.datetime
     status: str | None = None
     spec: dict | None = None
+    released: bool = False
 
 
 @dataclass(frozen=True)
@@ -53,22 +55,26 @@ def timeline_marks(rows) -> list[Mark]:
     marks = []
     for row in rows:
         after = row.get("after") if isinstance(row.get("after"), dict) else {}
-        status, spec = after.get("status"), after.get("spec")
-        if status is None and not isinstance(spec, dict):
+        status, spec, released = after.get("status"), after.get("spec"), after.get("released") is True
+        if status is None and not isinstance(spec, dict) and not released:
             continue
-        marks.append(Mark(at=row["created_at"], status=status, spec=spec if isinstance(spec, dict) else None))
+        marks.append(Mark(at=row["created_at"], status=status, spec=spec if isinstance(spec, dict) else None,
+                          released=released))
     return sorted(marks, key=lambda m: m.at)
 
 
 def provisioned_segments(marks: list[Mark], *, until: dt.datetime) -> list[Segment]:
-    """Each pool's provisioned intervals up to `until`: while the status is billed, with the spec of the time."""
+    """Each pool's provisioned intervals up to `until`: while the status is billed and nothing released them, with
+    the spec of the time."""
     segments: list[Segment] = []
-    status, spec = None, None
+    status, spec, released = None, None, False
     for i, mark in enumerate(marks):
-        status = mark.status or status
+        if mark.status is not None:
+            status, released = mark.status, False
+        released = released or mark.released
         spec = mark.spec or spec
         end = min(marks[i + 1].at if i + 1 < len(marks) else until, until)
-        if status not in BILLED or spec is None or end <= mark.at:
+        if status not in BILLED or released or spec is None or end <= mark.at:
             continue
         for stage in STAGES:
             pool = spec.get(stage) or {}
@@ -165,6 +171,19 @@ def daily_rows(segments: list[Segment], *, since: dt.datetime, until: dt.datetim
             row["usd"] += hours * (prices.node_hour_usd(seg.instance_type) or 0.0)  # no price, no charge
             start = cut
     return [out[k] for k in sorted(out, key=lambda k: (k[0], STAGES.index(k[1]) if k[1] in STAGES else 9, k[2]))]
+
+
+def billed_since(marks: list[Mark]) -> dt.datetime | None:
+    """When the deployment's nodes last started to be billed without a break (None: they are not billed now)."""
+    since, billed = None, False
+    for mark in marks:
+        if mark.released:
+            since, billed = None, False
+        elif mark.status is not None:
+            now_billed = mark.status in BILLED
+            since = since if billed and now_billed else (mark.at if now_billed else None)
+            billed = now_billed
+    return since
 
 
 def ready_durations(marks: list[Mark]) -> list[float]:

@@ -54,6 +54,11 @@ class EventKind(models.TextChoices):
     DECODE_RESTARTED = "decode_restarted", "Decode restarted"
     KV_RECOVERED = "kv_recovered", "KV transfer recovered"
 
+    # Why a deployment does not serve, as the cluster reports it (workers.diagnosis), and the release of what a
+    # failed deployment ran on, with how long it ran and what that cost (workers.pipeline).
+    NOT_SERVING = "not_serving", "Not serving"
+    RELEASED = "released", "Released after a failure"
+
     # A status change that names no action of its own (deployment_transition): `status_<status>` (status_kind).
     STATUS_APPROVED = "status_approved", Status.APPROVED.label
     STATUS_REJECTED = "status_rejected", Status.REJECTED.label

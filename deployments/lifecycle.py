@@ -68,8 +68,14 @@ SCRAPED = SERVING
 # The deployment's GPUs count against the team's quota (while pausing too: its nodes are still there; once paused,
 # it holds none and a resume checks the quota again).
 HOLDS_QUOTA = frozenset({S.APPROVED, S.PROVISIONING, S.RUNNING, S.UPDATING, S.FAILED, S.DELETING, S.PAUSING})
-# Nodes are (or may still be) provisioned for it: the cost report counts these intervals as node-hours.
+# Nodes are (or may still be) provisioned for it: the cost report counts these intervals as node-hours, until a
+# failed one's are released (below).
 BILLED = HOLDS_QUOTA - {S.APPROVED}
+# Nothing keeps running, and billing, for a deployment in these: whatever took it there (a cause no driver named,
+# a deadline, a stuck pass, a refused manifest), the reconciler then releases what it runs on (as a pause does:
+# node groups to zero nodes, kept for a retry; the RayService or Ray application removed) and records how long it
+# ran and what that cost (`Deployment.released_at`; workers.pipeline). A retry brings it back.
+RELEASES = frozenset({S.FAILED})
 # Whoever may change the deployment may pause these: what holds quota and is not already leaving (on its way to
 # running, running, updating, or failed: pausing frees what it holds).
 PAUSABLE = frozenset(s for s in TRANSITIONS if S.PAUSING in TRANSITIONS[s])

@@ -8,14 +8,14 @@ from dataclasses import dataclass
 
 from django.db.models import Q
 
-from deployments.cost import (TIMELINE_KEYS, cluster_prices, daily_rows, provisioned_segments, ready_estimate_seconds,
-                              surge_hourly_usd, surge_segments, timeline_marks)
+from deployments.cost import (TIMELINE_KEYS, billed_since, cluster_prices, daily_rows, provisioned_segments,
+                              ready_estimate_seconds, surge_hourly_usd, surge_segments, timeline_marks)
 from deployments.lifecycle import BILLED
 from deployments.models import Deployment, Event, Rollout, Team
 from deployments.services.rollouts import rollout_surge_held
 from deployments.surge import rollout_surge
 
-_TIMELINE = Q(after__has_key=TIMELINE_KEYS[0]) | Q(after__has_key=TIMELINE_KEYS[1])
+_TIMELINE = Q(after__has_any_keys=list(TIMELINE_KEYS))
 
 
 def month_bounds(month: str | None, *, now: dt.datetime) -> tuple[dt.datetime, dt.datetime]:
@@ -105,7 +105,7 @@ def team_month_to_date_usd(*, team: Team, now: dt.datetime) -> float:
 def deployment_hourly_usd(d: Deployment) -> float:
     """What the deployment costs per hour now: its pools' price (stored with its spec) while they are provisioned,
     and the nodes its side-by-side rollout adds while one is in progress, else nothing."""
-    if d.status not in BILLED:
+    if d.status not in BILLED or d.released_at is not None:
         return 0.0
     surge = rollout_surge_held(d)
     extra = surge_hourly_usd(d.spec_typed, surge, prices=cluster_prices(d.cluster)) if surge else 0.0
@@ -119,6 +119,25 @@ def deployment_spend_usd(*, deployment: Deployment, since: dt.datetime, until: d
     segments = _segments(deployment, events, rollouts, until=until)
     return sum(r["usd"] for r in daily_rows(segments, since=since, until=until,
                                             prices=cluster_prices(deployment.cluster)))
+
+
+@dataclass(frozen=True)
+class BilledStretch:
+    """How long a deployment's nodes have been billed without a break, and what that cost."""
+
+    since: dt.datetime
+    hours: float
+    usd: float
+
+
+def deployment_billed_stretch(*, deployment: Deployment, now: dt.datetime) -> BilledStretch | None:
+    """Its nodes' current stretch of billing (None when nothing is billed now): what a release reports."""
+    since = billed_since(timeline_marks(deployment.events.filter(_TIMELINE, created_at__lt=now)
+                                        .values("created_at", "after")))
+    if since is None:
+        return None
+    return BilledStretch(since=since, hours=(now - since).total_seconds() / 3600,
+                         usd=deployment_spend_usd(deployment=deployment, since=since, until=now))
 
 
 def deployment_ready_estimate(deployment: Deployment) -> int:

@@ -14,18 +14,20 @@ from deployments.conditions import (
 )
 from deployments.errors import StatusMoved
 from deployments.event_kinds import EventKind
-from deployments.lifecycle import PROGRESSING, SETTLED, Status
+from deployments.lifecycle import PROGRESSING, RELEASES, SETTLED, Status
 from deployments.model_sources import source_roots_of
 from deployments.models import Deployment
 from deployments.redaction import internal_redact
 from deployments.services.events import event_record
 from deployments.services.actions import deployment_transition
 from deployments.services.status import deployment_observe
-from deployments.spend import deployment_ready_estimate
+from deployments.serving_deadline import serving_deadline
+from deployments.spend import deployment_billed_stretch, deployment_ready_estimate
 from deployments.spec import SpecError, spec_check
 from observability.models import ConformanceRun, ScrapeState
 from observability.tasks import run_conformance
 from deployments.services.rollouts import rollout_active
+from workers.diagnosis import findings_text
 from workers.rollout import rollout_in_place_done, rollout_pass
 from workers.targets import target_for
 from workers.targets.base import Observed, PermanentError, Step, TransientError
@@ -34,6 +36,9 @@ log = logging.getLogger(__name__)
 MAX_BACKOFF = 60.0
 # How fresh `serving_seen_at` is kept while a deployment serves (`./tandem up` waits for a reading after its start).
 SERVING_SEEN_EVERY = dt.timedelta(seconds=30)
+# How often a failed deployment whose release the target refuses (a permission, a node group someone else owns) is
+# tried again: the refusal is recorded once, and nothing changes until someone fixes it.
+RELEASE_REFUSED_RETRY_SECONDS = 300.0
 
 
 class LockLost(Exception):
@@ -94,7 +99,7 @@ def reconcile_pass(deployment_id: int, *, fence=lambda: None) -> float | None:
 
     `fence` raises LockLost when the pass has lost its lock; it runs before every step that calls the target."""
     d = Deployment.objects.select_related("team", "cluster").filter(pk=deployment_id).first()
-    if d is None or d.status in SETTLED:  # 1 load
+    if d is None or (d.status in SETTLED and not _releasing(d)):  # 1 load
         return None
     p = _Pass(d, fence)
     try:
@@ -152,9 +157,16 @@ def fail_if_stuck(deployment_id: int, last_reason: str) -> bool:
     return True
 
 
+def _releasing(d: Deployment) -> bool:
+    """A failed deployment whose nodes may still run: the pass releases them (deployments.lifecycle.RELEASES)."""
+    return d.status in RELEASES and d.released_at is None
+
+
 def _run(p: _Pass) -> _End:
     """Steps 2 to 8 of the pass, each a function; the caller makes the one write (9)."""
     target = target_for(p.d.cluster)
+    if _releasing(p.d):
+        return _release(p, target)
     if p.d.status == Status.DELETING:
         return _delete(p, target)
     if p.d.status == Status.PAUSING:
@@ -188,6 +200,30 @@ def _pause(p: _Pass, target) -> _End:
     p.cond("ServeRunning", False, "Paused", step.message)
     return _End(fields={"applied_hash": "", "conditions": [], "ready_estimate_seconds": deployment_ready_estimate(d)},
                 move=(Status.PAUSED, "Paused: nothing of it runs and it holds no quota. Resume it to serve again."))
+
+
+def _release(p: _Pass, target) -> _End:
+    """2c a failed deployment: whatever failed it, what it runs on goes, as in a pause (node groups to zero nodes and
+    kept for a retry, the RayService or Ray application removed), and the release says how long its nodes were
+    billed and what that cost. A release the target refuses is said once and tried again later, never failed
+    again (that would only write the same failure)."""
+    d = p.d
+    try:
+        step = p.step(EventKind.TEARDOWN, lambda: target.pause(d))
+    except PermanentError as e:
+        p.note(EventKind.RELEASED, f"Tandem could not release what the failed deployment runs on, which may still "
+                                   f"be billed: {e}")
+        return _End(wait=RELEASE_REFUSED_RETRY_SECONDS)
+    if not step.ready:
+        return _End(wait=settings.TANDEM_RECONCILE_REQUEUE_SECONDS)
+    now = timezone.now()
+    stretch = deployment_billed_stretch(deployment=d, now=now)
+    ran = "" if stretch is None else (
+        f" Its nodes were billed for {stretch.hours:.2f} h (since {stretch.since:%Y-%m-%d %H:%M} UTC): "
+        f"${stretch.usd:,.2f} at the cluster's prices.")
+    event_record(kind=EventKind.RELEASED, deployment=d, after={"released": True},
+                 message=f"Released what the failed deployment ran on: {step.message}{ran} Retry it to run it again.")
+    return _End(fields={"released_at": now, "applied_hash": ""})
 
 
 def _validate(p: _Pass) -> None:
@@ -230,8 +266,15 @@ def _apply_if_changed(p: _Pass, target) -> Observed:
 
 
 def _serve_status(p: _Pass, target, observed: Observed) -> _End | None:
-    """8 derive, from Serve: how the pass ends while the application is not RUNNING (failed, when Serve could not
-    deploy it); None once it is."""
+    """8 derive, from Serve and from what the cluster reports: how the pass ends while the application does not run;
+    None once it does.
+
+    While it does not run, every pass reads what is wrong (workers.diagnosis) into ServeRunning and, when it
+    changes, a `not_serving` event. On its way to serving (provisioning: nothing of it serves yet), a cause that
+    cannot heal fails the deployment at once; otherwise the serving deadline does, counted from the first pass that
+    found its nodes ready and its application applied. Either way the next pass releases what it runs on
+    (`_release`). A deployment that serves (or whose update rolls while its old replicas serve) is only told:
+    Serve replaces a replica that dies."""
     d = p.d
     p.note(EventKind.SERVE_STATUS, f"{observed.serve_status or 'Unknown'}: {observed.message}".rstrip(": "))
     running = observed.serve_status == "RUNNING"
@@ -241,15 +284,36 @@ def _serve_status(p: _Pass, target, observed: Observed) -> _End | None:
         seconds = seconds_since_transition(was, now=timezone.now())
         p.note(EventKind.SERVE_RECOVERED, f"Serve runs every replica again, {seconds:.0f} s after it reported "
                                           f"{was.get('reason') or 'a fault'}.", duration_ms=int(seconds * 1000))
-    p.cond("ServeRunning", running, observed.serve_status or "Unknown", observed.message)
+    if running:
+        p.cond("ServeRunning", True, "RUNNING", observed.message)
+        return None
+    findings = target.diagnose(d, observed)
+    found = findings_text(findings)
+    reason = next((f.reason for f in sorted(findings, key=lambda f: not f.fatal)), observed.serve_status or "Unknown")
+    p.cond("ServeRunning", False, reason, found or observed.message)
+    if found:
+        p.note(EventKind.NOT_SERVING, found)
+    fatal = [f for f in findings if f.fatal] if d.status == Status.PROVISIONING else []
     if observed.serve_status == "DEPLOY_FAILED":
-        # Leave nothing half-deployed behind: the reason is kept on the deployment, and retry re-applies.
-        p.step(EventKind.TEARDOWN, lambda: target.teardown(d))
-        return _End(move=(Status.FAILED, f"Ray Serve could not deploy the application: {observed.message} "
-                                         "The application was removed; fix the spec, then retry."))
-    if observed.serve_status != "RUNNING":
-        return _End(fields={"endpoint_url": observed.endpoint_url}, wait=settings.TANDEM_RECONCILE_REQUEUE_SECONDS)
-    return None
+        return _End(move=(Status.FAILED, f"Ray Serve could not deploy the application: {observed.message} Tandem "
+                                         "removes it and releases its nodes (kept for a retry); fix the spec, then "
+                                         "retry."))
+    if fatal:
+        causes = "; ".join(f"{f.stage}: {f.reason}: {f.message}" for f in fatal)
+        return _End(move=(Status.FAILED, f"It cannot serve, and waiting will not change that: {causes} Tandem "
+                                         "releases its nodes (kept for a retry); fix the cause, then retry."))
+    fields = {"endpoint_url": observed.endpoint_url}
+    if d.status == Status.PROVISIONING:  # nothing of it serves: a deadline; an update's old replicas still serve
+        deadline = serving_deadline(d.spec_typed, config=d.cluster.config_typed, target_kind=d.cluster.kind)
+        now = timezone.now()
+        due = d.serve_deadline_at or now + dt.timedelta(seconds=deadline.seconds)
+        if now > due:
+            last = found.replace("\n", "; ") or f"Serve says {observed.serve_status or 'nothing'}: {observed.message}"
+            return _End(move=(Status.FAILED, f"Not serving {deadline.seconds / 60:.0f} min after its nodes were "
+                                             f"ready, the deadline from {deadline.why}. Last seen: {last} Tandem "
+                                             "releases its nodes (kept for a retry); fix the cause, then retry."))
+        fields["serve_deadline_at"] = due
+    return _End(fields=fields, wait=settings.TANDEM_RECONCILE_REQUEUE_SECONDS)
 
 
 def _endpoint(p: _Pass, target, observed: Observed) -> _End:

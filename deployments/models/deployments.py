@@ -92,6 +92,13 @@ class Deployment(models.Model):
     # When its deletion was first asked for (written by the status writer as it moves to deleting): from then on
     # it only goes on out (deployments.lifecycle.DELETION), and a retry of a failed deletion deletes again.
     delete_requested_at = models.DateTimeField(null=True, blank=True)
+    # When a pass that found its nodes ready and its application applied expects it to serve by, at the latest
+    # (workers.pipeline): past it, a deployment still not serving fails with what the cluster reports. Reset by
+    # every status change (deployment_transition), so each start has a deadline of its own.
+    serve_deadline_at = models.DateTimeField(null=True, blank=True)
+    # When the target confirmed that nothing of a failed deployment runs any more (deployments.lifecycle.RELEASES):
+    # null while something may still run and bill. Reset by every status change: a retry runs again.
+    released_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]  # newest first; the id breaks ties, so pages never overlap

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from deployments.errors import ActionError, Conflict, NotAllowed, StatusMoved
 from deployments.event_kinds import EventKind, status_kind
-from deployments.lifecycle import UNSETTLED, UPDATABLE, Status, can_transition, proposal_waits, retry_status
+from deployments.lifecycle import RELEASES, UNSETTLED, UPDATABLE, Status, can_transition, proposal_waits, retry_status
 from deployments.model_sources import source_roots_of
 from deployments.models import Cluster, Deployment, Team
 from deployments.outcomes import Outcome, UpdateOutcome, update_outcome
@@ -387,11 +387,14 @@ def deployment_transition(*, deployment: Deployment, to: str, actor=None, reason
                            + ("; its deletion was requested, so it can only be deleted (a retry deletes it again)."
                               if delete_requested else "."))
         before = {"status": d.status, "reason": d.status_reason}
+        if d.status != to:  # a new start: its own serving deadline, and nothing released yet
+            d.serve_deadline_at = d.released_at = None
         d.status, d.status_reason = to, reason
         d.status_changed_at = timezone.now()
         if to == Status.DELETING and not delete_requested:
             d.delete_requested_at = d.status_changed_at
-        d.save(update_fields=["status", "status_reason", "status_changed_at", "delete_requested_at", "updated_at"])
+        d.save(update_fields=["status", "status_reason", "status_changed_at", "delete_requested_at",
+                              "serve_deadline_at", "released_at", "updated_at"])
         event_record(kind=event_kind or status_kind(to), deployment=d, actor=actor, message=reason,
                      before=before, after={"status": to, "reason": reason})
         if d.proposed_spec is not None and not proposal_waits(status=to, proposed=True):
@@ -400,6 +403,6 @@ def deployment_transition(*, deployment: Deployment, to: str, actor=None, reason
                                    "for it again once it runs.")
         rollout_end_by_status(deployment=d, actor=actor)
         route_change_announce(deployment=d)
-        if to in UNSETTLED:
+        if to in UNSETTLED or (to in RELEASES and d.released_at is None):
             _enqueue_reconcile(d.pk)
     return d

@@ -67,9 +67,15 @@ def _visible(request, pk: int):
 
 def _status_context(d, user) -> dict:
     conditions = {c.get("type"): c for c in d.conditions or []}
+    serve = conditions.get("ServeRunning") or {}
+    # What the cluster reports wrong, each stage's cause on a line of its own (workers.diagnosis), in full: the
+    # conditions' cards show only the start of a message.
+    not_serving = (serve.get("message") or "").splitlines() if serve.get("status") == "False" and \
+        serve.get("reason") != "Paused" else []
     return {
         "d": d, "state": deployment_state(d), "timeline": timeline(d), "can_pause": d.status in PAUSABLE,
         "conditions": [conditions.get(t) or {"type": t, "status": "Unknown"} for t in CONDITION_TYPES],
+        "not_serving": not_serving,
     } | rollouts_context(user=user, deployment=d)
 
 

@@ -117,6 +117,13 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
     _api_node_use: dict = attrs.field(factory=dict)  # node name -> what placed pods use of a node in the API
     ready_after: float = 0.3
     fail_apps: bool = False
+    # The images a registry holds (None: every image exists). A container whose image is not there waits in
+    # ImagePullBackOff with containerd's NotFound, as a node pulling a tag that was never pushed does.
+    registry: set[str] | None = None
+    # What goes wrong in the containers of a pool's pods ("head", "prefill", "decode"): see `ContainerFault`.
+    container_faults: dict[str, "ContainerFault"] = attrs.field(factory=dict)
+    previous_logs: dict[tuple[str, str], str] = attrs.field(factory=dict)  # (namespace, pod) → its last run's log
+    _operated: dict = attrs.field(factory=dict)  # (namespace, rayservice) → the generation KubeRay last acted on
     operator_enabled: bool = True
     token: str | None = None
     token_prefix: str | None = None
@@ -195,7 +202,12 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
             # pods/log answers the container's log as text/plain (the last tailLines lines), not the object
             if (refused := self._guard("GET", raw_request.path, raw_request.headers)) is not None:
                 return refused
-            if (log := self.pod_logs.get((match[1], match[2]))) is None:
+            previous = raw_request.query.get("previous") == "true"
+            logs = self.previous_logs if previous else self.pod_logs
+            if (log := logs.get((match[1], match[2]))) is None:
+                if previous:  # the kubelet's answer when the container has not restarted
+                    return self._status(400, "BadRequest", f'previous terminated container "ray" in pod '
+                                                           f'"{match[2]}" not found')
                 return self._status(404, "NotFound", f'pods "{match[2]}" not found')
             tail = int(raw_request.query.get("tailLines", 0) or 0)
             return aiohttp.web.Response(text="".join(log.splitlines(keepends=True)[-tail:] if tail else log))
@@ -482,9 +494,16 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
             apps = _app_names(raw.get("spec", {}).get("serveConfigV2") or "{}")
             made, upgrading = self._ray_cluster((ns, name), raw)
             placed_at = made.place(self._fleet(made))
+            started = self._kubelet(made)
+            if self._operated.get((ns, name)) != generation:
+                # KubeRay writes a change's status at its next reconcile, not within the write: until then a read
+                # shows the status of the spec before (observedGeneration behind), which readers must not take for
+                # the new spec's.
+                self._operated[(ns, name)] = generation
+                continue
             # While a NewCluster upgrade waits, the old Ray cluster serves what it served.
             since = max(0 if upgrading else self._changed.get((ns, name), 0), placed_at or 0)
-            ready = placed_at is not None and time.monotonic() - since >= self.ready_after
+            ready = placed_at is not None and started and time.monotonic() - since >= self.ready_after
             app_status = ("DEPLOY_FAILED" if self.fail_apps else "RUNNING") if ready else "DEPLOYING"
             now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
             serving = ready and not self.fail_apps
@@ -505,6 +524,83 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
             if raw.get("status") != status:
                 obj.patch({"status": None})
                 obj.patch({"status": status})
+
+
+    def _kubelet(self, made: "RayPods") -> bool:
+        """Each placed pod's containers as its node's kubelet reports them: running and ready, or waiting for an
+        image the registry does not hold, or failing as `container_faults` says for its pool; whether all run."""
+        all_up = True
+        for pod in made.pods:
+            if pod["metadata"]["name"] not in made.placed:
+                all_up = False
+                continue
+            pool = pod["metadata"]["labels"].get("tandem.dev/pool", "")
+            statuses = [self._container_status(pod, c, self.container_faults.get(pool))
+                        for c in pod["spec"].get("containers", [])]
+            up = all(c["ready"] for c in statuses)
+            all_up = all_up and up
+            status = pod["status"]
+            pulling = any(c["state"].get("waiting", {}).get("reason") == "ImagePullBackOff" for c in statuses)
+            status["phase"] = "Pending" if pulling else "Running"  # a container that never started keeps it Pending
+            status["containerStatuses"] = statuses
+            status["conditions"] = [c for c in status["conditions"] if c["type"] != "Ready"] + [
+                {"type": "Ready", "status": "True" if up else "False", "lastProbeTime": None,
+                 "lastTransitionTime": _now()}]
+            fault = self.container_faults.get(pool)
+            if fault is not None and fault.log:
+                self.previous_logs[(pod["metadata"]["namespace"], pod["metadata"]["name"])] = fault.log
+        return all_up
+
+    def _container_status(self, pod: dict, container: dict, fault: "ContainerFault | None") -> dict:
+        image, name = container.get("image", ""), container.get("name", "")
+        base = {"name": name, "image": image, "imageID": "", "restartCount": 0, "started": False, "ready": False}
+        if self.registry is not None and image not in self.registry:
+            # containerd's answer for a reference the registry does not have, as the kubelet keeps it once it
+            # backs off (seen with public.ecr.aws in aquasecurity/starboard#1161; the "Back-off pulling image"
+            # prefix is the kubelet's own, pkg/kubelet/images/image_manager.go).
+            error = (f'rpc error: code = NotFound desc = failed to pull and unpack image "{image}": failed to '
+                     f'resolve reference "{image}": {image}: not found')
+            return {**base, "state": {"waiting": {"reason": "ImagePullBackOff",
+                                                  "message": f'Back-off pulling image "{image}": ErrImagePull: '
+                                                             f'{error}'}}}
+        if fault is not None and fault.waiting:
+            reason, message = fault.waiting
+            return {**base, "state": {"waiting": {"reason": reason, "message": message}}}
+        if fault is not None:
+            ended = {"exitCode": fault.exit_code, "reason": fault.reason, "startedAt": _now(), "finishedAt": _now(),
+                     "containerID": f"containerd://{uuid.uuid4().hex}"}
+            uid = pod["metadata"]["uid"]
+            return {**base, "restartCount": fault.restarts, "lastState": {"terminated": ended},
+                    "state": {"waiting": {"reason": "CrashLoopBackOff", "message": (
+                        f"back-off 2m40s restarting failed container={name} pod={pod['metadata']['name']}_"
+                        f"{pod['metadata']['namespace']}({uid})")}}}
+        return {**base, "imageID": f"{image}@sha256:{'0' * 64}", "started": True, "ready": True,
+                "state": {"running": {"startedAt": _now()}}}
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@attrs.define(frozen=True)
+class ContainerFault:
+    """A pool's containers fail as a kubelet reports it: killed for memory (`oom`), or ending with `exit_code`
+    after writing `log` (a crash loop), either way restarted `restarts` times and backing off (CrashLoopBackOff); or
+    never started, waiting with any reason and message the kubelet gives (`waiting`)."""
+
+    reason: str = "Error"
+    exit_code: int = 1
+    log: str = ""
+    restarts: int = 4
+    waiting: tuple[str, str] | None = None  # (reason, message)
+
+    @classmethod
+    def oom(cls) -> "ContainerFault":
+        return cls(reason="OOMKilled", exit_code=137, restarts=2)
+
+    @classmethod
+    def crash(cls, log: str, *, exit_code: int = 1) -> "ContainerFault":
+        return cls(reason="Error", exit_code=exit_code, log=log)
 
 
 @attrs.define

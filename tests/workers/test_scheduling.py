@@ -13,12 +13,18 @@ from tests.factories import DeploymentFactory, TeamFactory, spec_input
 from tests.support.processes import wait_for
 from tests.support.scheduler import cpu_node, eks_node, pod_requests, schedule
 from tests.workers.conftest import gpu_spec
+from workers.diagnosis import findings_text
 from workers.pipeline import reconcile_pass
 from workers.targets.kubernetes import KubernetesTarget
 
 NO_GPU = ("0/3 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, 2 Insufficient "
           "nvidia.com/gpu. preemption: 0/3 nodes are available: 1 Preemption is not helpful for scheduling, "
           "2 No preemption victims found for incoming pod.")
+
+
+def _why(target, deployment) -> str:
+    """What the deployment's pods and Serve report wrong, as its ServeRunning condition says it."""
+    return findings_text(target.diagnose(deployment, target.observe(deployment)))
 
 
 def _gpu_nodes(**kwargs):
@@ -48,9 +54,9 @@ def test_without_the_nvidia_device_plugin_the_workers_stay_pending_and_the_deplo
         assert pods[pool]["status"]["conditions"][0]["message"] == NO_GPU
     condition = _serve_condition(approved)
     assert condition["status"] == "False"
-    assert condition["message"].startswith(f"1 decode pod cannot be scheduled: {NO_GPU} "
-                                           f"1 prefill pod cannot be scheduled: {NO_GPU}")
-    assert d.events.filter(kind="serve_status", message__contains="Insufficient nvidia.com/gpu").exists()
+    assert condition["reason"] == "Unschedulable"
+    assert condition["message"].splitlines() == [f"prefill: Unschedulable: {NO_GPU}", f"decode: Unschedulable: {NO_GPU}"]
+    assert d.events.filter(kind="not_serving", message__contains="Insufficient nvidia.com/gpu").exists()
     # The device plugin starts on the nodes: the pods are placed and the deployment goes on to serve.
     emulator.nodes[1:] = _gpu_nodes()
     wait_for(lambda: reconcile_pass(approved.pk) is None and
@@ -64,12 +70,11 @@ def test_a_taint_the_pods_do_not_tolerate_keeps_them_pending_with_the_taint_name
     emulator.nodes = [cpu_node("ip-10-0-9-9"), *_gpu_nodes(taints=[taint])]
     target = KubernetesTarget(k8s_deployment.cluster)
     target.apply(k8s_deployment, target.desired(k8s_deployment)[0])
-    observed = target.observe(k8s_deployment)
-    assert observed.serve_status == "DEPLOYING"
+    assert target.observe(k8s_deployment).serve_status == "DEPLOYING"
     why = ("0/3 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, 2 node(s) had untolerated "
            "taint {dedicated: training}. preemption: 0/3 nodes are available: 3 Preemption is not helpful for "
            "scheduling.")
-    assert observed.message.startswith(f"1 decode pod cannot be scheduled: {why}")
+    assert f"decode: Unschedulable: {why}" in _why(target, k8s_deployment).splitlines()
 
 
 def test_a_node_without_the_efa_device_plugin_is_no_fit_for_an_efa_pool(emulator, k8s_deployment):
@@ -77,7 +82,7 @@ def test_a_node_without_the_efa_device_plugin_is_no_fit_for_an_efa_pool(emulator
     target = KubernetesTarget(k8s_deployment.cluster)
     target.apply(k8s_deployment, target.desired(k8s_deployment)[0])
     assert ("0/3 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, 2 Insufficient "
-            "vpc.amazonaws.com/efa.") in target.observe(k8s_deployment).message
+            "vpc.amazonaws.com/efa.") in _why(target, k8s_deployment)
 
 
 @pytest.mark.parametrize(("hugepages", "fits"), [(EFA_HUGEPAGES, True), ("", False)])
@@ -95,12 +100,12 @@ def test_pods_compete_for_a_fixed_fleet_and_a_deleted_rayservice_frees_its_nodes
     emulator.nodes = [cpu_node("ip-10-0-9-9"), *_gpu_nodes()]
     target = KubernetesTarget(k8s_deployment.cluster)
     target.apply(k8s_deployment, target.desired(k8s_deployment)[0])
-    assert "cannot be scheduled" not in target.observe(k8s_deployment).message
+    assert "Unschedulable" not in _why(target, k8s_deployment)
     other = DeploymentFactory(team=k8s_deployment.team, cluster=k8s_deployment.cluster, name="mistral")
     target.apply(other, target.desired(other)[0])
-    assert "2 Insufficient nvidia.com/gpu" in target.observe(other).message  # the first one holds both nodes
+    assert "2 Insufficient nvidia.com/gpu" in _why(target, other)  # the first one holds both nodes
     assert target.teardown(k8s_deployment).ready
-    assert "cannot be scheduled" not in target.observe(other).message
+    assert "Unschedulable" not in _why(target, other)
 
 
 def test_the_scheduler_counts_requests_of_every_container_and_the_largest_init_container():
@@ -166,7 +171,7 @@ def test_nodes_registered_through_the_api_are_the_fleet(emulator, k8s_deployment
         core.create_node({**seeded, "status": {}})
         core.patch_node_status(node.name, {"status": seeded["status"]})
     target.apply(k8s_deployment, target.desired(k8s_deployment)[0])
-    assert f"1 prefill pod cannot be scheduled: {NO_GPU}" in target.observe(k8s_deployment).message
+    assert f"prefill: Unschedulable: {NO_GPU}" in _why(target, k8s_deployment)
     assert sorted(n.metadata.name for n in core.list_node().items) == ["ip-10-0-0-1", "ip-10-0-0-2", "ip-10-0-9-9"]
     for name in ("ip-10-0-0-1", "ip-10-0-0-2"):  # the device plugin starts and reports the GPUs
         core.patch_node_status(name, {"status": {"allocatable": {"nvidia.com/gpu": "4"}}})

@@ -2,6 +2,7 @@
 from dataclasses import dataclass, field
 
 from deployments.spec import DeploymentSpec
+from workers.diagnosis import Finding, serve_findings
 
 
 class TransientError(Exception):
@@ -112,6 +113,12 @@ class Target:
         """The recent log text of each stage's engines ({"prefill": ..., "decode": ...}), where the target can read
         them; None where it cannot (observability.fabric reads which NIXL backend they use)."""
         return None
+
+    def diagnose(self, deployment, observed: Observed) -> list[Finding]:
+        """What the target reports wrong with an application that exists and does not serve (workers.diagnosis):
+        here what Serve says of its deployments (`observed.details["serve_app"]`); a driver that can read more
+        (pods, containers) adds it. A Ray cluster may grow, so no placement is judged hopeless here."""
+        return serve_findings(observed.details.get("serve_app") or {}, cluster_complete=False)
 
     def endpoint_answers(self, deployment, observed: Observed) -> Step:
         return Step(ready=bool(observed.endpoint_url), message=observed.endpoint_url)

@@ -33,6 +33,7 @@ from deployments.secret_refs import SecretRefError, secret_resolve
 from deployments.serve_config import serve_app_name
 from deployments.team_roles import team_role_arn
 from workers import clients
+from workers.diagnosis import Finding, pod_findings, serve_findings
 from workers.targets.base import AppUnit, Observed, PermanentError, Step, Target, TransientError, live_unit
 from workers.targets.serve_status import serve_app_message
 
@@ -41,6 +42,7 @@ TIMEOUT = (5, 20)  # connect, read seconds for every API call
 KUBERAY_MIN = max((r.kuberay_min for r in RUNTIMES.values() if r.kuberay_min),
                   key=lambda v: tuple(int(n) for n in v.split(".")))  # what every runtime on Kubernetes runs on
 ENGINE_LOG_LINES = 2000  # per pod: NIXL reports its backends as the engine starts, before any traffic
+LAST_RUN_LINES = 20  # of a crashed container's previous run: where its cause is
 
 
 KUBECONFIG_ACCESS = "check the kubeconfig's user and its RBAC"
@@ -65,6 +67,13 @@ def api_error(e: Exception, *, doing: str, cluster: str, access: str = KUBECONFI
     if status in (400, 422):
         return PermanentError(f"Kubernetes rejected the manifest while {doing} on {cluster}: {reason}")
     return PermanentError(f"Kubernetes answered {status} while {doing} on {cluster}: {reason}")
+
+
+def _pod_ready(pod: dict) -> bool:
+    """Whether a pod runs and reports Ready."""
+    status = pod.get("status") or {}
+    return status.get("phase") == "Running" and any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
 
 
 def _labelled(labels: dict | None, wanted: dict) -> bool:
@@ -217,54 +226,72 @@ class KubernetesTarget(Target):
         applied = manifests_hash([{"metadata": {"annotations": {HASH_ANNOTATION: h}}} for h in hashes]) \
             if all(hashes) else ""
         app = rs["metadata"]["name"]
-        serve_status, message, ready = self._serve_status(rs, app)
-        if not ready and serve_status != "RUNNING" and (pending := self._unschedulable(deployment, app)):
-            message = f"{pending} {message}"
+        serve_status, message, ready, app_status = self._serve_status(rs, app)
+        groups = (rs.get("spec") or {}).get("rayClusterConfig", {}).get("workerGroupSpecs") or []
         return Observed(exists=True, applied_hash=applied, serve_status=serve_status, message=message,
                         endpoint_url=endpoint_url(name=app, namespace=self.namespace(deployment)),
-                        details={"ready": ready, "numServeEndpoints": rs.get("status", {}).get("numServeEndpoints", 0)})
+                        details={"ready": ready, "numServeEndpoints": rs.get("status", {}).get("numServeEndpoints", 0),
+                                 "app": app, "serve_app": app_status,
+                                 "pods": 1 + sum(g.get("replicas", 1) * g.get("numOfHosts", 1) for g in groups)})
 
     def endpoint_url(self, deployment, unit: AppUnit | None = None) -> str:
         """The in-cluster URL of the unit's endpoint Service (None: the live unit's)."""
         return endpoint_url(name=self.app_name(deployment, unit), namespace=self.namespace(deployment))
 
-    def _unschedulable(self, deployment, app: str) -> str:
-        """Why the application's pods that the scheduler cannot place are Pending, in the scheduler's own words, per
-        pool ("" when every pod is placed). A RayService waiting on them says only that it is not ready."""
+    def diagnose(self, deployment, observed: Observed) -> list[Finding]:
+        """What the application's pods and Serve report wrong (workers.diagnosis): the scheduler's reason for a pod
+        it cannot place, a container's waiting or failed state (with a crashing container's last log lines), a
+        pod the kubelet evicted, and what Serve says of each deployment; a placement is hopeless only once every
+        pod of the Ray cluster runs and is ready. A role without pods/list still gets Serve's side."""
+        app, namespace = observed.details.get("app", ""), self.namespace(deployment)
         try:
-            found = k8s.CoreV1Api(self.api).list_namespaced_pod(
-                self.namespace(deployment), label_selector=f"{DEPLOYMENT_LABEL}={app}",
-                _request_timeout=TIMEOUT)
+            found = k8s.CoreV1Api(self.api).list_namespaced_pod(namespace, label_selector=f"{DEPLOYMENT_LABEL}={app}",
+                                                                 _request_timeout=TIMEOUT)
+            pods = self.api.sanitize_for_serialization(found).get("items", [])
         except ApiException as e:
-            if e.status in (403, 404):  # a role without pods/list: the deployment goes on, without this detail
-                return ""
-            raise api_error(e, doing="listing the Ray pods", cluster=self.cluster.name, access=self.ACCESS) from None
+            if e.status not in (403, 404):
+                raise api_error(e, doing="listing the Ray pods", cluster=self.cluster.name, access=self.ACCESS) \
+                    from None
+            pods = []
         except (urllib3.exceptions.HTTPError, OSError) as e:
             raise api_error(e, doing="listing the Ray pods", cluster=self.cluster.name, access=self.ACCESS) from None
-        counts: dict[tuple[str, str], int] = {}
-        for pod in self.api.sanitize_for_serialization(found).get("items", []):
-            scheduled = next((c for c in (pod.get("status") or {}).get("conditions") or []
-                              if c.get("type") == "PodScheduled"), None)
-            if scheduled and scheduled.get("status") == "False":
-                key = ((pod["metadata"].get("labels") or {}).get(POOL_LABEL, "Ray"), scheduled.get("message", ""))
-                counts[key] = counts.get(key, 0) + 1
-        return " ".join(f"{n} {pool} pod{'s' if n > 1 else ''} cannot be scheduled: {why}"
-                        for (pool, why), n in sorted(counts.items()))
+        complete = len(pods) >= observed.details.get("pods", 1) and all(_pod_ready(p) for p in pods)
+        findings = pod_findings(pods, stage_of=lambda p: (p["metadata"].get("labels") or {}).get(POOL_LABEL, "ray"),
+                                last_log=lambda pod, container: self._previous_log(pod, namespace, container))
+        return findings + serve_findings(observed.details.get("serve_app") or {}, cluster_complete=complete)
+
+    def _previous_log(self, pod: str, namespace: str, container: str) -> str:
+        """The last lines a crashed container wrote before it ended; "" when there are none to read."""
+        try:
+            return k8s.CoreV1Api(self.api).read_namespaced_pod_log(
+                pod, namespace, container=container, previous=True, tail_lines=LAST_RUN_LINES,
+                _request_timeout=TIMEOUT) or ""
+        except ApiException as e:
+            if e.status in (400, 403, 404):  # no previous run yet, gone, or a role without pods/log
+                return ""
+            raise api_error(e, doing=f"reading the logs of pod {pod}", cluster=self.cluster.name,
+                            access=self.ACCESS) from None
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise api_error(e, doing=f"reading the logs of pod {pod}", cluster=self.cluster.name,
+                            access=self.ACCESS) from None
 
     @staticmethod
-    def _serve_status(rs: dict, app: str) -> tuple[str, str, bool]:
+    def _serve_status(rs: dict, app: str) -> tuple[str, str, bool, dict]:
+        """Serve's status of the application, its message, whether the RayService is Ready, and KubeRay's copy of
+        what Serve says of the application and each of its deployments (empty while KubeRay has not acted on the
+        latest spec: what it shows is the previous one's)."""
         status = rs.get("status") or {}
         generation = rs.get("metadata", {}).get("generation")
         if generation is not None and status.get("observedGeneration") != generation:
-            return "DEPLOYING", "KubeRay has not acted on the latest spec yet.", False
+            return "DEPLOYING", "KubeRay has not acted on the latest spec yet.", False, {}
         ready = next((c for c in status.get("conditions", []) if c.get("type") == "Ready"), None)
         apps = (status.get("activeServiceStatus") or {}).get("applicationStatuses") or {}
         app_status = apps.get(app, {})
         is_ready = bool(ready and ready.get("status") == "True")
         if app_status.get("status") == "RUNNING" and is_ready:
-            return "RUNNING", ready.get("message", ""), True
+            return "RUNNING", ready.get("message", ""), True, app_status
         message = serve_app_message(app_status) or (ready or {}).get("message") or "Waiting for KubeRay."
-        return app_status.get("status") or "DEPLOYING", message, is_ready
+        return app_status.get("status") or "DEPLOYING", message, is_ready, app_status
 
     def _require_crd(self) -> None:
         """Refuse, with what to install, when the cluster does not serve ray.io/v1 rayservices."""

@@ -122,7 +122,8 @@ class RayTarget(Target):
         wanted = config["applications"][0]
         applied = content_hash(_project(app.get("deployed_app_config") or {}, wanted))
         return Observed(exists=True, applied_hash=applied, serve_status=app.get("status", ""),
-                        message=serve_app_message(app), endpoint_url=self.endpoint_url(deployment, unit))
+                        message=serve_app_message(app), endpoint_url=self.endpoint_url(deployment, unit),
+                        details={"serve_app": app})
 
     @staticmethod
     def _others(deployed: dict, names) -> list[dict]:
