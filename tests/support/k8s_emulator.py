@@ -123,6 +123,8 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
     # What goes wrong in the containers of a pool's pods ("head", "prefill", "decode"): see `ContainerFault`.
     container_faults: dict[str, "ContainerFault"] = attrs.field(factory=dict)
     previous_logs: dict[tuple[str, str], str] = attrs.field(factory=dict)  # (namespace, pod) → its last run's log
+    # Mutating admission webhooks (a policy engine's rewrites): each changes a RayService as it is stored.
+    mutations: list = attrs.field(factory=list)
     _operated: dict = attrs.field(factory=dict)  # (namespace, rayservice) → the generation KubeRay last acted on
     operator_enabled: bool = True
     token: str | None = None
@@ -406,6 +408,8 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
         official client ignores them)."""
         if request.resource != RAYSERVICES or not isinstance(request.data, dict):
             return []
+        for mutate in self.mutations:  # mutating admission runs before the schema's pruning and validation
+            mutate(request.data)
         return admit(request.data, crd_schema(self.kuberay_version))
 
     def _bump(self, request) -> None:

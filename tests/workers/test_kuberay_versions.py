@@ -144,3 +144,42 @@ def test_a_value_tandem_relies_on_changed_after_apply_fails_it_and_other_changes
     assert applied_differences(asked, mirrored) == (
         [], ["serveConfigV2", "rayClusterConfig.workerGroupSpecs[].template.spec.containers[].resources.limits."
                               "nvidia.com/gpu"])
+
+
+def _running(target, deployment) -> None:
+    target.apply(deployment, target.desired(deployment)[0])
+    wait_for(lambda: target.observe(deployment).serve_status == "RUNNING", timeout=10, what="RUNNING")
+
+
+def test_an_update_is_read_back_and_a_value_a_webhook_changed_fails_it(emulator, k8s_deployment):
+    """A mutating webhook (a policy engine) strips the GPU toleration from what is stored on the next write: the
+    replace is read back like a create, and the deployment fails naming the field rather than wait for pods that
+    can never schedule."""
+    target = KubernetesTarget(k8s_deployment.cluster)
+    _running(target, k8s_deployment)
+
+    def strip_tolerations(rs: dict) -> None:
+        for group in rs["spec"]["rayClusterConfig"]["workerGroupSpecs"]:
+            group["template"]["spec"]["tolerations"] = []
+
+    emulator.mutations.append(strip_tolerations)
+    k8s_deployment.spec["engine"]["max_model_len"] = 4096  # a serve config change: replaced in place
+    with pytest.raises(PermanentError) as caught:
+        target.apply(k8s_deployment, target.desired(k8s_deployment)[0])
+    assert "rayClusterConfig.workerGroupSpecs[].template.spec.tolerations" in str(caught.value)
+    assert emulator.rayservices() == []
+
+
+def test_until_kuberay_acts_on_an_update_its_old_status_is_not_taken_for_the_new_spec(emulator, k8s_deployment):
+    target = KubernetesTarget(k8s_deployment.cluster)
+    _running(target, k8s_deployment)
+    emulator.operator_enabled = False  # KubeRay has not reconciled since the write
+    k8s_deployment.spec["engine"]["max_model_len"] = 4096
+    target.apply(k8s_deployment, target.desired(k8s_deployment)[0])
+    stored = emulator.rayservices()[0]
+    assert stored["metadata"]["generation"] == 2 and stored["status"]["observedGeneration"] == 1
+    assert stored["status"]["activeServiceStatus"]["applicationStatuses"]["llama"]["status"] == "RUNNING"
+    observed = target.observe(k8s_deployment)
+    assert (observed.serve_status, observed.message) == ("DEPLOYING", "KubeRay has not acted on the latest spec yet.")
+    emulator.operator_enabled = True
+    wait_for(lambda: target.observe(k8s_deployment).serve_status == "RUNNING", timeout=10, what="RUNNING again")
