@@ -186,13 +186,25 @@ def cmd_describe(api: Client, args) -> int:
         print("Proposed update (waiting for approval):")
         for c in d["proposal"]["changes"]:
             print(change_line(c))
+    conditions = d.get("conditions") or []
     print("Conditions:")
     emit(None, "table", table=[["TYPE", "STATUS", "REASON", "MESSAGE"]] + [
-        [c.get("type"), c.get("status"), c.get("reason"), c.get("message")] for c in d.get("conditions") or []])
+        [c.get("type"), c.get("status"), c.get("reason"), _first_line(c.get("message"))] for c in conditions])
+    serve = next((c for c in conditions if c.get("type") == "ServeRunning"), {})
+    if serve.get("status") == "False" and serve.get("reason") != "Paused" and serve.get("message"):
+        print("Why it does not serve:")  # what the cluster reports wrong, a stage's cause on each line
+        for line in serve["message"].splitlines():
+            print(f"  {line}")
     print("Timeline:")
     emit(None, "table", table=[["TIME", "KIND", "ACTOR", "MESSAGE"]] + [
         [e["created_at"], e["kind"], e["actor"] or "tandem", e["message"]] for e in events])
     return errors.OK
+
+
+def _first_line(text: str | None) -> str:
+    """A message in a table cell: its first line, marked when more follow (shown in full below it)."""
+    lines = (text or "").splitlines() or [""]
+    return lines[0] + (" (…)" if len(lines) > 1 else "")
 
 
 def cmd_wait(api: Client, args) -> int:

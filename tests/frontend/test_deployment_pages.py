@@ -213,3 +213,24 @@ def test_detail_shows_the_plan_what_nixl_moved_and_that_the_endpoint_is_being_ch
     # 260 prompt tokens → 3 blocks of the CPU engine's 128 tokens × 1,024 B.
     assert "3 blocks of 128 (the engine&#x27;s block size) = 384 tokens × 1,024 B = 393,216 B." in plan_card
     assert "NIXL in the last conformance run: 3 transfers, 98,304–393,216 bytes in all" in plan_card
+
+
+def test_the_status_panel_says_in_full_why_it_does_not_serve(signed_in, member, team, cluster, htmx_headers):
+    """The conditions' cards show the start of a message; what the cluster reports wrong is listed whole, a stage's
+    cause on a line, on the page and in the panel htmx polls."""
+    from django.utils.html import escape
+
+    from deployments.services.status import deployment_observe
+
+    d = DeploymentFactory(team=team, cluster=cluster, requested_by=member, name="stuck", status=Status.PROVISIONING)
+    why = ["prefill: OOMKilled: container ray-worker was killed for running out of memory (exit code 137) before it "
+           "was ever ready; its memory limit is 345Gi. It needs more memory than the pool's nodes give it.",
+           "decode: CrashLoopBackOff: container ray-worker keeps crashing, restarted 4 times (last exit: Error 1); its "
+           "last log lines: RuntimeError: CUDA error: no kernel image is available"]
+    deployment_observe(deployment_id=d.pk, condition_updates={"ServeRunning": {
+        "status": False, "reason": "OOMKilled", "message": "\n".join(why), "generation": d.generation}})
+    client = signed_in(member)
+    for page in (client.get(detail(d)).content.decode(),
+                 client.get(status_url(d), headers=htmx_headers("status-panel")).content.decode()):
+        block = page[page.index("Why it does not serve"):]
+        assert [f"<li>{escape(line)}</li>" in block for line in why] == [True, True]

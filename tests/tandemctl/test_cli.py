@@ -367,3 +367,22 @@ def test_validate_checks_manifests_against_the_served_schema_and_diff_and_apply_
         assert "  spec.prefill.replcas_max: unknown field; did you mean replicas_max?" in refused.stderr.splitlines()
         assert "  spec.wake_on_request: unknown field; it belongs under spec.pause" in refused.stderr.splitlines()
     assert (Deployment.objects.count(), d.events.count(), Deployment.objects.get(pk=d.pk).spec) == before
+
+
+def test_describe_shows_why_a_deployment_does_not_serve_one_stage_a_line(live_server, tmp_path):
+    """What the cluster reports wrong (workers.diagnosis) is read in full, a stage's cause on each line, not cut
+    into a table cell."""
+    from deployments.services.status import deployment_observe
+
+    team = TeamFactory(slug="ml-research")
+    member = MembershipFactory(team=team, role=Membership.Role.MEMBER).user
+    d = DeploymentFactory(team=team, cluster=ClusterFactory(), name="chat", status=Status.PROVISIONING)
+    why = ['head: ImagePullBackOff: container ray-head cannot pull reg/ray:x: Back-off pulling image "reg/ray:x": '
+           "not found", "decode (2 pods): Unschedulable: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu."]
+    deployment_observe(deployment_id=d.pk, condition_updates={"ServeRunning": {
+        "status": False, "reason": "ImagePullBackOff", "message": "\n".join(why), "generation": d.generation}})
+    token = credential_mint(model=AccessToken, user=member, name="ci")[1]
+    out = tandemctl("describe", "ml-research/chat", token=token, server=live_server.url, home=tmp_path,
+                    check_rc=errors.OK).stdout
+    assert f"ServeRunning  False   ImagePullBackOff  {why[0]} (…)" in out
+    assert "Why it does not serve:\n" + "".join(f"  {line}\n" for line in why) in out
