@@ -185,7 +185,8 @@ def cmd_start(a: argparse.Namespace) -> int:
         "log_file": str(LOG_FILE), "venv": str(VENV), "resources": resources,
     }
     STATE_FILE.write_text(json.dumps(state, indent=2) + "\n")
-    lower_priority(proc.pid)
+    if not a.normal_priority:
+        lower_priority(proc.pid)
     t0 = time.monotonic()
     while time.monotonic() - t0 < a.timeout:
         if proc.poll() is not None:
@@ -298,6 +299,9 @@ def main() -> int:
                     help="GPUs the head advertises (Ray need not find them; default: those Ray finds)")
     ap.add_argument("--resources", default="",
                     help="the head's custom resources as JSON, instead of --pool-units of each pool's")
+    ap.add_argument("--normal-priority", action="store_true",
+                    help="keep the session's CPU weight: a head that runs no vLLM engine need not yield, and at the "
+                         "lowest weight on a busy machine its raylet missed Ray's 30 s deadline to register")
     ap.add_argument("--timeout", type=float, default=float(os.environ.get("TANDEM_RAY_START_TIMEOUT", 240)))
     a = ap.parse_args()
     return {"start": cmd_start, "stop": cmd_stop, "status": cmd_status}[a.command](a)

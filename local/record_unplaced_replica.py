@@ -76,8 +76,8 @@ def main() -> int:
                                                                          "AGENT")}}
     script = [sys.executable, str(HERE / "ray_cluster.py")]
     try:
-        subprocess.run([*script, "start", "--num-gpus=8", f"--resources={json.dumps(P4D_PREFILL_NODE)}"],
-                       check=True, env=env, timeout=300)
+        subprocess.run([*script, "start", "--num-gpus=8", f"--resources={json.dumps(P4D_PREFILL_NODE)}",
+                        "--normal-priority"], check=True, env=env, timeout=300)
         state = json.loads((home / "ray-cluster.json").read_text())
         body = _record(state, _free_port())
         OUT.write_text(json.dumps(body, indent=2) + "\n")

@@ -72,7 +72,7 @@ def p4d_head(tmp_path):
     state = {}
     try:
         subprocess.run([sys.executable, str(CLUSTER_SCRIPT), "start", f"--num-gpus={int(pod['GPU'])}",
-                        f"--resources={json.dumps(custom)}"], check=True, timeout=300, env=env)
+                        f"--resources={json.dumps(custom)}", "--normal-priority"], check=True, timeout=300, env=env)
         state = json.loads((tmp_path / "ray-cluster.json").read_text())
         yield {**state, "advertises": {"GPU": pod["GPU"], **custom}}
     finally:
@@ -109,3 +109,8 @@ def test_rays_scheduler_places_tandems_p4d_bundles_and_leaves_mains_pending(p4d_
     assert placed["tandem"]["state"] == "CREATED", placed
     assert placed["main"]["state"] == "PENDING", placed
     assert placed["main"]["scheduling_state"] in ("INFEASIBLE", "PENDING"), placed
+    # The stand-ins' scheduler agrees with Ray's on the same node (its 2 CPUs: TANDEM_RAY_NUM_CPUS).
+    node = {"CPU": 2, **p4d_head["advertises"]}
+    for name, group in groups.items():
+        assert (ray_rules.place(group["bundles"], group["strategy"], [node]) is not None) == \
+            (placed[name]["state"] == "CREATED"), name
