@@ -23,6 +23,11 @@ class InstanceType:
     def has_efa(self) -> bool:
         return self.efa_interfaces > 0
 
+    @property
+    def gpu_product(self) -> str:
+        """The GPU's name as NVML reports it on this instance type ("" for CPU-only): GPU_PRODUCTS."""
+        return GPU_PRODUCTS.get(self.gpu, "")
+
 
 @dataclass(frozen=True)
 class GpuFigures:
@@ -39,6 +44,26 @@ GPUS: dict[str, GpuFigures] = {
     "A10G": GpuFigures(125, 600, 32), "L4": GpuFigures(121, 300, 32), "L40S": GpuFigures(362, 864, 32),
     "A100-40GB": GpuFigures(312, 1555, 300), "A100-80GB": GpuFigures(312, 2039, 300),
     "H100": GpuFigures(989, 3350, 450), "H200": GpuFigures(989, 4800, 450),
+}
+
+# Each GPU's product name as NVML (and so nvidia-smi, and Ray) reports it on the AWS instance types that carry it: Ray
+# labels a node from it (deployments.placement.ray_accelerator_label), so it decides which bundles a node takes.
+# Seen on those instances (nvidia-smi on the instance unless said otherwise):
+# - A10G, g5: "Product Name : NVIDIA A10G" on g5.4xlarge (awslabs/amazon-eks-ami#1523).
+# - L4, g6: "NVIDIA L4" (speaches-ai/speaches#438); a gr6f's fractional L4 reads "NVIDIA L4-12Q"
+#   (awslabs/amazon-eks-ami#2443), same product.
+# - L40S, g6e: "NVIDIA L40S" on g6e.xlarge (akash-network/provider-configs#95).
+# - A100-40GB, p4d (AWS's only A100 40GB): 8 × "NVIDIA A100-SXM4-40GB" on Bottlerocket's EKS nvidia variant
+#   (bottlerocket-os/bottlerocket-core-kit#834, bottlerocket-kernel-kit#424).
+# - A100-80GB, p4de: "GPU 0: NVIDIA A100-SXM-80GB" in `nvidia-smi -L` on p4de.24xlarge under EKS
+#   (awslabs/amazon-eks-ami#1097); not the A100-SXM4-80GB other hosts report.
+# - H100, p5: "GPU 0: NVIDIA H100 80GB HBM3", 18 NVLinks each, on Bottlerocket (bottlerocket-os/bottlerocket#4418).
+# - H200, p5e/p5en: the EKS AMI matches *"H200"* in `nvidia-smi -L` on p5e.48xlarge (awslabs/amazon-eks-ami#1985);
+#   an 8 × H200 SXM (700 W) board reads "NVIDIA H200" (NVIDIA/cuda-samples#311).
+GPU_PRODUCTS: dict[str, str] = {
+    "A10G": "NVIDIA A10G", "L4": "NVIDIA L4", "L40S": "NVIDIA L40S",
+    "A100-40GB": "NVIDIA A100-SXM4-40GB", "A100-80GB": "NVIDIA A100-SXM-80GB",
+    "H100": "NVIDIA H100 80GB HBM3", "H200": "NVIDIA H200",
 }
 
 _INSTANCES = [

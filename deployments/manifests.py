@@ -12,7 +12,8 @@ from pathlib import Path
 
 from deployments.catalog import INSTANCE_TYPES, RUNTIMES, Runtime
 from deployments.hashing import content_hash
-from deployments.serve_config import POOL_RESOURCE, STAGES, serve_config_build
+from deployments.placement import worker_amounts, worker_group_resources
+from deployments.serve_config import STAGES, serve_config_build
 from deployments.spec import DeploymentSpec, PoolSpec
 from deployments.surge import nodes_for_replicas
 from deployments.yamlio import yaml_dump, yaml_load
@@ -85,7 +86,7 @@ def _worker_group(*, stage: str, pool: PoolSpec, runtime: Runtime, labels: dict,
     group = template("worker_group.yaml")
     group.update(groupName=stage, replicas=nodes, minReplicas=nodes, maxReplicas=nodes)
     # The custom resource the stage's placement bundles consume: one unit per GPU of the node.
-    group["resources"] = {POOL_RESOURCE[stage]: str(max(pool.gpus_per_node, 1))}
+    group["resources"] = worker_group_resources(stage=stage, gpus_per_node=pool.gpus_per_node)
     pod = group["template"]
     pod["metadata"] = {"labels": {**labels, POOL_LABEL: stage}}
     pod_spec = pod["spec"]
@@ -94,9 +95,7 @@ def _worker_group(*, stage: str, pool: PoolSpec, runtime: Runtime, labels: dict,
     container = pod_spec["containers"][0]
     container["image"] = runtime.image
     container["env"] = _secret_env()
-    # Leave a core and a tenth of memory to the kubelet and daemonsets, else the pod never fits the node.
-    amounts = {"cpu": str(max(instance.vcpus - 2, 1)), "memory": f"{int(instance.memory_gib * 0.9)}Gi",
-               "nvidia.com/gpu": str(pool.gpus_per_node)}
+    amounts = worker_amounts(instance=instance, gpus_per_node=pool.gpus_per_node)
     if instance.has_efa:
         # NIXL's LIBFABRIC backend: libfabric and the EFA libraries are in the EFA image, not in ray-llm's.
         container["image"] = runtime.efa_image

@@ -2,20 +2,19 @@
 
 Pure functions only: the `ray` target PUTs the result to the dashboard, the `kubernetes` and `eks` targets wrap
 it as a RayService's `serveConfigV2`. Prefill and decode are pinned to their own pool by a custom Ray resource
-(`prefill_pool` / `decode_pool`) that each stage's placement bundle consumes and only that pool's nodes advertise.
+(`prefill_pool` / `decode_pool`) that each stage's placement bundle consumes and only that pool's nodes advertise;
+each stage's accelerator type and bundles come from deployments.placement, which checks them against Ray's rules.
 """
 from deployments.catalog import INSTANCE_TYPES, RUNTIMES
+from deployments.placement import stage_placement
 from deployments.spec import STAGES, DeploymentSpec
 
 IMPORT_PATH = "ray.serve.llm:build_pd_openai_app"
-POOL_RESOURCE = {"prefill": "prefill_pool", "decode": "decode_pool"}
 # On the CPU runtime each engine gets a core of its own (the local target has two).
 CPU_OMP_CORE = {"prefill": "0", "decode": "1"}
 CPU_MAX_NUM_SEQS = 8
 KV_ROLE = {"prefill": "kv_producer", "decode": "kv_consumer"}
 NIXL_PORT_FIRST, NIXL_PORT_SLOTS, NIXL_PORTS_PER_STAGE = 20000, 200, 100
-# Ray's accelerator_type names where they differ from the catalog's GPU names.
-RAY_ACCELERATOR = {"A100-40GB": "A100-40G", "A100-80GB": "A100-80G"}
 
 
 def _model_source(source: str):
@@ -48,17 +47,15 @@ def _stage_config(*, stage: str, spec: DeploymentSpec, cpu: bool, nixl_port: int
                   replicas: int | None = None) -> dict:
     pool, engine = spec.pool(stage), spec.engine
     instance = INSTANCE_TYPES[pool.instance_type]
-    resource = POOL_RESOURCE[stage]
     # Fixed replicas while a side-by-side rollout holds the pool's size (workers.rollout); else the spec's bounds.
     autoscaling = {"min_replicas": pool.replicas_min, "max_replicas": pool.replicas_max} if replicas is None \
         else {"min_replicas": replicas, "max_replicas": replicas}
     kv = _kv_transfer(stage=stage, cpu=cpu, efa=instance.has_efa and engine.kv_transport == "efa",
                       connector=engine.kv_connector)
     config = {"model_loading_config": {"model_id": spec.model_id, "model_source": _model_source(spec.model_source)}}
+    config.update(stage_placement(stage=stage, instance=instance, tensor_parallel_size=pool.tensor_parallel_size))
     if cpu:
         config.update({
-            "accelerator_config": {"kind": "cpu"},
-            "placement_group_config": {"bundles": [{"CPU": 1, resource: 1}], "strategy": "PACK"},
             # num_cpus 0: the bundle already holds the core; the actor asking for one more never schedules.
             "deployment_config": {"autoscaling_config": autoscaling, "ray_actor_options": {"num_cpus": 0}},
             "engine_kwargs": {
@@ -74,10 +71,6 @@ def _stage_config(*, stage: str, spec: DeploymentSpec, cpu: bool, nixl_port: int
     else:
         tp = pool.tensor_parallel_size
         config.update({
-            "accelerator_type": RAY_ACCELERATOR.get(instance.gpu, instance.gpu),
-            # One bundle per tensor-parallel rank, all on one node of this stage's pool.
-            "placement_group_config": {"bundles": [{"GPU": 1, resource: 1} for _ in range(tp)],
-                                       "strategy": "STRICT_PACK"},
             "deployment_config": {"autoscaling_config": autoscaling},
             "engine_kwargs": {
                 "tensor_parallel_size": tp, "max_model_len": engine.max_model_len, "dtype": engine.dtype,

@@ -2,8 +2,9 @@
 
 `spec_parse` reads the API's request shape into a DeploymentSpec; `spec_load` reads the stored JSON back (the dict
 is only the storage and wire form); `spec_check` applies every rule to a typed spec, so a spec stored last week is
-re-validated against today's runtimes and instance types as it is. Every error names the field and says what to
-do, so the API can return it as a field-level 400.
+re-validated against today's runtimes and instance types as it is. Among the rules are Ray's own placement rules
+(deployments.placement): the bundles Ray Serve LLM will ask for must fit a node of their pool. Every error names the
+field and says what to do, so the API can return it as a field-level 400.
 """
 import difflib
 import re
@@ -12,6 +13,7 @@ from dataclasses import MISSING, Field, asdict, dataclass, field, fields, is_dat
 
 from deployments.catalog import INSTANCE_TYPES, KNOWN_BROKEN, RUNTIMES, Runtime, runtime_choices_text
 from deployments.model_sources import SourceRoots, not_allowed_message
+from deployments.placement import placement_problems
 
 # The two pools of a PD deployment, in the order they are built and shown.
 STAGES = ("prefill", "decode")
@@ -580,19 +582,20 @@ def _model_rules(c: _Collector, model_id, source, target_kind: str | None, roots
         c.add("model.source", not_allowed_message(roots))
 
 
-def _pool_rules(c: _Collector, pool: PoolSpec, prefix: str, accelerator: str) -> None:
+def _pool_rules(c: _Collector, pool: PoolSpec, prefix: str, accelerator: str) -> bool:
+    """The pool's own rules; True when it passes them all."""
     itype = pool.instance_type
     instance = INSTANCE_TYPES.get(itype) if isinstance(itype, str) else None
     if instance is None:
         known = ", ".join(sorted(INSTANCE_TYPES))
         c.add(f"{prefix}.instance_type", f"Unknown instance type {itype!r}; known types: {known}.")
-        return
+        return False
     if accelerator == "cpu" and instance.gpus:
         c.add(f"{prefix}.instance_type", "The CPU runtime runs only on the 'cpu' instance type.")
-        return
+        return False
     if accelerator == "gpu" and not instance.gpus:
         c.add(f"{prefix}.instance_type", f"{itype} has no GPU; pick a GPU instance type for this runtime.")
-        return
+        return False
     max_gpus = instance.gpus
     nodes, gpus, tp = pool.nodes, pool.gpus_per_node, pool.tensor_parallel_size
     rmin, rmax = pool.replicas_min, pool.replicas_max
@@ -604,7 +607,7 @@ def _pool_rules(c: _Collector, pool: PoolSpec, prefix: str, accelerator: str) ->
         c.within(f"{prefix}.replicas_max", rmax, *_bounds(PoolSpec, "replicas_max")),
     ]
     if not all(in_range):
-        return
+        return False
     ok = True
     if max_gpus and gpus % tp:
         c.add(f"{prefix}.tensor_parallel_size",
@@ -620,6 +623,8 @@ def _pool_rules(c: _Collector, pool: PoolSpec, prefix: str, accelerator: str) ->
         c.add(f"{prefix}.replicas_max",
               f"{rmax} replicas × {tp} GPUs each need {rmax * tp} GPUs, but the pool has "
               f"{nodes} node(s) × {gpus} GPUs = {nodes * gpus}.")
+        ok = False
+    return ok
 
 
 def _engine_and_load_rules(c: _Collector, engine: EngineSpec, load: LoadSpec) -> None:
@@ -675,8 +680,12 @@ def _rules(c: _Collector, *, runtime: str | None, model: tuple | None, prefill: 
         _model_rules(c, *model, target_kind, source_roots)
     accelerator = found.accelerator if found else "gpu"
     for prefix, pool in (("prefill", prefill), ("decode", decode)):
-        if pool is not None:
-            _pool_rules(c, pool, prefix, accelerator)
+        if pool is not None and _pool_rules(c, pool, prefix, accelerator):
+            # Ray's own rules: the bundles Ray Serve LLM will ask for against what the pool's nodes advertise.
+            for problem in placement_problems(stage=prefix, instance_type=pool.instance_type,
+                                              gpus_per_node=pool.gpus_per_node,
+                                              tensor_parallel_size=pool.tensor_parallel_size, target_kind=target_kind):
+                c.add(prefix, problem)
     _engine_and_load_rules(c, engine, load)
     _pause_rules(c, pause)
     _targets_rules(c, targets)

@@ -2,6 +2,7 @@
 """Start / stop / inspect the local single-node Ray head for the Tandem "local target".
 
     python3 local/ray_cluster.py start [--dashboard-port 8265] [--metrics-port 8080] [--gcs-port 6380]
+                                       [--num-gpus N] [--resources '{"prefill_pool": 8, ...}']
     python3 local/ray_cluster.py status          # JSON on stdout; exit 0 when up, 3 when down
     python3 local/ray_cluster.py stop
 
@@ -10,7 +11,9 @@ Any python3 (stdlib only) can run this file; Ray itself runs from the runtime ve
 
 Shaped like the EKS cluster: custom resources {"prefill_pool": N, "decode_pool": N} (default N=100; each
 stage's placement bundle consumes 1), dashboard (REST API) on 127.0.0.1, a metrics export port whose
-/metrics serves ray_vllm_* and ray_serve_* series, and token authentication on.
+/metrics serves ray_vllm_* and ray_serve_* series, and token authentication on. `--num-gpus` and `--resources`
+make the head advertise what a GPU node would instead (Ray accounts GPUs it does not have), so Ray's own scheduler
+can be tried against a p4d- or p5-shaped node here (tests/deployments/test_placement_ray_cluster.py).
 
 Token: a random token is generated once into ${TANDEM_RUNTIME_DIR}/ray-token (mode 0600) and handed to Ray
 with RAY_AUTH_MODE=token + RAY_AUTH_TOKEN_PATH. It is never printed. HTTP clients send
@@ -156,7 +159,8 @@ def cmd_start(a: argparse.Namespace) -> int:
     token = ensure_token()
     clean_stale_current_cluster()
     TEMP_DIR.mkdir(parents=True, exist_ok=True)
-    resources = {"prefill_pool": a.pool_units, "decode_pool": a.pool_units}
+    resources = json.loads(a.resources) if a.resources else \
+        {"prefill_pool": a.pool_units, "decode_pool": a.pool_units}
     cmd = [
         str(RAY_BIN), "start", "--head", "--block", "--disable-usage-stats",
         f"--port={a.gcs_port}",
@@ -166,7 +170,7 @@ def cmd_start(a: argparse.Namespace) -> int:
         f"--num-cpus={a.num_cpus}",
         f"--resources={json.dumps(resources)}",
         f"--temp-dir={TEMP_DIR}",
-    ]
+    ] + ([f"--num-gpus={a.num_gpus}"] if a.num_gpus is not None else [])
     log(f"starting Ray head: dashboard 127.0.0.1:{a.dashboard_port}, metrics :{a.metrics_port}, "
         f"gcs :{a.gcs_port}, resources {resources}, temp dir {TEMP_DIR}")
     logf = open(LOG_FILE, "ab")
@@ -181,7 +185,8 @@ def cmd_start(a: argparse.Namespace) -> int:
         "log_file": str(LOG_FILE), "venv": str(VENV), "resources": resources,
     }
     STATE_FILE.write_text(json.dumps(state, indent=2) + "\n")
-    lower_priority(proc.pid)
+    if not a.normal_priority:
+        lower_priority(proc.pid)
     t0 = time.monotonic()
     while time.monotonic() - t0 < a.timeout:
         if proc.poll() is not None:
@@ -290,6 +295,13 @@ def main() -> int:
                     default=int(os.environ.get("TANDEM_RAY_NUM_CPUS", 2 * (os.cpu_count() or 2))))
     ap.add_argument("--pool-units", type=int, default=100,
                     help="units of prefill_pool / decode_pool custom resource on the head (default 100)")
+    ap.add_argument("--num-gpus", type=int, default=None,
+                    help="GPUs the head advertises (Ray need not find them; default: those Ray finds)")
+    ap.add_argument("--resources", default="",
+                    help="the head's custom resources as JSON, instead of --pool-units of each pool's")
+    ap.add_argument("--normal-priority", action="store_true",
+                    help="keep the session's CPU weight: a head that runs no vLLM engine need not yield, and at the "
+                         "lowest weight on a busy machine its raylet missed Ray's 30 s deadline to register")
     ap.add_argument("--timeout", type=float, default=float(os.environ.get("TANDEM_RAY_START_TIMEOUT", 240)))
     a = ap.parse_args()
     return {"start": cmd_start, "stop": cmd_stop, "status": cmd_status}[a.command](a)
