@@ -89,21 +89,28 @@ INSTANCE_TYPES: dict[str, InstanceType] = {i.name: i for i in _INSTANCES}
 
 @dataclass(frozen=True)
 class Runtime:
-    """One supported combination of Ray, vLLM, NIXL, CUDA and images; they are coupled and move together."""
+    """One supported combination of Ray, vLLM, NIXL, CUDA and Python, and the images that hold exactly those: they
+    are coupled and move together. A RayService's `rayVersion` is `ray`, which must be the image's Ray."""
 
     key: str
     ray: str
     vllm: str
     nixl: str
-    image: str  # pools without EFA, and the head
     accelerator: str  # "gpu" or "cpu"
     kuberay_min: str  # the oldest KubeRay whose RayService CRD keeps every field Tandem sets (KUBERAY_FIELDS_SINCE)
     target_kinds: tuple[str, ...]
-    cuda: str = ""
-    # Pools on EFA instance types: NIXL's LIBFABRIC backend needs libfabric and the EFA libraries, which the
-    # rayproject/ray-llm image lacks (no libfabric.so.1) and AWS's Ray Deep Learning Container ships.
-    efa_image: str = ""
-    efa_library_path: str = ""  # LD_LIBRARY_PATH in efa_image: libfabric first, then CUDA
+    python: str = ""  # CPython major.minor
+    cuda: str = ""  # major.minor of the CUDA torch and NIXL's wheel are built for (nixl-cu<major>)
+    # Ray's official Ray LLM image of exactly these versions, by tag: what Tandem's runtime image is built FROM, and
+    # what a `kubernetes` cluster with no registered image runs where no KV moves over EFA (deployments/
+    # runtime_images.py). It lacks libfabric (no libfabric.so.1), which NIXL's LIBFABRIC backend loads on EFA.
+    base_image: str = ""
+    # Tandem's runtime image (deploy/runtime/Dockerfile): base_image plus AWS's EFA installer (libfabric first on
+    # LD_LIBRARY_PATH) and NIXL pinned by hash. Built and pushed by the team to its registry as
+    # <registry>/<image_repository>:<key>, and registered per cluster by digest (cluster setting `runtime_images`).
+    image_repository: str = ""
+    efa_installer: str = ""  # the AWS EFA installer version the Dockerfile installs
+    libfabric: str = ""  # the libfabric that installer ships (fi_info --version)
     # The engine's KV block size in tokens: NIXL moves whole blocks, so the planner rounds prompts up to it.
     # vLLM defaults to 16 on CUDA and to 128 on its CPU build (vllm/platforms/cpu.py, when none is given).
     kv_block_tokens: int = 16
@@ -115,30 +122,31 @@ RUNTIMES: dict[str, Runtime] = {
         Runtime(
             "ray-2.60.0-vllm-0.29.0",
             ray="2.60.0",
-            vllm="0.29.0",
+            vllm="0.29.0",  # ray[llm]==2.60.0 pins vllm[audio]==0.29.0, nixl==1.3.2 and nixl-cu13==1.3.2
             nixl="1.3.2",
-            image="rayproject/ray-llm:2.60.0-py312-cu128",
             accelerator="gpu",
             kuberay_min="1.5.1",
             target_kinds=("eks", "kubernetes", "ray"),
-            cuda="12.8",
-            # AWS's Ray Deep Learning Container (the image the design comes from), built on the same Ray, vLLM
-            # and CUDA, with the EFA installer's libfabric under /opt/amazon/efa. Its tag follows the DLC naming
-            # scheme but could not be pulled from these machines (no registry access): check it with
-            # `aws ecr describe-images --registry-id 763104351884 --repository-name ray` before relying on it.
-            efa_image="763104351884.dkr.ecr.us-west-2.amazonaws.com/ray:2.60.0-gpu-py312-cu128-ubuntu22.04-ec2",
-            efa_library_path=":".join(["/opt/amazon/efa/lib", "/opt/amazon/ofi-nccl/lib", "/usr/local/nvidia/lib64",
-                                       "/usr/local/cuda/lib64"]),
+            python="3.12",
+            # Ray builds its Ray LLM images for Python 3.12 on CUDA 13.0 only (ray-project/ray
+            # docker/ray-llm/Dockerfile: "ray-llm supports Python 3.12 only", CUDA_CODE=cu130; published tags
+            # <ray>-py312-cu130 since 2.58). Nodes need an NVIDIA driver of the 580 series or newer.
+            cuda="13.0",
+            base_image="rayproject/ray-llm:2.60.0-py312-cu130",
+            image_repository="tandem-runtime",
+            # aws-efa-installer 1.51.0 (2026-10-22) ships libfabric 2.7.0amzn2.0 (AWS's EFA release notes).
+            efa_installer="1.51.0",
+            libfabric="2.7.0amzn2.0",
         ),
         Runtime(
             "ray-2.60.0-vllm-cpu-0.32.0",
             ray="2.60.0",
             vllm="0.32.0",
             nixl="1.3.2",
-            image="",
             accelerator="cpu",
             kuberay_min="",
             target_kinds=("ray",),
+            python="3.12",
             kv_block_tokens=128,
         ),
     ]

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, fields
 
 from deployments.catalog import INSTANCE_TYPES
 from deployments.model_sources import model_sources_errors
+from deployments.runtime_images import runtime_images_errors
 from deployments.secret_refs import secret_ref_errors
 from deployments.spec import dns_label_errors
 
@@ -52,6 +53,8 @@ class _KubeConfig(_Common):
     # Team slug → the IAM role its Ray pods assume (IRSA): an eks cluster's setting (ONLY_ON), read by the
     # kubernetes driver both kinds share.
     team_roles: dict = field(default_factory=dict)
+    # Runtime key → the image its Ray pods run, pinned by digest (deployments.runtime_images, docs/install.md 5).
+    runtime_images: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -140,6 +143,9 @@ def cluster_config_errors(kind: str | None, config: dict) -> list[str]:
         maybe_prefix("namespace_prefix")
         if "hf_token_refs" in config:  # each team's Hugging Face token, copied into its namespace (gated models)
             errors += hf_token_refs_errors(config["hf_token_refs"])
+        if "runtime_images" in config:  # the image each runtime's Ray pods run, pinned by digest
+            region = config.get("region") if kind == "eks" and isinstance(config.get("region"), str) else ""
+            errors += runtime_images_errors(config["runtime_images"], kind=kind, region=region)
     if "model_sources" in config:  # where each team may load weights from (deployments.model_sources)
         errors += model_sources_errors(config["model_sources"])
     if "prices" in config:  # this cluster's USD per node-hour (reserved, spot) where it is not the on-demand price

@@ -10,7 +10,7 @@ import copy
 from functools import cache
 from pathlib import Path
 
-from deployments.catalog import INSTANCE_TYPES, RUNTIMES, Runtime
+from deployments.catalog import INSTANCE_TYPES, RUNTIMES
 from deployments.hashing import content_hash
 from deployments.placement import worker_amounts, worker_group_resources
 from deployments.serve_config import STAGES, serve_config_build
@@ -76,12 +76,8 @@ def _secret_env() -> list[dict]:
     return [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": ref}}]
 
 
-def _efa(pool: PoolSpec) -> bool:
-    return INSTANCE_TYPES[pool.instance_type].has_efa
-
-
-def _worker_group(*, stage: str, pool: PoolSpec, runtime: Runtime, labels: dict, node_selector: dict,
-                  hugepages: bool, nodes: int) -> dict:
+def _worker_group(*, stage: str, pool: PoolSpec, image: str, labels: dict, node_selector: dict, hugepages: bool,
+                  nodes: int) -> dict:
     instance = INSTANCE_TYPES[pool.instance_type]
     group = template("worker_group.yaml")
     group.update(groupName=stage, replicas=nodes, minReplicas=nodes, maxReplicas=nodes)
@@ -93,16 +89,15 @@ def _worker_group(*, stage: str, pool: PoolSpec, runtime: Runtime, labels: dict,
     pod_spec["serviceAccountName"] = RAY_SERVICE_ACCOUNT
     pod_spec["nodeSelector"] = dict(node_selector)
     container = pod_spec["containers"][0]
-    container["image"] = runtime.image
+    container["image"] = image
     container["env"] = _secret_env()
     amounts = worker_amounts(instance=instance, gpus_per_node=pool.gpus_per_node)
     if instance.has_efa:
-        # NIXL's LIBFABRIC backend: libfabric and the EFA libraries are in the EFA image, not in ray-llm's.
-        container["image"] = runtime.efa_image
         amounts["vpc.amazonaws.com/efa"] = str(instance.efa_interfaces)
         pod_spec["tolerations"].append({"key": "vpc.amazonaws.com/efa", "operator": "Exists", "effect": "NoSchedule"})
-        container["env"] += [{"name": "FI_PROVIDER", "value": "efa"},
-                             {"name": "LD_LIBRARY_PATH", "value": runtime.efa_library_path}]
+        # No LD_LIBRARY_PATH: the image sets it, libfabric first before its own entries (deploy/runtime/
+        # Dockerfile). A pod's value would replace the image's, and Kubernetes' $(VAR) cannot read an image's env.
+        container["env"].append({"name": "FI_PROVIDER", "value": "efa"})
         if hugepages:
             amounts["hugepages-2Mi"] = EFA_HUGEPAGES
         else:
@@ -123,14 +118,15 @@ def _sized_as_spec(cluster: dict, spec: DeploymentSpec) -> dict:
 
 
 def rayservice_build(*, name: str, namespace: str, team_slug: str, spec: DeploymentSpec, target_kind: str,
-                     node_selectors: dict[str, dict], replicas: dict[str, int] | None = None,
+                     image: str, node_selectors: dict[str, dict], replicas: dict[str, int] | None = None,
                      generation_of: str = "") -> dict:
     """The RayService: head group, prefill and decode worker groups, serveConfigV2 from the one serve config.
 
     `replicas` fixes each pool's Serve replicas and sizes its worker group to the nodes they need (a side-by-side
     rollout's application, deployments.surge); None: the spec's replica bounds on the spec's nodes.
     EFA hugepages are asked for only on `eks`, whose EFA node groups reserve EFA_HUGEPAGES in their user data
-    (workers.targets.eks); another cluster's nodes have none unless its operator set them aside."""
+    (workers.targets.eks); another cluster's nodes have none unless its operator set them aside. `image` is what
+    the head and both pools run (deployments.runtime_images): one Python environment across the Ray cluster."""
     runtime = RUNTIMES[spec.runtime]
     labels = _labels(team_slug=team_slug, name=name, generation_of=generation_of)
     rs = template("rayservice.yaml")
@@ -138,15 +134,13 @@ def rayservice_build(*, name: str, namespace: str, team_slug: str, spec: Deploym
     serve = serve_config_build(app_name=name, spec=spec, target_kind=target_kind, replicas=replicas)
     rs["spec"]["serveConfigV2"] = yaml_dump(serve, sort_keys=False)
     cluster = rs["spec"]["rayClusterConfig"]
-    cluster["rayVersion"] = runtime.ray  # must equal the image's Ray, which the runtime table couples
+    cluster["rayVersion"] = runtime.ray  # the image's Ray: the runtime names the versions its images hold
     head = cluster["headGroupSpec"]["template"]
     head["metadata"] = {"labels": {**labels, POOL_LABEL: "head"}}
     head["spec"]["serviceAccountName"] = RAY_SERVICE_ACCOUNT
-    # One Python environment across the Ray cluster: the head runs the EFA image when a pool does.
-    head["spec"]["containers"][0]["image"] = runtime.efa_image if any(_efa(spec.pool(s)) for s in STAGES) \
-        else runtime.image
+    head["spec"]["containers"][0]["image"] = image
     cluster["workerGroupSpecs"] = [
-        _worker_group(stage=stage, pool=spec.pool(stage), runtime=runtime, labels=labels,
+        _worker_group(stage=stage, pool=spec.pool(stage), image=image, labels=labels,
                       node_selector=node_selectors[stage], hugepages=target_kind == "eks",
                       nodes=spec.pool(stage).nodes if replicas is None
                       else nodes_for_replicas(spec.pool(stage), replicas[stage]))
@@ -171,12 +165,12 @@ def service_account_build(*, namespace: str, team_slug: str, role_arn: str = "")
 
 
 def manifests_build(*, name: str, namespace: str, team_slug: str, spec: DeploymentSpec, target_kind: str,
-                    node_selectors: dict[str, dict] | None = None, role_arn: str = "",
+                    image: str, node_selectors: dict[str, dict] | None = None, role_arn: str = "",
                     replicas: dict[str, int] | None = None, generation_of: str = "") -> list[dict]:
     """Namespace, the team's Ray service account, endpoint Service and RayService for one application of a
-    deployment (the RayService last), each with its spec-hash annotation. `name` is the application's
-    (deployments.serve_config.serve_app_name); `generation_of` the deployment's name when the application is a
-    later generation's, whose endpoint Service then selects only its own head pod."""
+    deployment (the RayService last), each with its spec-hash annotation; `image` is what every Ray pod runs. `name`
+    is the application's (deployments.serve_config.serve_app_name); `generation_of` the deployment's name when the
+    application is a later generation's, whose endpoint Service then selects only its own head pod."""
     if node_selectors is None:
         node_selectors = {s: {INSTANCE_TYPE_LABEL: spec.pool(s).instance_type} for s in STAGES}
     labels = _labels(team_slug=team_slug, name=name, generation_of=generation_of)
@@ -186,10 +180,15 @@ def manifests_build(*, name: str, namespace: str, team_slug: str, spec: Deployme
     svc["metadata"] = {"name": f"{name}-endpoint", "namespace": namespace, "labels": labels}
     svc["spec"]["selector"][DEPLOYMENT_LABEL] = name
     rs = rayservice_build(name=name, namespace=namespace, team_slug=team_slug, spec=spec,
-                          target_kind=target_kind, node_selectors=node_selectors, replicas=replicas,
+                          target_kind=target_kind, image=image, node_selectors=node_selectors, replicas=replicas,
                           generation_of=generation_of)
     sa = service_account_build(namespace=namespace, team_slug=team_slug, role_arn=role_arn)
     return [_stamp(ns), sa, _stamp(svc), rs]
+
+
+def rayservice_image(rs: dict) -> str:
+    """The image a RayService's Ray pods run (its head's: every group runs the same one)."""
+    return rs["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]["containers"][0]["image"]
 
 
 def namespace_guards_build(*, namespace: str, team_slug: str, kuberay_namespace_labels: dict[str, str],

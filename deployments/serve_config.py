@@ -43,6 +43,11 @@ def _kv_transfer(*, stage: str, cpu: bool, efa: bool, connector: str) -> dict:
     return kv
 
 
+def kv_over_efa(spec: DeploymentSpec, stage: str) -> bool:
+    """Whether the stage's KV moves over EFA: NIXL's LIBFABRIC backend, which loads libfabric from the image."""
+    return INSTANCE_TYPES[spec.pool(stage).instance_type].has_efa and spec.engine.kv_transport == "efa"
+
+
 def _stage_config(*, stage: str, spec: DeploymentSpec, cpu: bool, nixl_port: int | None,
                   replicas: int | None = None) -> dict:
     pool, engine = spec.pool(stage), spec.engine
@@ -50,8 +55,7 @@ def _stage_config(*, stage: str, spec: DeploymentSpec, cpu: bool, nixl_port: int
     # Fixed replicas while a side-by-side rollout holds the pool's size (workers.rollout); else the spec's bounds.
     autoscaling = {"min_replicas": pool.replicas_min, "max_replicas": pool.replicas_max} if replicas is None \
         else {"min_replicas": replicas, "max_replicas": replicas}
-    kv = _kv_transfer(stage=stage, cpu=cpu, efa=instance.has_efa and engine.kv_transport == "efa",
-                      connector=engine.kv_connector)
+    kv = _kv_transfer(stage=stage, cpu=cpu, efa=kv_over_efa(spec, stage), connector=engine.kv_connector)
     config = {"model_loading_config": {"model_id": spec.model_id, "model_source": _model_source(spec.model_source)}}
     config.update(stage_placement(stage=stage, instance=instance, tensor_parallel_size=pool.tensor_parallel_size))
     if cpu:

@@ -36,6 +36,10 @@ def local_spec_input(**overrides) -> dict:
 
 
 MODEL_SOURCES = {"paths": ["/models"], "s3": ["s3://models"]}
+# What an eks cluster in us-west-2 registers for the GPU runtime (deployments.runtime_images): Tandem's runtime
+# image, pinned by digest, in that region's ECR. Without one, its deployments are refused.
+RUNTIME_IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/tandem-runtime@sha256:" + "ab" * 32
+RUNTIME_IMAGES = {"ray-2.60.0-vllm-0.29.0": RUNTIME_IMAGE}
 
 
 class UserFactory(factory.django.DjangoModelFactory):
@@ -70,8 +74,10 @@ class ClusterFactory(factory.django.DjangoModelFactory):
 
     name = factory.Sequence(lambda n: f"cluster-{n}")
     kind = Cluster.Kind.KUBERNETES
-    # Where the specs above load weights from: a cluster allows no model source it does not declare.
-    config = factory.LazyFunction(lambda: {"namespace_prefix": "tandem-", "model_sources": MODEL_SOURCES})
+    # Where the specs above load weights from: a cluster allows no model source it does not declare. Its runtime
+    # image registered: the factory's specs move KV over EFA (g6e.12xlarge), which the public image cannot.
+    config = factory.LazyFunction(lambda: {"namespace_prefix": "tandem-", "model_sources": MODEL_SOURCES,
+                                           "runtime_images": RUNTIME_IMAGES})
 
 
 class DeploymentFactory(factory.django.DjangoModelFactory):

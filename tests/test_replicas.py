@@ -28,8 +28,8 @@ from deployments.services.access_tokens import access_token_create
 from deployments.services.actions import deployment_approve, deployment_request, deployment_update
 from deployments.services.api_keys import api_key_create
 from tests.conftest import EMULATOR_TOKEN
-from tests.factories import (MODEL_SOURCES, ClusterFactory, DeploymentFactory, MembershipFactory, TeamFactory, spec_input,
-                             spec_restore)
+from tests.factories import (MODEL_SOURCES, RUNTIME_IMAGES, ClusterFactory, DeploymentFactory, MembershipFactory,
+                             TeamFactory, spec_input, spec_restore)
 from tests.support.k8s_emulator import EmulatorThread, KubeRayEmulator, kubeconfig_text
 from tests.support.processes import (MinuteClock, Worker, start_gateway, start_mock_upstream, start_web, wait_for,
                                      wait_for_idle_workers, worker_environment)
@@ -130,7 +130,8 @@ def k8s_cluster(fleet, tmp_path):
     path = tmp_path / "kubeconfig"
     path.write_text(kubeconfig_text(url=fleet.emulator.base_url, token=EMULATOR_TOKEN))
     return ClusterFactory(name="emulated", kind=Cluster.Kind.KUBERNETES, secret_ref=f"file:{path}",
-                          config={"namespace_prefix": "tandem-", "model_sources": MODEL_SOURCES})
+                          config={"namespace_prefix": "tandem-", "model_sources": MODEL_SOURCES,
+                                  "runtime_images": RUNTIME_IMAGES})
 
 
 def served(fleet, team, *, options: str = "", model: str = "m") -> Deployment:

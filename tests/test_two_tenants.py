@@ -36,7 +36,8 @@ from deployments.services.api_keys import api_key_create
 from deployments.services.credentials import credential_mint
 from deployments.services.rollouts import rollout_begin
 from deployments.spec import spec_parse
-from tests.factories import MODEL_SOURCES, ClusterFactory, DeploymentFactory, MembershipFactory, TeamFactory, spec_input
+from tests.factories import (MODEL_SOURCES, RUNTIME_IMAGES, ClusterFactory, DeploymentFactory, MembershipFactory,
+                             TeamFactory, spec_input)
 
 # In every name the victim team owns: a response that contains it read the victim's data. Long enough that no
 # random text on a page (a 64-character CSRF token, a CSP nonce) holds it by chance: "q7z" did, about once in
@@ -51,6 +52,7 @@ def _victim_world():
     a key, tokens) and the outsider alice, admin of her own team with a deployment, a key and a token."""
     cluster = ClusterFactory(name="shared-k8s", kind=Cluster.Kind.KUBERNETES,
                              config={"namespace_prefix": "tandem-", "metrics_url": "http://10.0.0.9:8080/metrics",
+                                     "runtime_images": RUNTIME_IMAGES,
                                      "model_sources": {**MODEL_SOURCES,
                                                        "s3": [*MODEL_SOURCES["s3"], f"s3://victim-weights-{MARK}"]}})
     victim = TeamFactory(slug=f"victim-team-{MARK}", name=f"Victim {MARK}", gpu_quota=64)

@@ -18,6 +18,7 @@ from deployments.lifecycle import PROGRESSING, RELEASES, SETTLED, Status
 from deployments.model_sources import source_roots_of
 from deployments.models import Deployment
 from deployments.redaction import internal_redact
+from deployments.runtime_images import runtime_image_errors
 from deployments.services.events import event_record
 from deployments.services.actions import deployment_transition
 from deployments.services.status import deployment_observe
@@ -234,6 +235,8 @@ def _validate(p: _Pass) -> None:
                    source_roots=source_roots_of(cluster=d.cluster, team=d.team))
     except SpecError as e:
         raise PermanentError(f"The spec is no longer valid: {e}") from None
+    if problems := runtime_image_errors(cluster=d.cluster, spec=d.spec_typed):  # before any node is bought
+        raise PermanentError(" ".join(problems))
     p.cond("Approved", True, "Approved")
     if d.status == Status.APPROVED:
         _move(p, Status.PROVISIONING, "Provisioning started.")

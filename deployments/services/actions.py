@@ -17,6 +17,7 @@ from deployments.outcomes import Outcome, UpdateOutcome, update_outcome
 from deployments.permissions import deployment_may_change, deployment_may_decide, team_role
 from deployments.quota_rules import quota_gpus
 from deployments.redaction import internal_redact
+from deployments.runtime_images import runtime_image_errors
 from deployments.services.announcements import route_change_announce
 from deployments.services.budgets import budget_require_approver
 from deployments.services.events import event_record
@@ -42,15 +43,22 @@ def _locked(deployment: Deployment) -> Deployment:
 
 
 def _validated_spec(data, cluster: Cluster, team: Team) -> DeploymentSpec:
-    """The typed spec of a request's `spec`, or a SpecError whose paths start at `spec.` as the request's do."""
-    return spec_parse_field(data, target_kind=cluster.kind, source_roots=source_roots_of(cluster=cluster, team=team))
+    """The typed spec of a request's `spec`, or a SpecError whose paths start at `spec.` as the request's do; a
+    cluster with no image for its runtime is one (deployments.runtime_images)."""
+    typed = spec_parse_field(data, target_kind=cluster.kind, source_roots=source_roots_of(cluster=cluster, team=team))
+    if problems := runtime_image_errors(cluster=cluster, spec=typed):
+        raise SpecError({"spec.runtime": problems})
+    return typed
 
 
 def _recheck(stored: dict, cluster: Cluster, team: Team) -> DeploymentSpec:
-    """A stored spec must still pass today's catalog (a runtime found broken since is refused at approval) and
-    the model sources the cluster allows the team today."""
-    return spec_check(spec_load(stored), target_kind=cluster.kind,
-                      source_roots=source_roots_of(cluster=cluster, team=team))
+    """A stored spec must still pass today's catalog (a runtime found broken since is refused at approval), the
+    model sources the cluster allows the team today, and have an image on the cluster."""
+    typed = spec_check(spec_load(stored), target_kind=cluster.kind,
+                       source_roots=source_roots_of(cluster=cluster, team=team))
+    if problems := runtime_image_errors(cluster=cluster, spec=typed):
+        raise SpecError({"runtime": problems})
+    return typed
 
 
 def _require_editor(*, actor, deployment: Deployment) -> None:

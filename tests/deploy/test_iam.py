@@ -16,8 +16,9 @@ IMPLIED = {"eks:CreateNodegroup": {"eks:TagResource", "iam:PassRole", "ec2:Descr
            "ec2:CreateLaunchTemplate": {"ec2:CreateTags"}, "ec2:CreatePlacementGroup": {"ec2:CreateTags"},
            "ec2:CreateSecurityGroup": {"ec2:CreateTags"}}
 # What the preflight (workers/preflight/) needs beside the driver's calls: IAM's simulation of the driver's and the
-# node role's rights (its other reads, ListNodegroups and the EC2 Describes, are the driver's own).
-PREFLIGHT = {"iam:SimulatePrincipalPolicy"}
+# node role's rights, and ECR's answer whether each registered runtime image exists (its other reads, ListNodegroups
+# and the EC2 Describes, are the driver's own).
+PREFLIGHT = {"iam:SimulatePrincipalPolicy", "ecr:DescribeImages"}
 TAGGED = {"StringEquals": {"aws:ResourceTag/tandem.dev/managed-by": "tandem"}}
 TAGGING = {"StringEquals": {"aws:RequestTag/tandem.dev/managed-by": "tandem"}}
 

@@ -17,7 +17,7 @@ from deployments.manifests import namespace_guards_build
 from deployments.models import Cluster
 from tests.conftest import EMULATOR_TOKEN
 from tests.deploy.render import find, render
-from tests.factories import ClusterFactory, DeploymentFactory, TeamFactory
+from tests.factories import RUNTIME_IMAGES, ClusterFactory, DeploymentFactory, TeamFactory
 from tests.support import cluster_addons
 from tests.support.processes import wait_for
 from workers.preflight import Preflight
@@ -99,7 +99,7 @@ def in_cluster_kubeconfig(emulator, tmp_path):
 @pytest.mark.django_db
 def test_the_driver_role_allows_exactly_what_the_driver_does(emulator, in_cluster_kubeconfig, monkeypatch):
     cluster = ClusterFactory(kind=Cluster.Kind.KUBERNETES, secret_ref=in_cluster_kubeconfig,
-                             config={"namespace_prefix": "tandem-"})
+                             config={"namespace_prefix": "tandem-", "runtime_images": RUNTIME_IMAGES})
     deployment = DeploymentFactory(team=TeamFactory(slug="ml-research"), cluster=cluster, name="llama")
     target = KubernetesTarget(cluster)
 

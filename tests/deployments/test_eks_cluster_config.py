@@ -73,9 +73,10 @@ def test_the_policy_command_prints_the_teams_policy(db):
 
 def test_an_approval_past_ekss_node_group_limit_is_refused_with_the_numbers(api, team_admin, team):
     from deployments.lifecycle import Status
-    from tests.factories import MODEL_SOURCES, DeploymentFactory
+    from tests.factories import MODEL_SOURCES, RUNTIME_IMAGES, DeploymentFactory
 
-    cluster = ClusterFactory(name="eks-prod", kind="eks", config={**EKS, "model_sources": MODEL_SOURCES})
+    cluster = ClusterFactory(name="eks-prod", kind="eks", config={**EKS, "model_sources": MODEL_SOURCES,
+                                                                   "runtime_images": RUNTIME_IMAGES})
     team.gpu_quota = 10_000
     team.save()
     for i in range(14):  # 28 node groups, paused ones (kept at zero nodes) included

@@ -20,7 +20,7 @@ from deployments.models import ApiKey, Cluster, Deployment, Membership
 from deployments.services.credentials import credential_check
 from observability.models import ConformanceRun
 from observability.rollups import gateway_rollup
-from tests.factories import MODEL_SOURCES, ClusterFactory, MembershipFactory, TeamFactory, UserFactory
+from tests.factories import MODEL_SOURCES, RUNTIME_IMAGES, ClusterFactory, MembershipFactory, TeamFactory, UserFactory
 from tests.support.processes import Worker, wait_for, worker_environment
 from tests.frontend.browser import browser, shot, sign_in  # noqa: F401  (fixture)
 from usage.models import RequestRecord
@@ -53,7 +53,8 @@ def test_request_approve_watch_and_key(browser, live_server, worker, kubeconfig)
     MembershipFactory(team=team, user=UserFactory(username="mia"), role=Membership.Role.MEMBER)
     MembershipFactory(team=team, user=UserFactory(username="ada"), role=Membership.Role.ADMIN)
     ClusterFactory(name="gpu-prod", kind=Cluster.Kind.KUBERNETES, secret_ref=kubeconfig,
-                   config={"namespace_prefix": "tandem-", "model_sources": MODEL_SOURCES})
+                   config={"namespace_prefix": "tandem-", "model_sources": MODEL_SOURCES,
+                           "runtime_images": RUNTIME_IMAGES})
     base = live_server.url
 
     # 1. The member signs in and sees an empty list that says what to do.

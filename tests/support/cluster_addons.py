@@ -13,10 +13,13 @@ Shapes, and where each comes from:
   supportedInstanceLabels, shortened here to the catalog's EFA types);
 - metrics-server's APIService: kubernetes-sigs/metrics-server components.yaml (`v1beta1.metrics.k8s.io`);
 - a GPU node of a Tandem node group: the labels EKS puts on managed node group nodes, the taints of
-  workers/targets/eks.py::nodegroup_taints, and allocatable from the device plugins.
+  workers/targets/eks.py::nodegroup_taints, and allocatable from the device plugins;
+- Tandem's runtime image in ECR: an image manifest of Docker's schema 2, which ECR names by the sha256 of its bytes.
 """
 import copy
 import functools
+import hashlib
+import json
 from pathlib import Path
 
 import boto3
@@ -201,3 +204,30 @@ def aws_network(url: str, *, zones: tuple[str, ...]) -> dict:
     ec2.authorize_security_group_egress(GroupId=sg, IpPermissions=[
         {"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": sg}]}])
     return {"subnets": cluster["subnet_ids"], "security_group": sg}
+
+
+def runtime_image_manifest(layer: str = "2") -> str:
+    """An image manifest as `docker push` sends it (Docker's schema 2, one platform): ECR names the image by the
+    sha256 of these bytes, so a test knows the digest before the push, as a team does once it has built."""
+    return json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+                       "config": {"mediaType": "application/vnd.docker.container.image.v1+json", "size": 7023,
+                                  "digest": "sha256:" + "1" * 64},
+                       "layers": [{"mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip",
+                                   "size": 32654, "digest": "sha256:" + layer * 64}]})
+
+
+def runtime_image_ref(manifest: str, *, repository: str = "tandem-runtime") -> str:
+    """The reference pinned by digest that a cluster registers for an image of this manifest in REGION's ECR."""
+    return f"123456789012.dkr.ecr.{REGION}.amazonaws.com/{repository}@sha256:" \
+           f"{hashlib.sha256(manifest.encode()).hexdigest()}"
+
+
+def runtime_image_push(url: str, manifest: str, *, repository: str = "tandem-runtime") -> None:
+    """Tandem's runtime image pushed to REGION's ECR as docs/install.md, step 5 does (the repository made first)."""
+    ecr = boto3.client("ecr", region_name=REGION, endpoint_url=url)
+    try:
+        ecr.create_repository(repositoryName=repository)
+    except ecr.exceptions.RepositoryAlreadyExistsException:
+        pass
+    ecr.put_image(repositoryName=repository, imageManifest=manifest, imageTag="ray-2.60.0-vllm-0.29.0")
+

@@ -3,16 +3,19 @@ made as strict as the real services where moto is lenient.
 
 `MotoServer.inject(...)` makes the next N requests whose method and path match answer with an AWS error
 (throttling by default), the way a busy AWS API does, so the product's retry and classification run for real.
-`operations` logs each request by its IAM name (`eks:DescribeNodegroup`, from botocore's routes), which tests count
+`operations` logs each request by its IAM name (`eks:DescribeNodegroup`, from botocore's routes or, for ECR's JSON
+protocol, its X-Amz-Target), which tests count
 and compare with the driver's IAM policy.
 
 What moto accepts and EKS does not (tests/support/eks_rules.py holds the rules and their sources): a node group
 without a node role or subnets, or on subnets EC2 does not have; a launch template with fields EKS forbids; a
 capacity block without its reservation; a 31st node group. What EKS accepts and then fails (CREATE_FAILED with its
 health issue): an EFA launch template over subnets in more than one Availability Zone, and an instance type
-`short_of(...)` marks as out of capacity. moto has no placement groups: `EksRules` answers those EC2 calls.
+`short_of(...)` marks as out of capacity. moto has no placement groups: `EksRules` answers those EC2 calls. ECR
+names a pushed image by the digest of its manifest, as the real registry does (moto hashes its layers).
 """
 import functools
+import hashlib
 import io
 import json
 import logging
@@ -22,12 +25,23 @@ from urllib.parse import parse_qs
 
 import botocore.session
 import httpx
+from moto.ecr import models as ecr_models
 from moto.server import DomainDispatcherApplication, MotoRequestHandler, ThreadedMotoServer, create_backend_app
 from werkzeug.serving import make_server
 
 from tests.support.eks_rules import EksRules, cluster_vpc
 
 EKS_CLUSTER_CREATE = {"name", "roleArn", "resourcesVpcConfig"}
+
+
+def _ecr_manifest_digest(image) -> None:
+    """ECR names an image by the sha256 of its manifest's bytes, as every registry does (the OCI distribution spec:
+    a manifest's digest is that of its content), so a team knows the digest it pushes; moto 5.2 hashes the layers'
+    digests instead (moto/ecr/models.py, Image._create_digest)."""
+    image._image_digest = "sha256:" + hashlib.sha256(image.image_manifest.encode()).hexdigest()
+
+
+ecr_models.Image._create_digest = _ecr_manifest_digest
 
 
 @dataclass
@@ -88,8 +102,9 @@ class MotoServer(ThreadedMotoServer):
             else:
                 region, service = "us-west-2", ""
             params = parse_qs(body.decode()) if service in ("ec2", "sts", "iam") else {}
-            if service:
-                self.operations.append(f"{service}:{operation_of(service, method, path, params)}")
+            if service:  # a JSON-protocol call (ECR) names its operation in X-Amz-Target: <prefix>.<Operation>
+                target = environ.get("HTTP_X_AMZ_TARGET", "").rpartition(".")[2]
+                self.operations.append(f"{service}:{target or operation_of(service, method, path, params)}")
             if service == "ec2":
                 if answer := self.rules.ec2_answer(params.get("Action", [""])[0], params, region=region):
                     return _respond(start_response, *answer)

@@ -18,8 +18,8 @@ from deployments.services.status import RECONCILE_TASK
 from deployments.spec import spec_parse
 from tandemctl import errors
 from tandemctl.client import operations_missing
-from tests.factories import (MODEL_SOURCES, ClusterFactory, DeploymentFactory, MembershipFactory, TeamFactory,
-                             spec_input)
+from tests.factories import (MODEL_SOURCES, RUNTIME_IMAGES, ClusterFactory, DeploymentFactory, MembershipFactory,
+                             TeamFactory, spec_input)
 from tests.observability.test_planner import LLAMA_8B
 from tests.support.processes import (ROOT, Worker, start_gateway, start_mock_upstream, start_web, stop_at_end,
                                      wait_for, worker_environment)
@@ -73,7 +73,8 @@ def stack(transactional_db, redis_client, kubeconfig, tmp_path, stop_at_end):
     member = MembershipFactory(team=team, role=Membership.Role.MEMBER).user
     admin = MembershipFactory(team=team, role=Membership.Role.ADMIN).user
     ClusterFactory(name="k8s-emu", kind=Cluster.Kind.KUBERNETES, secret_ref=kubeconfig,
-                   config={"namespace_prefix": "tandem-", "model_sources": MODEL_SOURCES})
+                   config={"namespace_prefix": "tandem-", "model_sources": MODEL_SOURCES,
+                           "runtime_images": RUNTIME_IMAGES})
     tokens = {who: credential_mint(model=AccessToken, user=user, name="ci")[1]
               for who, user in (("member", member), ("admin", admin))}
     return {"web": stop_at_end(start_web(tmp_path)), "mock": stop_at_end(start_mock_upstream(tmp_path)),

@@ -26,11 +26,13 @@ def stack(aws, emulator, transactional_db, redis_client, tmp_path):
     TeamFactory(slug="ml-research")
     admin = UserFactory(username="platform", is_staff=True, is_superuser=True)
     network = cluster_addons.aws_network(aws.url, zones=("a", "b"))
+    image = cluster_addons.runtime_image_manifest()  # the runtime image built and pushed (docs/install.md, 5)
+    cluster_addons.runtime_image_push(aws.url, image)
     web = start_web(tmp_path)
     worker = Worker(worker_environment(tmp_path)).start()
     try:
         yield {"server": web.base_url, "token": credential_mint(model=AccessToken, user=admin, name="ci")[1],
-               "subnets": network["subnets"], "aws": aws, "emulator": emulator}
+               "subnets": network["subnets"], "aws": aws, "emulator": emulator, "image": image}
     finally:
         worker.stop()
         web.stop()
@@ -39,7 +41,8 @@ def stack(aws, emulator, transactional_db, redis_client, tmp_path):
 def _register(stack, name: str, subnets: list[str]) -> None:
     config = {"region": cluster_addons.REGION, "cluster_name": "gpu-prod", "aws_endpoint_url": stack["aws"].url,
               "kubernetes_endpoint_url": stack["emulator"].base_url,
-              "node_role_arn": "arn:aws:iam::123456789012:role/nodes", "subnet_ids": subnets}
+              "node_role_arn": "arn:aws:iam::123456789012:role/nodes", "subnet_ids": subnets,
+              "runtime_images": {"ray-2.60.0-vllm-0.29.0": cluster_addons.runtime_image_ref(stack["image"])}}
     r = httpx.post(f"{stack['server']}/api/v1/clusters/", json={"name": name, "kind": "eks", "config": config},
                    headers={"Authorization": f"Bearer {stack['token']}"}, timeout=30)
     assert r.status_code == 201, r.text
@@ -71,7 +74,7 @@ def test_doctor_prints_three_failures_with_their_fixes_then_all_pass_once_instal
     assert "-f deploy/cluster/nvidia-device-plugin-values.yaml" in fixes[0]
     assert "-f deploy/cluster/efa-device-plugin-values.yaml" in fixes[1]
     assert f'subnet_ids ["{stack["subnets"][0]}"]' in fixes[2] or f'subnet_ids ["{stack["subnets"][1]}"]' in fixes[2]
-    assert "eks-prod: 10 of 13 checks did not fail; 3 failed." in run.stdout
+    assert "eks-prod: 12 of 15 checks did not fail; 3 failed." in run.stdout
 
     # The fixes, as docs/install.md does them: the NVIDIA chart with Tandem's values, the EFA plugin, one zone.
     k8s.AppsV1Api(api).delete_namespaced_daemon_set("nvdp-nvidia-device-plugin", "kube-system")
@@ -86,10 +89,10 @@ def test_doctor_prints_three_failures_with_their_fixes_then_all_pass_once_instal
     assert Cluster.objects.get(name="eks-prod").config["subnet_ids"] == kept
     run = tandemctl("doctor", "eks-prod", **cli, check_rc=errors.OK)
     assert not [line for line in run.stdout.splitlines() if line.startswith("FAIL")], run.stdout
-    assert "eks-prod: 13 of 13 checks did not fail." in run.stdout
-    # moto cannot simulate IAM policies: the two IAM lines say so rather than pass.
+    assert "eks-prod: 15 of 15 checks did not fail." in run.stdout
+    # moto cannot simulate IAM policies: the three IAM lines say so rather than pass.
     assert sorted(line.split(":")[0] for line in run.stdout.splitlines() if line.startswith("????")) == \
-        ["????  driver-iam", "????  node-role-iam"]
+        ["????  driver-iam", "????  node-role-iam", "????  runtime-image-pull"]
 
 
 @pytest.mark.e2e

@@ -5,7 +5,7 @@ import pytest
 
 from deployments.models import Cluster
 from deployments.spec import spec_parse
-from tests.factories import MODEL_SOURCES, ClusterFactory, DeploymentFactory, TeamFactory, spec_input
+from tests.factories import MODEL_SOURCES, RUNTIME_IMAGES, ClusterFactory, DeploymentFactory, TeamFactory, spec_input
 from tests.conftest import EMULATOR_TOKEN as TOKEN  # noqa: F401 - the driver tests use it
 from tests.support.moto_server import MotoServer
 from tests.support.ray_dashboard import TEST_TOKEN, RayDashboard
@@ -16,7 +16,8 @@ from tests.support.processes import Worker, wait_for, worker_environment  # noqa
 @pytest.fixture
 def k8s_cluster(db, kubeconfig):
     return ClusterFactory(name="k8s-emu", kind=Cluster.Kind.KUBERNETES, secret_ref=kubeconfig,
-                          config={"namespace_prefix": "tandem-", "model_sources": MODEL_SOURCES})
+                          config={"namespace_prefix": "tandem-", "model_sources": MODEL_SOURCES,
+                                  "runtime_images": RUNTIME_IMAGES})
 
 
 @pytest.fixture

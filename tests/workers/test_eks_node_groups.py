@@ -17,7 +17,7 @@ from deployments.manifests import EFA_HUGEPAGES
 from deployments.models import Cluster, Deployment
 from deployments.services.actions import deployment_retry
 from deployments.services.clusters import cluster_update
-from tests.factories import MODEL_SOURCES, ClusterFactory, DeploymentFactory, TeamFactory
+from tests.factories import MODEL_SOURCES, RUNTIME_IMAGES, ClusterFactory, DeploymentFactory, TeamFactory
 from tests.support.moto_server import eks_cluster_create
 from tests.workers.conftest import gpu_spec
 from workers.pipeline import reconcile_pass
@@ -38,7 +38,8 @@ def _cluster(aws, emulator, *, zones=("a",), public=False, **config):
     return ClusterFactory(name="eks-prod", kind=Cluster.Kind.EKS, config={
         "region": REGION, "cluster_name": "gpu-prod", "aws_endpoint_url": aws.url,
         "kubernetes_endpoint_url": emulator.base_url, "node_role_arn": "arn:aws:iam::123456789012:role/nodes",
-        "subnet_ids": made["subnet_ids"], "model_sources": MODEL_SOURCES, **config}), made
+        "subnet_ids": made["subnet_ids"], "model_sources": MODEL_SOURCES, "runtime_images": RUNTIME_IMAGES,
+        **config}), made
 
 
 def _deployment(cluster, status=Status.APPROVED):
@@ -68,6 +69,16 @@ def _template(aws, ng):
 def _passed(d):
     reconcile_pass(d.pk)
     return Deployment.objects.get(pk=d.pk)
+
+
+def test_an_approved_deployment_on_a_cluster_without_its_runtime_image_fails_before_any_node_group(aws, emulator, db):
+    """The image was unregistered after approval: the reconcile pass refuses with the fix, and buys nothing."""
+    cluster, _ = _cluster(aws, emulator, runtime_images={})
+    d = _passed(_deployment(cluster))
+    assert d.status == Status.FAILED
+    assert "has no image registered for runtime ray-2.60.0-vllm-0.29.0" in d.status_reason
+    assert "build and register the runtime image (docs/install.md, step 5)" in d.status_reason
+    assert _eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"] == []
 
 
 def test_an_efa_pool_runs_on_a_launch_template_with_every_network_card_a_placement_group_and_its_security_group(
@@ -297,7 +308,7 @@ def test_every_aws_call_of_a_deployments_life_is_one_the_driver_policy_allows_an
     aws.operations.clear()  # the cluster's own making is the platform team's, not the driver's
     preflight = Preflight(EksTarget(cluster))
     for check in (preflight.driver_iam, preflight.node_role_iam, preflight.subnets, preflight.efa_security_group,
-                  preflight.nodegroup_quota):
+                  preflight.nodegroup_quota, preflight.runtime_images):
         check()
     for _ in range(3):
         EksTarget(cluster).ensure_node_pools(d)
@@ -309,7 +320,7 @@ def test_every_aws_call_of_a_deployments_life_is_one_the_driver_policy_allows_an
     for _ in range(5):
         if EksTarget(cluster).teardown(d).ready:
             break
-    made = {op for op in aws.operations if op.startswith(("eks:", "ec2:", "iam:"))}
+    made = {op for op in aws.operations if op.startswith(("eks:", "ec2:", "iam:", "ecr:"))}
     statements = json.loads((ROOT / "deploy" / "iam" / "eks-driver-policy.json").read_text())["Statement"]
     allowed = {a for s in statements if s["Effect"] == "Allow" for a in s["Action"]}
     assert made <= allowed, made - allowed

@@ -17,7 +17,8 @@ from deployments.services.quota import team_gpus_held
 from deployments.services.rollouts import rollout_active, rollout_record
 from deployments.spec import STAGES
 from deployments.spend import deployment_hourly_usd, deployment_spend_usd
-from tests.factories import MODEL_SOURCES, ClusterFactory, DeploymentFactory, MembershipFactory, TeamFactory, spec_input
+from tests.factories import (MODEL_SOURCES, RUNTIME_IMAGES, ClusterFactory, DeploymentFactory, MembershipFactory,
+                             TeamFactory, spec_input)
 from observability.models import ConformanceRun
 from tests.support.moto_server import eks_cluster_create
 from tests.support.processes import wait_for
@@ -53,7 +54,7 @@ def running(aws, emulator, db):
     cluster = ClusterFactory(name="eks-prod", kind=Cluster.Kind.EKS, config={
         "region": REGION, "cluster_name": "gpu-prod", "aws_endpoint_url": aws.url,
         "kubernetes_endpoint_url": emulator.base_url, "node_role_arn": "arn:aws:iam::123456789012:role/nodes",
-        "subnet_ids": made["subnet_ids"], "model_sources": MODEL_SOURCES})
+        "subnet_ids": made["subnet_ids"], "model_sources": MODEL_SOURCES, "runtime_images": RUNTIME_IMAGES})
     team = TeamFactory(slug="ml-research", gpu_quota=10)
     admins = [MembershipFactory(team=team, role=Membership.Role.ADMIN).user for _ in range(2)]
     d = DeploymentFactory(team=team, cluster=cluster, name="llama", status=Status.RUNNING,

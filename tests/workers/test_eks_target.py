@@ -6,7 +6,7 @@ import boto3
 import pytest
 
 from deployments.models import Cluster
-from tests.factories import ClusterFactory, DeploymentFactory, TeamFactory
+from tests.factories import RUNTIME_IMAGES, ClusterFactory, DeploymentFactory, TeamFactory
 from tests.support.moto_server import eks_cluster_create
 from tests.support.processes import wait_for
 from tests.workers.conftest import gpu_spec
@@ -28,7 +28,7 @@ def eks_cluster(aws, emulator, db):
     return ClusterFactory(name="eks-prod", kind=Cluster.Kind.EKS, config={
         "region": REGION, "cluster_name": "gpu-prod", "aws_endpoint_url": aws.url,
         "kubernetes_endpoint_url": emulator.base_url, "node_role_arn": "arn:aws:iam::123456789012:role/nodes",
-        "subnet_ids": made["subnet_ids"]})
+        "subnet_ids": made["subnet_ids"], "runtime_images": RUNTIME_IMAGES})
 
 
 @pytest.fixture
@@ -82,6 +82,18 @@ def test_the_kubernetes_side_authenticates_with_an_sts_presigned_token(aws, emul
     rs = emulator.rayservices()[0]
     selector = rs["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["template"]["spec"]["nodeSelector"]
     assert selector == {"eks.amazonaws.com/nodegroup": f"tandem-d{deployment.pk}-prefill"}
+
+
+
+def test_the_head_and_both_pools_run_the_image_the_cluster_registered_by_digest(aws, emulator, deployment):
+    target = EksTarget(deployment.cluster)
+    objects, _ = target.desired(deployment)
+    target.apply(deployment, objects)
+    cluster = emulator.rayservices()[0]["spec"]["rayClusterConfig"]
+    assert [g["template"]["spec"]["containers"][0]["image"] for g in [cluster["headGroupSpec"],
+                                                                      *cluster["workerGroupSpecs"]]] == \
+        [RUNTIME_IMAGES["ray-2.60.0-vllm-0.29.0"]] * 3
+    assert cluster["rayVersion"] == "2.60.0"  # the registered runtime's Ray
 
 
 def test_a_little_throttling_is_absorbed_and_a_lot_is_transient(aws, deployment):

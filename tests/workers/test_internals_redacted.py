@@ -6,7 +6,7 @@ import pytest
 
 from deployments.lifecycle import Status
 from deployments.models import Cluster, Deployment, Membership
-from tests.factories import ClusterFactory, DeploymentFactory, MembershipFactory, TeamFactory
+from tests.factories import RUNTIME_IMAGES, ClusterFactory, DeploymentFactory, MembershipFactory, TeamFactory
 from tests.support.processes import wait_for
 from tests.workers.conftest import gpu_spec
 from workers.pipeline import reconcile_pass
@@ -39,7 +39,8 @@ def test_the_endpoint_step_and_its_condition_name_the_cluster_not_its_service_ad
 @pytest.mark.django_db
 def test_an_unreadable_secret_file_fails_the_deployment_without_naming_the_file(api, redis_client, tmp_path):
     missing = tmp_path / "prod-kubeconfig-do-not-share"
-    cluster = ClusterFactory(name="shared-gpu", kind=Cluster.Kind.KUBERNETES, secret_ref=f"file:{missing}")
+    cluster = ClusterFactory(name="shared-gpu", kind=Cluster.Kind.KUBERNETES, secret_ref=f"file:{missing}",
+                             config={"runtime_images": RUNTIME_IMAGES})
     d = DeploymentFactory(team=TeamFactory(), cluster=cluster, spec=gpu_spec(), status=Status.APPROVED)
     assert reconcile_pass(d.pk) is None
     d.refresh_from_db()

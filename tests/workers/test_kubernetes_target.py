@@ -35,6 +35,31 @@ def test_apply_creates_namespace_service_and_rayservice_then_repeats_as_a_no_op(
             "v1/serviceaccounts", "v1/services", "ray.io/v1/rayservices"} == {r for r, _, _ in emulator.live_objects()}
 
 
+def test_a_cluster_without_a_registered_image_runs_the_public_one_by_tag_and_the_applied_event_says_so(
+        emulator, k8s_deployment):
+    """No KV over EFA (kv_transport tcp): the runtime's public Ray LLM image, on the head and both pools."""
+    from deployments.catalog import RUNTIMES
+
+    cluster = k8s_deployment.cluster
+    cluster.config = {k: v for k, v in cluster.config.items() if k != "runtime_images"}
+    cluster.save()
+    k8s_deployment.spec["engine"]["kv_transport"] = "tcp"
+    target = KubernetesTarget(cluster)
+    step = apply(target, k8s_deployment)
+    public = RUNTIMES[k8s_deployment.spec_typed.runtime].base_image
+    assert f"its Ray pods run the public image {public} by tag" in step.message
+    cluster_part = emulator.rayservices()[0]["spec"]["rayClusterConfig"]
+    assert {g["template"]["spec"]["containers"][0]["image"]
+            for g in [cluster_part["headGroupSpec"], *cluster_part["workerGroupSpecs"]]} == {public}
+    k8s_deployment.spec["engine"]["kv_transport"] = "efa"  # NIXL's LIBFABRIC backend: not in that image
+    with pytest.raises(PermanentError, match="the public Ray LLM image has no libfabric"):
+        target.desired(k8s_deployment)
+    for _ in range(5):  # deleting needs no image
+        if target.teardown(k8s_deployment).ready:
+            break
+    assert emulator.rayservices() == []
+
+
 def test_status_follows_ready_and_application_statuses(emulator, k8s_deployment):
     target = KubernetesTarget(k8s_deployment.cluster)
     apply(target, k8s_deployment)

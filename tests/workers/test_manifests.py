@@ -9,14 +9,16 @@ import pytest
 import yaml
 
 from deployments.catalog import RUNTIMES
-from deployments.manifests import HASH_ANNOTATION, manifests_build
+from deployments.manifests import HASH_ANNOTATION, manifests_build, rayservice_image
 from deployments.spec import spec_parse
-from tests.factories import spec_input
+from tests.factories import RUNTIME_IMAGE, spec_input
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD = Path(os.environ.get("TANDEM_KUBERAY_CRD", ROOT.parent / "shared/reference/kuberay/ray.io_rayservices.yaml"))
 GOLDEN = ROOT / "tests" / "golden"
 K8S_VERSION = "1.31"
+# What a cluster registers for the GPU runtime (its runtime_images setting): Tandem's runtime image, by digest.
+IMAGE = RUNTIME_IMAGE
 
 
 def _pool(itype, gpus, tp, nodes=1):
@@ -32,7 +34,7 @@ SPECS = {
 def _render(key: str) -> list[dict]:
     spec = spec_parse(SPECS[key], target_kind="eks")
     return manifests_build(name="llama", namespace="tandem-ml-research", team_slug="ml-research", spec=spec,
-                           target_kind="eks")
+                           target_kind="eks", image=IMAGE)
 
 
 @pytest.fixture(scope="module")
@@ -85,21 +87,31 @@ def test_p5_workers_get_efa_devices_hugepages_and_libfabric():
     serve = yaml.safe_load(rs["spec"]["serveConfigV2"])
     kv = serve["applications"][0]["args"]["decode_config"]["engine_kwargs"]["kv_transfer_config"]
     assert kv["kv_connector_extra_config"] == {"backends": ["LIBFABRIC"]}
-    # NIXL's LIBFABRIC backend needs libfabric and the EFA libraries: the runtime's EFA image, on every pod.
-    runtime = RUNTIMES[spec_parse(SPECS["p5"], target_kind="eks").runtime]
     container = prefill["template"]["spec"]["containers"][0]
     env = {e["name"]: e.get("value") for e in container["env"]}
-    assert container["image"] == runtime.efa_image != runtime.image
-    assert env["FI_PROVIDER"] == "efa" and env["LD_LIBRARY_PATH"].split(":")[0] == "/opt/amazon/efa/lib"
+    assert env["FI_PROVIDER"] == "efa"
     assert "FI_EFA_USE_HUGE_PAGE" not in env  # the eks node groups reserve the hugepages asked for
-    head = rs["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]["containers"][0]
-    assert head["image"] == runtime.efa_image
+
+
+@pytest.mark.parametrize("key", SPECS)
+@pytest.mark.parametrize("target_kind", ["eks", "kubernetes"])
+def test_the_head_and_both_pools_run_the_one_image_given_and_no_pod_sets_ld_library_path(key, target_kind):
+    """The image owns LD_LIBRARY_PATH (libfabric first, before its own entries: deploy/runtime/Dockerfile); a
+    pod's value would replace the image's, dropping Amazon Linux's /opt/amazon/efa/lib64 or whatever the base sets."""
+    spec = spec_parse(SPECS[key], target_kind=target_kind)
+    rs = manifests_build(name="llama", namespace="tandem-ml-research", team_slug="ml-research", spec=spec,
+                         target_kind=target_kind, image=IMAGE)[-1]
+    cluster = rs["spec"]["rayClusterConfig"]
+    containers = [g["template"]["spec"]["containers"][0] for g in [cluster["headGroupSpec"],
+                                                                   *cluster["workerGroupSpecs"]]]
+    assert [c["image"] for c in containers] == [IMAGE] * 3 and rayservice_image(rs) == IMAGE
+    assert [e for c in containers for e in c.get("env", []) if e["name"] == "LD_LIBRARY_PATH"] == []
 
 
 def test_an_efa_pool_outside_eks_asks_for_no_hugepages_and_tells_libfabric_not_to_use_them():
     spec = spec_parse(SPECS["p5"], target_kind="kubernetes")
     rs = manifests_build(name="llama", namespace="tandem-ml-research", team_slug="ml-research", spec=spec,
-                         target_kind="kubernetes")[-1]
+                         target_kind="kubernetes", image=IMAGE)[-1]
     container = _worker(rs, "decode")["template"]["spec"]["containers"][0]
     assert "hugepages-2Mi" not in container["resources"]["limits"]
     assert container["resources"]["limits"]["vpc.amazonaws.com/efa"] == "32"
@@ -124,7 +136,7 @@ def test_ray_pods_run_as_the_team_service_account_annotated_with_its_role_only_w
     spec = spec_parse(SPECS["g6e"], target_kind="eks")
     role = "arn:aws:iam::123456789012:role/tandem-ml-research"
     _, sa, _, rs = manifests_build(name="llama", namespace="tandem-ml-research", team_slug="ml-research", spec=spec,
-                                   target_kind="eks", role_arn=role)
+                                   target_kind="eks", image=IMAGE, role_arn=role)
     assert (sa["kind"], sa["metadata"]["name"], sa["metadata"]["namespace"]) == \
         ("ServiceAccount", "tandem-ray", "tandem-ml-research")
     assert sa["metadata"]["annotations"]["eks.amazonaws.com/role-arn"] == role
@@ -137,11 +149,12 @@ def test_ray_pods_run_as_the_team_service_account_annotated_with_its_role_only_w
 
 def test_every_gpu_runtime_states_its_versions_images_and_minimum_kuberay():
     for runtime in (r for r in RUNTIMES.values() if r.accelerator == "gpu"):
-        assert all((runtime.ray, runtime.vllm, runtime.nixl, runtime.cuda, runtime.kuberay_min, runtime.efa_image,
-                    runtime.efa_library_path)), runtime.key
-        cuda_tag = "cu" + runtime.cuda.replace(".", "")
-        for image in (runtime.image, runtime.efa_image):
-            assert f":{runtime.ray}-" in image and cuda_tag in image, image
+        assert all((runtime.ray, runtime.vllm, runtime.nixl, runtime.python, runtime.cuda, runtime.kuberay_min,
+                    runtime.base_image, runtime.image_repository, runtime.efa_installer,
+                    runtime.libfabric)), runtime.key
+        # Ray's Ray LLM images are tagged <ray>-py<python>-cu<cuda> (ray-project/ray docker/ray-llm).
+        tag = f"{runtime.ray}-py{runtime.python.replace('.', '')}-cu{runtime.cuda.replace('.', '')}"
+        assert runtime.base_image == f"rayproject/ray-llm:{tag}", runtime.base_image
 
 
 def test_g6e_workers_have_no_efa_and_the_head_has_no_gpu():
@@ -161,7 +174,7 @@ def test_ray_version_matches_the_runtime_image_and_the_secret_is_only_referenced
     rs = _render("g6e")[-1]
     runtime = RUNTIMES[spec_parse(SPECS["g6e"], target_kind="eks").runtime]
     assert rs["spec"]["rayClusterConfig"]["rayVersion"] == runtime.ray
-    assert f":{runtime.ray}-" in runtime.image
+    assert runtime.base_image.split(":")[1].startswith(f"{runtime.ray}-")
     env = _worker(rs, "prefill")["template"]["spec"]["containers"][0]["env"]
     token = next(e for e in env if e["name"] == "HF_TOKEN")
     assert "value" not in token and token["valueFrom"]["secretKeyRef"]["name"] == "tandem-model-access"

@@ -9,7 +9,7 @@ from deployments.models import Cluster, Deployment
 from deployments.services.pause import deployment_pause, deployment_resume
 from deployments.services.quota import team_gpus_held
 from observability.models import ConformanceRun
-from tests.factories import ClusterFactory, DeploymentFactory, MembershipFactory, TeamFactory
+from tests.factories import RUNTIME_IMAGES, ClusterFactory, DeploymentFactory, MembershipFactory, TeamFactory
 from tests.observability.mock_openai import MODEL
 from tests.support.broker import queued
 from tests.support.moto_server import eks_cluster_create
@@ -74,7 +74,8 @@ def eks_serving(aws, emulator, db):
     cluster = ClusterFactory(name="eks-prod", kind=Cluster.Kind.EKS, config={
         "region": REGION, "cluster_name": "gpu-prod", "aws_endpoint_url": aws.url,
         "kubernetes_endpoint_url": emulator.base_url, "node_role_arn": "arn:aws:iam::123456789012:role/nodes",
-        "subnet_ids": made["subnet_ids"], "model_sources": {"s3": ["s3://models"]}})
+        "subnet_ids": made["subnet_ids"], "model_sources": {"s3": ["s3://models"]},
+        "runtime_images": RUNTIME_IMAGES})
     return DeploymentFactory(team=TeamFactory(slug="ml-research"), cluster=cluster, name="llama",
                              spec=gpu_spec(), status=Status.RUNNING)
 

@@ -15,6 +15,8 @@ from tests.support.processes import ROOT
 from workers.preflight import (DRIVER_ACTIONS, FAIL, HEAD_NODES_FIX, PASS, UNVERIFIED, cluster_preflight,
                                node_admits, taint_tolerated)
 
+RUNTIME = "ray-2.60.0-vllm-0.29.0"  # the GPU runtime an eks cluster runs
+
 @pytest.fixture
 def eks(aws, emulator, db):
     """An EKS cluster registered with Tandem, its API served by the emulator (add-ons not yet installed)."""
@@ -22,12 +24,18 @@ def eks(aws, emulator, db):
     emulator.install_kuberay()
     emulator.token, emulator.token_prefix = None, "k8s-aws-v1."
 
-    def register(*, zones=("a",)) -> Cluster:
+    def register(*, zones=("a",), runtime_images: dict | None = None) -> Cluster:
+        """The cluster, with Tandem's runtime image built, pushed and registered (docs/install.md, step 5) unless
+        `runtime_images` says otherwise."""
         network = aws_network(aws.url, zones=zones)
+        if runtime_images is None:
+            manifest = cluster_addons.runtime_image_manifest()
+            cluster_addons.runtime_image_push(aws.url, manifest)
+            runtime_images = {RUNTIME: cluster_addons.runtime_image_ref(manifest)}
         return ClusterFactory(name="eks-prod", kind=Cluster.Kind.EKS, config={
             "region": REGION, "cluster_name": "gpu-prod", "aws_endpoint_url": aws.url,
             "kubernetes_endpoint_url": emulator.base_url, "node_role_arn": "arn:aws:iam::123456789012:role/nodes",
-            "subnet_ids": network["subnets"]})
+            "subnet_ids": network["subnets"], "runtime_images": runtime_images})
     return register
 
 
@@ -44,7 +52,9 @@ def test_a_cluster_installed_as_documented_passes_every_check(eks, emulator):
 
     assert [n for n, line in lines.items() if line.status == FAIL] == []
     # moto 5.2.5 does not implement iam:SimulatePrincipalPolicy (it answers 500): said so, not passed.
-    assert {n for n, line in lines.items() if line.status == UNVERIFIED} == {"driver-iam", "node-role-iam"}
+    assert {n for n, line in lines.items() if line.status == UNVERIFIED} == {"driver-iam", "node-role-iam",
+                                                                             "runtime-image-pull"}
+    assert lines["runtime-images"].status == PASS
     assert "SimulatePrincipalPolicy" in lines["driver-iam"].evidence
     assert "1 of 1 pods ready" in lines["nvidia-device-plugin"].evidence
     assert "nvidia.com/gpu 8, vpc.amazonaws.com/efa 32" in lines["allocatable"].evidence
@@ -177,3 +187,48 @@ def test_tandems_efa_security_group_without_its_self_rules_fails_and_absent_pass
     ec2.delete_security_group(GroupId=sg["GroupId"])
     line = _by_name(cluster_preflight(cluster))["efa-security-group"]
     assert line.status == PASS and "Tandem creates it" in line.evidence
+
+
+# --- the runtime image: registered by digest, in the cluster's ECR, before any deployment is approved ----------
+def _image_lines(cluster) -> list:
+    return [line for line in cluster_preflight(cluster) if line.name.startswith("runtime-image")]
+
+
+def test_a_registered_runtime_image_missing_from_ecr_fails_with_the_fix_and_passes_once_pushed(eks, aws, emulator):
+    """A team registers the digest it built, then pushes: until the push, every Ray pod would end in ErrImagePull."""
+    cluster_addons.cluster_ready(_client(emulator))
+    manifest = cluster_addons.runtime_image_manifest(layer="3")  # built, not yet pushed
+    ref = cluster_addons.runtime_image_ref(manifest)
+    cluster = eks(runtime_images={RUNTIME: ref})
+
+    missing = _image_lines(cluster)
+    assert [(line.name, line.status, line.subject) for line in missing] == \
+        [("runtime-images", FAIL, f"runtime:{RUNTIME}")]
+    assert "ECR has no repository tandem-runtime of ECR 123456789012 (us-west-2)" in missing[0].evidence
+    assert missing[0].fix.startswith("aws ecr create-repository --repository-name tandem-runtime --region us-west-2")
+
+    cluster_addons.runtime_image_push(aws.url, cluster_addons.runtime_image_manifest(layer="4"))  # another image
+    missing = _image_lines(cluster)[0]
+    assert missing.status == FAIL and f"ECR has no image {ref.split('@')[1]} in repository tandem-runtime" \
+        in missing.evidence and "ErrImagePull" in missing.evidence
+    assert f"tandemctl cluster set eks-prod 'runtime_images={{\"{RUNTIME}\": " in missing.fix
+
+    cluster_addons.runtime_image_push(aws.url, manifest)
+    found, pull = _image_lines(cluster)
+    assert (found.name, found.status, found.subject) == ("runtime-images", PASS, f"runtime:{RUNTIME}")
+    assert f"{ref} is in repository tandem-runtime" in found.evidence and RUNTIME in found.evidence
+    # The node role's pull rights on the repository: IAM's simulation, which moto does not offer (said so).
+    assert (pull.name, pull.status, pull.subject) == ("runtime-image-pull", UNVERIFIED, f"runtime:{RUNTIME}")
+
+
+def test_a_runtime_without_a_registered_image_fails_and_one_outside_ecr_is_unverified(eks, emulator):
+    cluster_addons.cluster_ready(_client(emulator))
+    cluster = eks(runtime_images={})
+    [line] = _image_lines(cluster)
+    assert (line.status, line.subject) == (FAIL, f"runtime:{RUNTIME}")
+    assert "deployments of it are refused" in line.evidence and "docs/install.md, step 5" in line.fix
+    cluster.config["runtime_images"] = {RUNTIME: "ghcr.io/acme/tandem-runtime@sha256:" + "cd" * 32}
+    cluster.save()
+    [line] = _image_lines(Cluster.objects.get(pk=cluster.pk))
+    assert line.status == UNVERIFIED and "not in a private ECR registry" in line.evidence
+

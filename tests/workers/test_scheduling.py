@@ -9,7 +9,7 @@ from deployments.lifecycle import Status
 from deployments.manifests import EFA_HUGEPAGES, manifests_build
 from deployments.spec import spec_parse
 from deployments.models import Deployment
-from tests.factories import DeploymentFactory, TeamFactory, spec_input
+from tests.factories import RUNTIME_IMAGE, DeploymentFactory, TeamFactory, spec_input
 from tests.support.processes import wait_for
 from tests.support.scheduler import cpu_node, eks_node, pod_requests, schedule
 from tests.workers.conftest import gpu_spec
@@ -88,7 +88,8 @@ def test_a_node_without_the_efa_device_plugin_is_no_fit_for_an_efa_pool(emulator
 @pytest.mark.parametrize(("hugepages", "fits"), [(EFA_HUGEPAGES, True), ("", False)])
 def test_an_eks_efa_worker_fits_only_a_node_that_reserved_its_hugepages(hugepages, fits):
     spec = spec_parse(spec_input(), target_kind="eks")
-    rs = manifests_build(name="llama", namespace="tandem-t", team_slug="t", spec=spec, target_kind="eks")[-1]
+    rs = manifests_build(name="llama", namespace="tandem-t", team_slug="t", spec=spec, target_kind="eks",
+                         image=RUNTIME_IMAGE)[-1]
     worker = rs["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["template"]["spec"]
     node, message = schedule(worker, [eks_node("ip-10-0-0-1", "g6e.12xlarge", hugepages_2mi=hugepages)])
     assert (node is not None, message) == (fits, "" if fits else (

@@ -3,8 +3,8 @@ fail, the evidence read from the cluster (or AWS), and the fix.
 
 It reads only, through the same clients the drivers use (the worker's Kubernetes credentials and AWS identity), so
 what it sees is what a deployment will meet. Checks of the Kubernetes side run on `eks` and `kubernetes` clusters;
-the AWS side (IAM, subnets, the EFA security group, the node-group quota) on `eks` only. docs/install.md is the list
-of steps that make every check pass.
+the AWS side (IAM, subnets, the EFA security group, the node-group quota, the runtime images in ECR) on `eks` only.
+docs/install.md is the list of steps that make every check pass.
 
 A check that cannot be decided here says so (`unverified`) rather than passing: e.g. IAM's policy simulator where
 the AWS endpoint does not offer it.
@@ -17,6 +17,7 @@ from workers.preflight.aws import DRIVER_ACTIONS, AwsChecks
 from workers.preflight.kubernetes import (HEAD_NODES_FIX, HELM_EFA, HELM_NVIDIA, METRICS_APISERVICE, KubernetesChecks,
                                          kuberay_needed)
 from workers.preflight.lines import FAIL, PASS, UNVERIFIED, CheckLine, Unreadable
+from workers.preflight.runtime_images import RuntimeImageChecks
 from workers.preflight.scheduling import node_admits, taint_tolerated
 from workers.targets.base import PermanentError, TransientError
 from workers.targets.eks import EksTarget
@@ -27,7 +28,7 @@ __all__ = ["DRIVER_ACTIONS", "FAIL", "HEAD_NODES_FIX", "HELM_EFA", "HELM_NVIDIA"
            "Preflight", "cluster_check_run", "cluster_preflight", "kuberay_needed", "node_admits", "taint_tolerated"]
 
 
-class Preflight(KubernetesChecks, AwsChecks):
+class Preflight(KubernetesChecks, AwsChecks, RuntimeImageChecks):
     """Runs every check that applies to a cluster's kind; each check is a method returning its CheckLine."""
 
     def __init__(self, target: KubernetesTarget):
@@ -40,12 +41,13 @@ class Preflight(KubernetesChecks, AwsChecks):
                   self.allocatable, self.ray_head, self.metrics_server, self.team_namespaces]
         if self.is_eks:
             checks += [self.driver_iam, self.node_role_iam, self.subnets, self.efa_security_group,
-                       self.nodegroup_quota]
+                       self.nodegroup_quota, self.runtime_images]
         lines = []
         for check in checks:
             name = check.__name__.replace("_", "-")
             try:
-                lines.append(check())
+                found = check()  # a check about several subjects (runtime_images) gives a line for each
+                lines += found if isinstance(found, list) else [found]
             except (Unreadable, PermanentError, TransientError) as e:
                 lines.append(CheckLine(name, FAIL, str(e), "Fix what the evidence names, then run the checks again."))
         return lines

@@ -19,7 +19,8 @@ DRIVER_ACTIONS = ("eks:DescribeCluster", "eks:ListNodegroups", "eks:CreateNodegr
                   "ec2:DescribeSubnets", "ec2:DescribeSecurityGroups", "ec2:DescribeLaunchTemplateVersions",
                   "ec2:CreateLaunchTemplate", "ec2:DeleteLaunchTemplate", "ec2:CreatePlacementGroup",
                   "ec2:DeletePlacementGroup", "ec2:CreateSecurityGroup", "ec2:AuthorizeSecurityGroupIngress",
-                  "ec2:AuthorizeSecurityGroupEgress", "ec2:CreateTags", "iam:SimulatePrincipalPolicy")
+                  "ec2:AuthorizeSecurityGroupEgress", "ec2:CreateTags", "iam:SimulatePrincipalPolicy",
+                  "ecr:DescribeImages")
 DRIVER_CONTEXT = (("aws:RequestTag/tandem.dev/managed-by", "tandem"),
                   ("aws:ResourceTag/tandem.dev/managed-by", "tandem"),
                   ("iam:PassedToService", "eks.amazonaws.com"),

@@ -12,6 +12,7 @@ class CheckLine:
     status: str
     evidence: str
     fix: str = ""
+    subject: str = ""
 
     def to_dict(self) -> dict:
         return asdict(self)

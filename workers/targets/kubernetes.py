@@ -28,7 +28,8 @@ from deployments.applied_check import applied_differences, applied_mismatch_mess
 from deployments.catalog import RUNTIMES
 from deployments.manifests import (DEPLOYMENT_LABEL, GENERATION_OF_LABEL, HASH_ANNOTATION, MANAGED_BY, MODEL_SECRET,
                                   POOL_LABEL, RAY_CLUSTER_HASH_ANNOTATION, TEAM_LABEL, endpoint_url, manifests_build,
-                                  manifests_hash, namespace_guards_build, namespace_name)
+                                  manifests_hash, namespace_guards_build, namespace_name, rayservice_image)
+from deployments.runtime_images import public_image_note, runtime_image_errors, runtime_image_of
 from deployments.secret_refs import SecretRefError, secret_resolve
 from deployments.serve_config import serve_app_name
 from deployments.team_roles import team_role_arn
@@ -169,21 +170,32 @@ class KubernetesTarget(Target):
         return serve_app_name(deployment_id=deployment.pk, name=deployment.name, target_kind=self.cluster.kind,
                               app_generation=generation)
 
+    def runtime_image(self, spec) -> str:
+        """The image every Ray pod of the spec runs on this cluster (deployments.runtime_images); a cluster with none
+        it may use is a PermanentError saying how to register one."""
+        image = runtime_image_of(kind=self.cluster.kind, config=self.config, spec=spec)
+        if image is None:
+            raise PermanentError(" ".join(runtime_image_errors(cluster=self.cluster, spec=spec)))
+        return image.ref
+
     def desired(self, deployment, unit: AppUnit | None = None) -> tuple[list[dict], str]:
         """The unit's objects (None: the live unit's): a later generation is a RayService of its own, named for it,
         with its own endpoint Service; fixed replicas size its Serve deployments and worker groups."""
         unit = unit or live_unit(deployment)
+        objects = self._objects(deployment, unit, image=self.runtime_image(unit.spec))
+        return objects, manifests_hash(objects)
+
+    def _objects(self, deployment, unit: AppUnit, *, image: str) -> list[dict]:
         namespace, team_slug = self.namespace(deployment), deployment.team.slug
         ns, *rest = manifests_build(name=self.app_name(deployment, unit), namespace=namespace, team_slug=team_slug,
-                                    spec=unit.spec, target_kind=self.cluster.kind,
+                                    spec=unit.spec, target_kind=self.cluster.kind, image=image,
                                     node_selectors=self.node_selectors(deployment), role_arn=self.team_role(deployment),
                                     replicas=unit.replicas,
                                     generation_of=deployment.name if unit.app_generation else "")
         guards = namespace_guards_build(namespace=namespace, team_slug=team_slug,
                                         kuberay_namespace_labels=settings.TANDEM_KUBERAY_NAMESPACE_LABELS,
                                         prometheus_namespace_labels=settings.TANDEM_PROMETHEUS_NAMESPACE_LABELS)
-        objects = [ns, *guards, *rest]  # the RoleBinding before anything that needs it, the RayService last
-        return objects, manifests_hash(objects)
+        return [ns, *guards, *rest]  # the RoleBinding before anything that needs it, the RayService last
 
     def _read(self, obj: dict) -> dict | None:
         kind, meta = obj["kind"], obj["metadata"]
@@ -348,6 +360,8 @@ class KubernetesTarget(Target):
                 done += self._copy_model_secret(deployment, obj["metadata"]["namespace"])
             elif obj["kind"] == "RayService" and unchanged[-1:] != ["RayService"]:
                 self._require_kept(deployment, obj)
+                if note := public_image_note(rayservice_image(obj)):
+                    done.append(note)
         message = "; ".join(done) or "nothing changed"
         if unchanged:
             message += f" (unchanged: {', '.join(unchanged)})"
@@ -482,7 +496,7 @@ class KubernetesTarget(Target):
         custom, core = k8s.CustomObjectsApi(self.api), k8s.CoreV1Api(self.api)
         namespace, remaining = self.namespace(deployment), []
         for u in units:
-            objects, _ = self.desired(deployment, u)
+            objects = self._objects(deployment, u, image="")  # names and labels: the image plays no part
             # The team's service account, RoleBinding and NetworkPolicies go with its namespace.
             svc, rs = (next(o for o in objects if o["kind"] == kind) for kind in ("Service", "RayService"))
             for obj, delete in ((rs, lambda name=rs["metadata"]["name"]: custom.delete_namespaced_custom_object(
@@ -500,7 +514,7 @@ class KubernetesTarget(Target):
         if unit is not None:
             return Step(ready=True, message=f"Deleted RayService {self.app_name(deployment, unit)} and its endpoint "
                                             f"Service in {namespace}.")
-        ns_obj = self.desired(deployment)[0][0]
+        ns_obj = self._objects(deployment, live_unit(deployment), image="")[0]
         if self._namespace_release(namespace, deployment.team.slug) and self._read(ns_obj) is not None:
             return Step(ready=False, message=f"Waiting for namespace {namespace} to go away.")
         return Step(ready=True, message=f"Deleted the RayService and endpoint Service in {namespace}.")
