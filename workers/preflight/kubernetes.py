@@ -270,8 +270,8 @@ class KubernetesChecks:
         if not images or not all(found):
             what = f"kube-system/{VPC_CNI_DAEMONSET} runs {', '.join(images)}" if images else \
                 f"No DaemonSet kube-system/{VPC_CNI_DAEMONSET} runs an {VPC_CNI_IMAGE} image"
-            return CheckLine("vpc-cni", UNVERIFIED, f"{what}: its version is unknown, and Tandem's EFA node groups need "
-                             f"the Amazon VPC CNI {VPC_CNI_EFA_ONLY} or newer (EFA-only interfaces).", VPC_CNI_FIX)
+            return CheckLine("vpc-cni", UNVERIFIED, f"{what}: its version is unknown, and Tandem's EFA node groups "
+                             f"need the Amazon VPC CNI {VPC_CNI_EFA_ONLY} or newer (EFA-only interfaces).", VPC_CNI_FIX)
         version = min(Version(m[1]) for m in found)
         evidence = f"kube-system/{VPC_CNI_DAEMONSET} runs {', '.join(images)}"
         if version < VPC_CNI_EFA_ONLY:

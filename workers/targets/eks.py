@@ -313,6 +313,8 @@ class EksTarget(KubernetesTarget):
     def _find_efa_security_group(self) -> dict | None:
         """Tandem's EFA security group in the cluster's VPC, found by its name."""
         vpc = self._active_cluster().get("resourcesVpcConfig", {}).get("vpcId")
+        if not vpc:  # EKS always reports it; a stand-in cluster may not
+            return None
         found = self._aws("finding the EFA security group", self.ec2.describe_security_groups,
                           Filters=[{"Name": "group-name", "Values": [efa_security_group_name(self.cluster)]},
                                    {"Name": "vpc-id", "Values": [vpc]}])["SecurityGroups"]
