@@ -11,8 +11,12 @@ from tests.deploy.render import ROOT
 # Calls that need more than their own action: creating a node group with tags is also eks:TagResource on it, naming
 # its node role is iam:PassRole on that role, and naming a launch template makes EKS check that the caller may read
 # it (ec2:DescribeLaunchTemplateVersions; without it EKS answers "You are not authorized to describe the launch
-# template version"). EC2 creations with TagSpecifications are also ec2:CreateTags (tag on create).
-IMPLIED = {"eks:CreateNodegroup": {"eks:TagResource", "iam:PassRole", "ec2:DescribeLaunchTemplateVersions"},
+# template version") and, where the template tags what it launches, launch and tag with it ("The IAM entity calling
+# the CreateNodegroup ... APIs must have permissions for ec2:RunInstances and ec2:CreateTags", EKS user guide,
+# "Customize managed nodes with launch templates", Tagging Amazon EC2 instances). EC2 creations with
+# TagSpecifications are also ec2:CreateTags (tag on create).
+IMPLIED = {"eks:CreateNodegroup": {"eks:TagResource", "iam:PassRole", "ec2:DescribeLaunchTemplateVersions",
+                                   "ec2:RunInstances", "ec2:CreateTags"},
            "ec2:CreateLaunchTemplate": {"ec2:CreateTags"}, "ec2:CreatePlacementGroup": {"ec2:CreateTags"},
            "ec2:CreateSecurityGroup": {"ec2:CreateTags"}}
 # What the preflight (workers/preflight/) needs beside the driver's calls: IAM's simulation of the driver's and the
@@ -52,14 +56,16 @@ def test_the_policy_allows_exactly_the_operations_the_eks_driver_makes():
     assert ops == {"eks:DescribeCluster", "eks:DescribeNodegroup", "eks:ListNodegroups", "eks:CreateNodegroup",
                    "eks:UpdateNodegroupConfig", "eks:DeleteNodegroup",
                    "ec2:DescribeSubnets", "ec2:DescribeSecurityGroups", "ec2:CreateSecurityGroup",
-                   "ec2:AuthorizeSecurityGroupIngress", "ec2:AuthorizeSecurityGroupEgress",
-                   "ec2:CreatePlacementGroup", "ec2:DeletePlacementGroup", "ec2:CreateLaunchTemplate",
-                   "ec2:DeleteLaunchTemplate"}
+                   "ec2:DeleteSecurityGroup", "ec2:AuthorizeSecurityGroupIngress",
+                   "ec2:AuthorizeSecurityGroupEgress", "ec2:CreatePlacementGroup", "ec2:DeletePlacementGroup",
+                   "ec2:CreateLaunchTemplate", "ec2:DeleteLaunchTemplate", "ec2:DescribeLaunchTemplates",
+                   "ec2:DescribeCapacityReservations"}
     assert allowed == ops | set().union(*(IMPLIED.get(op, set()) for op in ops)) | PREFLIGHT
     assert not [s for s in statements if "*" in "".join(s["Action"])]
     # EC2's Describe calls take no resource-level permissions: only they may name every resource.
     assert {a for s in statements if "*" in _resources(s) for a in s["Action"]} == \
-        {"ec2:DescribeSubnets", "ec2:DescribeSecurityGroups", "ec2:DescribeLaunchTemplateVersions"}
+        {"ec2:DescribeSubnets", "ec2:DescribeSecurityGroups", "ec2:DescribeLaunchTemplates",
+         "ec2:DescribeLaunchTemplateVersions", "ec2:DescribeCapacityReservations"}
 
 
 def test_changes_are_limited_to_tandems_node_groups_and_the_node_role():
@@ -75,13 +81,21 @@ def test_changes_are_limited_to_tandems_node_groups_and_the_node_role():
     assert passrole["Condition"] == {"StringEquals": {"iam:PassedToService": "eks.amazonaws.com"}}
 
 
+LAUNCHED = r"arn:aws:ec2:\$\{AWS_REGION\}:\$\{AWS_ACCOUNT_ID\}:(instance|volume|network-interface)/\*"
+
+
 def test_ec2_writes_carry_the_same_tag_conditions_as_the_node_groups():
     statements = _policy()
     for statement in statements:
         writes = [a for a in statement["Action"] if a.startswith("ec2:") and not a.startswith("ec2:Describe")]
-        if not writes:
+        if not writes or writes == ["ec2:RunInstances"]:  # EKS's launch check: evaluated below
             continue
         resources = _resources(statement)
+        if all(re.fullmatch(LAUNCHED, r) for r in resources):
+            # what the node groups launch, tagged from their launch template, and at launch only
+            assert writes == ["ec2:CreateTags"] and statement["Condition"] == {"StringEquals": {
+                "aws:RequestTag/tandem.dev/managed-by": "tandem", "ec2:CreateAction": "RunInstances"}}
+            continue
         if resources == ["arn:aws:ec2:${AWS_REGION}:${AWS_ACCOUNT_ID}:vpc/${VPC_ID}"]:
             # A security group is created in the cluster's VPC, which carries no Tandem tag: only that VPC.
             assert statement["Action"] == ["ec2:CreateSecurityGroup"] and "Condition" not in statement
@@ -188,3 +202,25 @@ def test_a_node_group_outside_tandems_names_or_with_another_owner_cannot_be_clai
     assert iam_decision("eks:TagResource", _nodegroup("tandem-legacy"), marked) == "ExplicitDeny"
     assert iam_decision("eks:UpdateNodegroupConfig", _nodegroup("search-gpu"), _resource_tags(OURS)) == \
         "ImplicitDeny"
+
+
+def _ec2(kind: str, name: str = "x") -> str:
+    return f"arn:aws:ec2:us-east-1:111122223333:{kind}/{name}"
+
+
+def test_eks_may_launch_only_tandem_tagged_nodes_from_tandem_launch_templates():
+    """EKS checks that whoever creates a node group whose template tags what it launches may run instances and tag
+    them: the driver may, for instances, volumes and network interfaces tagged as Tandem's, from Tandem's launch
+    templates, and may tag nothing else of that kind, nor anything after its launch."""
+    ours = {**_request_tags(OURS)}
+    for kind in ("instance", "volume", "network-interface"):
+        assert iam_decision("ec2:RunInstances", _ec2(kind), ours) == "Allow"
+        assert iam_decision("ec2:RunInstances", _ec2(kind), _request_tags({"team": "x"})) == "ImplicitDeny"
+        assert iam_decision("ec2:CreateTags", _ec2(kind), {**ours, "ec2:CreateAction": "RunInstances"}) == "Allow"
+        assert iam_decision("ec2:CreateTags", _ec2(kind), ours) == "ImplicitDeny"  # someone's running instance
+    assert iam_decision("ec2:RunInstances", _ec2("launch-template", "lt-1"), _resource_tags(OURS)) == "Allow"
+    assert iam_decision("ec2:RunInstances", _ec2("launch-template", "lt-2"), {}) == "ImplicitDeny"
+    for kind in ("subnet", "security-group", "placement-group", "capacity-reservation"):
+        assert iam_decision("ec2:RunInstances", _ec2(kind), {}) == "Allow"
+    assert iam_decision("ec2:RunInstances", "arn:aws:ec2:us-east-1::image/ami-1", {}) == "Allow"
+    assert iam_decision("ec2:TerminateInstances", _ec2("instance"), _resource_tags(OURS)) == "ImplicitDeny"

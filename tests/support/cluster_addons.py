@@ -12,6 +12,8 @@ Shapes, and where each comes from:
   tolerates CriticalAddonsOnly and adds `tolerations`; its node affinity is `node.kubernetes.io/instance-type In`
   supportedInstanceLabels, shortened here to the catalog's EFA types);
 - metrics-server's APIService: kubernetes-sigs/metrics-server components.yaml (`v1beta1.metrics.k8s.io`);
+- the VPC CNI: the aws-node DaemonSet of aws/amazon-vpc-cni-k8s (config/master/aws-k8s-cni.yaml) on its
+  amazon-k8s-cni image, tagged as EKS's vpc-cni add-on tags it (`v<version>-eksbuild.<n>`);
 - a GPU node of a Tandem node group: the labels EKS puts on managed node group nodes, the taints of
   workers/targets/eks.py::nodegroup_taints, and allocatable from the device plugins;
 - Tandem's runtime image in ECR: an image manifest of Docker's schema 2, which ECR names by the sha256 of its bytes.
@@ -128,6 +130,13 @@ def efa_device_plugin(api: k8s.ApiClient, *, ready: int = 0) -> None:
                ready=ready)
 
 
+def vpc_cni(api: k8s.ApiClient, *, version: str = "1.19.2") -> None:
+    """EKS's vpc-cni add-on: the aws-node DaemonSet, its aws-node container on the amazon-k8s-cni image
+    (aws/amazon-vpc-cni-k8s, config/master/aws-k8s-cni.yaml), tagged as the add-on tags it."""
+    _daemonset(api, name="aws-node", ready=1, pod={"hostNetwork": True},
+               image=f"602401143452.dkr.ecr.us-west-2.amazonaws.com/amazon-k8s-cni:v{version}-eksbuild.1")
+
+
 def metrics_server(api: k8s.ApiClient) -> None:
     registration = k8s.ApiregistrationV1Api(api)
     registration.create_api_service({
@@ -187,6 +196,7 @@ def cluster_ready(api: k8s.ApiClient, *, kuberay_version: str = "1.5.1") -> None
     nvidia_device_plugin(api, documented=True, ready=1)
     efa_device_plugin(api, ready=1)
     metrics_server(api)
+    vpc_cni(api)
     gpu_node(api, name="ip-10-0-1-17.us-west-2.compute.internal", instance_type="p5.48xlarge",
              nodegroup="tandem-d1-prefill")
 

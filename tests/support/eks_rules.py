@@ -8,6 +8,14 @@ reservation; 30 managed node groups per cluster), and EC2's API reference for pl
 InvalidPlacementGroup.Duplicate and InvalidPlacementGroup.Unknown) and DeleteLaunchTemplate (an unknown name is
 InvalidLaunchTemplateName.NotFoundException, moto's own text for it). Where an emulated message is not AWS's
 verbatim, tests assert on the product's reaction, not on the text.
+
+Capacity Blocks (the EKS user guide, "Create a managed node group with Capacity Blocks for ML"): the launch template
+holds the market type `capacity-block`, the reservation target and the instance type, and the node group's
+capacityType is CAPACITY_BLOCK; "if the capacity type isn't set to CAPACITY_BLOCK or any of the other above required
+launch template values are missing, then the create request will be rejected". EKS does not check that the nodes of
+a Capacity Block group join the cluster, so such a group is ACTIVE whatever its user data. Launches into a
+reservation are judged by tests/support/ec2_rules.py, what nodeadm makes of a NodeConfig by tests/support/nodeadm.py
+(a node that cannot read it never joins: NodeCreationFailure, "Instances failed to join the kubernetes cluster").
 """
 import base64
 import json
@@ -15,6 +23,8 @@ import uuid
 from xml.sax.saxutils import escape
 
 from moto.core import DEFAULT_ACCOUNT_ID
+
+from tests.support.nodeadm import NodeadmError, node_configs
 
 EC2_NS = "http://ec2.amazonaws.com/doc/2016-11-15/"
 FORBIDDEN_IN_TEMPLATE = ("IamInstanceProfile", "HibernationOptions", "InstanceInitiatedShutdownBehavior")
@@ -171,20 +181,39 @@ class EksRules:
                                   "User data was not in the MIME multi-part archive format.")
             reservation = (data.get("CapacityReservationSpecification") or {}).get("CapacityReservationTarget") or {}
             if request.get("capacityType") == "CAPACITY_BLOCK" and not (
-                    market == "capacity-block" and reservation.get("CapacityReservationId")):
+                    market == "capacity-block" and reservation.get("CapacityReservationId")
+                    and data.get("InstanceType")):
                 return _eks_error(400, "InvalidParameterException",
-                                  "CAPACITY_BLOCK needs a launch template with market type capacity-block and a "
-                                  "capacity reservation target.")
+                                  "CAPACITY_BLOCK needs a launch template with market type capacity-block, a "
+                                  "capacity reservation target and the instance type.")
+            if market == "capacity-block" and request.get("capacityType") != "CAPACITY_BLOCK":
+                return _eks_error(400, "InvalidParameterException",
+                                  "A launch template of market type capacity-block needs capacityType CAPACITY_BLOCK.")
         elif request.get("capacityType") == "CAPACITY_BLOCK":
             return _eks_error(400, "InvalidParameterException", "CAPACITY_BLOCK needs a launch template.")
         return None
 
-    def nodegroup_created(self, cluster: str, request: dict, *, region: str, short: set[str]) -> None:
-        """Fail a node group moto made ACTIVE the way EKS would once its Auto Scaling group tries to launch."""
+    def nodegroup_created(self, cluster: str, request: dict, *, region: str, short: set[str], phases,
+                          ec2_rules) -> None:
+        """A node group moto made ACTIVE at once: CREATING (tests/support/nodegroup_phases.py), then ACTIVE, or
+        CREATE_FAILED with the health issue EKS reports once its Auto Scaling group tries to launch and its nodes to
+        join."""
         group = _eks_backend(region).clusters.get(cluster, None)
         group = group and group.nodegroups.get(request.get("nodegroupName"))
         if group is None or group.status != "ACTIVE":
             return
+        if request.get("launchTemplate") and not request.get("instanceTypes"):
+            group.instance_types = None  # botocore's Nodegroup.instanceTypes: null for a launch template's type
+        key = (region, cluster, group.nodegroup_name)
+        code, issue = self._launch_issue(request, region=region, short=short, ec2_rules=ec2_rules)
+        if issue:
+            phases.creating(key, ends_in="CREATE_FAILED", issues=[
+                {"code": code, "message": issue, "resourceIds": [f"eks-{group.nodegroup_name}-asg"]}])
+        else:
+            phases.creating(key)
+
+    def _launch_issue(self, request: dict, *, region: str, short: set[str], ec2_rules) -> tuple[str, str | None]:
+        """The health issue (code, message) a new node group ends with, or ("", None) when it becomes ACTIVE."""
         version = self._template(request, region)
         data = version.data if version not in (None, "missing") else {}
         ec2 = _ec2_backend(region)
@@ -195,7 +224,13 @@ class EksRules:
         if placement and (region, placement) not in self.placement_groups:
             issue = f"Could not launch On-Demand Instances. InvalidPlacementGroup.Unknown - The Placement Group " \
                     f"'{placement}' is unknown. Launching EC2 instance failed."
-        elif any(i.get("InterfaceType") == "efa" for i in _interfaces(data)) and len(zones) > 1:
+        elif any(i.get("InterfaceType") == "efa-only" and not int(i.get("NetworkCardIndex") or 0)
+                 and not int(i.get("DeviceIndex") or 0) for i in _interfaces(data)):
+            # EC2 user guide, "Maximize network bandwidth ... with multiple network cards"; EKS's "EFA and EFA-only
+            # interfaces": network card 0 carries the instance's primary interface, which cannot be EFA-only.
+            issue = ("Could not launch On-Demand Instances. InvalidParameterCombination - An EFA-only network "
+                     "interface cannot be the primary network interface. Launching EC2 instance failed.")
+        elif any(i.get("InterfaceType") in ("efa", "efa-only") for i in _interfaces(data)) and len(zones) > 1:
             issue = ("Could not launch On-Demand Instances. InvalidParameterCombination - EFA interfaces and the "
                      "cluster placement group need one Availability Zone; the subnets span "
                      f"{', '.join(zones)}. Launching EC2 instance failed.")
@@ -204,10 +239,18 @@ class EksRules:
             issue = (f"Could not launch On-Demand Instances. InsufficientInstanceCapacity - We currently do not have "
                      f"sufficient {itype} capacity in the Availability Zone you requested ({zones[0]}). Our system "
                      "will be working on provisioning additional capacity. Launching EC2 instance failed.")
+        elif why := ec2_rules.launch_failure(data, types=types, zones=zones,
+                                             capacity_type=request.get("capacityType") or "ON_DEMAND"):
+            issue = f"Could not launch On-Demand Instances. {why} Launching EC2 instance failed."
         if issue:
-            group.status = "CREATE_FAILED"
-            group.health = {"issues": [{"code": "AsgInstanceLaunchFailures", "message": issue,
-                                        "resourceIds": [f"eks-{group.nodegroup_name}-asg"]}]}
+            return "AsgInstanceLaunchFailures", issue
+        if request.get("capacityType") != "CAPACITY_BLOCK":  # EKS checks that these nodes join; not a block's
+            try:
+                node_configs(version.user_data.as_bytes() if version not in (None, "missing") and
+                             version.user_data else None)
+            except NodeadmError as e:
+                return "NodeCreationFailure", f"Instances failed to join the kubernetes cluster ({e})."
+        return "", None
 
 
 def _interfaces(data: dict) -> list[dict]:

@@ -11,8 +11,12 @@ What moto accepts and EKS does not (tests/support/eks_rules.py holds the rules a
 without a node role or subnets, or on subnets EC2 does not have; a launch template with fields EKS forbids; a
 capacity block without its reservation; a 31st node group. What EKS accepts and then fails (CREATE_FAILED with its
 health issue): an EFA launch template over subnets in more than one Availability Zone, and an instance type
-`short_of(...)` marks as out of capacity. moto has no placement groups: `EksRules` answers those EC2 calls. ECR
+`short_of(...)` marks as out of capacity. moto has no placement groups: `EksRules` answers those EC2 calls; nor
+capacity reservations (`ec2_rules.reserve(...)` makes one). ECR
 names a pushed image by the digest of its manifest, as the real registry does (moto hashes its layers).
+
+Node groups go through CREATING and DELETING as EKS's do (tests/support/nodegroup_phases.py), one DescribeNodegroup
+per phase unless the test sets `phases.describes` or calls `advance(...)`.
 """
 import functools
 import hashlib
@@ -29,7 +33,9 @@ from moto.ecr import models as ecr_models
 from moto.server import DomainDispatcherApplication, MotoRequestHandler, ThreadedMotoServer, create_backend_app
 from werkzeug.serving import make_server
 
+from tests.support.ec2_rules import Ec2Rules
 from tests.support.eks_rules import EksRules, cluster_vpc
+from tests.support.nodegroup_phases import NodegroupPhases
 
 EKS_CLUSTER_CREATE = {"name", "roleArn", "resourcesVpcConfig"}
 
@@ -64,10 +70,16 @@ class MotoServer(ThreadedMotoServer):
         self.access_keys: list[str] = []  # the access key id that signed each request
         self.short: set[str] = set()  # instance types with no capacity (EC2's InsufficientInstanceCapacity)
         self.rules = EksRules()
+        self.ec2_rules = Ec2Rules()
+        self.phases = NodegroupPhases()
 
     def short_of(self, instance_type: str) -> None:
         """EC2 has no capacity of this instance type: a node group of it fails as EKS reports that."""
         self.short.add(instance_type)
+
+    def advance(self, nodegroup: str, *, cluster: str, region: str = "us-west-2") -> None:
+        """End the node group's CREATING or DELETING phase now."""
+        self.phases.advance((region, cluster, nodegroup))
 
     @property
     def url(self) -> str:
@@ -87,6 +99,8 @@ class MotoServer(ThreadedMotoServer):
         self.access_keys.clear()
         self.short.clear()
         self.rules.reset()
+        self.ec2_rules.reset()
+        self.phases.reset()
         httpx.post(f"{self.url}/moto-api/reset", timeout=10).raise_for_status()
 
     def _middleware(self, app):
@@ -108,6 +122,8 @@ class MotoServer(ThreadedMotoServer):
             if service == "ec2":
                 if answer := self.rules.ec2_answer(params.get("Action", [""])[0], params, region=region):
                     return _respond(start_response, *answer)
+                if answer := self.ec2_rules.answer(params.get("Action", [""])[0], params, region=region):
+                    return _respond(start_response, *answer)
             for fault in self.faults:
                 if fault.count > 0 and fault.method == method and fault.path.search(path):
                     fault.count -= 1
@@ -119,12 +135,40 @@ class MotoServer(ThreadedMotoServer):
                 request = json.loads(body or b"{}")
                 if refusal := self.rules.nodegroup_refusal(m.group(1), request, region=region):
                     return _respond(start_response, *refusal)
-                answer = app(environ, start_response)
-                self.rules.nodegroup_created(m.group(1), request, region=region, short=self.short)
-                return answer
+                answered = {}
+                answer = b"".join(app(environ, lambda status, headers, *_: answered.update(
+                    status=status, headers=headers) or (lambda data: None)))
+                if answered["status"].startswith("200"):
+                    self.rules.nodegroup_created(m.group(1), request, region=region, short=self.short,
+                                                 phases=self.phases, ec2_rules=self.ec2_rules)
+                    made = json.loads(answer)  # EKS answers with the group as it starts: CREATING
+                    made["nodegroup"].update(status="CREATING", health={"issues": []})
+                    answer = json.dumps(made).encode()
+                start_response(answered["status"], [(k, v) for k, v in answered["headers"]
+                                                    if k.lower() != "content-length"]
+                               + [("Content-Length", str(len(answer)))])
+                return [answer]
+            if service == "eks" and (m := NODEGROUP_PATH.fullmatch(path)):
+                return self._nodegroup_phase(app, environ, start_response, method, (region, *m.groups()))
             return app(environ, start_response)
 
         return wsgi
+
+    def _nodegroup_phase(self, app, environ, start_response, method: str, key: tuple[str, str, str, str]):
+        """DescribeNodegroup steps the group's phase; DeleteNodegroup starts DELETING; UpdateNodegroupConfig is
+        refused while the group cannot take it."""
+        region, cluster, name, action = key
+        key = (region, cluster, name)
+        if method == "GET" and not action:
+            self.phases.described(key)
+        elif method == "DELETE" and not action:
+            kept = self.phases.deleting(key)
+            answer = app(environ, start_response)
+            self.phases.deleted(key, kept)
+            return answer
+        elif method == "POST" and action == "/update-config" and (refusal := self.phases.update_refusal(key)):
+            return _respond(start_response, *refusal)
+        return app(environ, start_response)
 
     def _server_entry(self) -> None:
         logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request drowns the logs
@@ -135,6 +179,7 @@ class MotoServer(ThreadedMotoServer):
 
 
 NODEGROUPS_PATH = re.compile(r"/clusters/([^/]+)/node-groups")
+NODEGROUP_PATH = re.compile(r"/clusters/([^/]+)/node-groups/([^/]+)(/update-config)?")
 
 
 @functools.cache

@@ -1,5 +1,6 @@
 """What the eks driver asks EC2 and EKS for, read back from moto's server (made as strict as EKS by
-tests/support/eks_rules.py) with real boto3: launch templates, EFA, subnets, capacity, failures, call counts."""
+tests/support/eks_rules.py, its node groups as slow as EKS's by tests/support/nodegroup_phases.py) with real boto3:
+launch templates, EFA, subnets, capacity and reservations, failures, what is left behind, call counts."""
 import base64
 import dataclasses
 import email
@@ -7,7 +8,6 @@ from datetime import timedelta
 
 import boto3
 import pytest
-import yaml
 from django.utils import timezone
 
 from deployments.catalog import INSTANCE_TYPES
@@ -19,6 +19,7 @@ from deployments.services.actions import deployment_retry
 from deployments.services.clusters import cluster_update
 from tests.factories import MODEL_SOURCES, RUNTIME_IMAGES, ClusterFactory, DeploymentFactory, TeamFactory
 from tests.support.moto_server import eks_cluster_create
+from tests.support.nodeadm import node_configs
 from tests.workers.conftest import gpu_spec
 from workers.pipeline import reconcile_pass
 from workers.targets.base import PermanentError
@@ -42,10 +43,9 @@ def _cluster(aws, emulator, *, zones=("a",), public=False, **config):
         **config}), made
 
 
-def _deployment(cluster, status=Status.APPROVED):
+def _deployment(cluster, status=Status.APPROVED, team="ml-research"):
     spec = gpu_spec(prefill=_pool("p5.48xlarge", 8, 8), decode=_pool("g6e.xlarge", 1, 1, nodes=2))
-    return DeploymentFactory(team=TeamFactory(slug="ml-research"), cluster=cluster, name="llama", spec=spec,
-                             status=status)
+    return DeploymentFactory(team=TeamFactory(slug=team), cluster=cluster, name="llama", spec=spec, status=status)
 
 
 def _eks(aws):
@@ -81,6 +81,37 @@ def test_an_approved_deployment_on_a_cluster_without_its_runtime_image_fails_bef
     assert _eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"] == []
 
 
+def _status_now(name: str) -> str | None:
+    """A node group's status in moto, read without a DescribeNodegroup (which would step its phase)."""
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.eks.models import eks_backends
+
+    group = eks_backends[DEFAULT_ACCOUNT_ID][REGION].clusters["gpu-prod"].nodegroups.get(name)
+    return group.status if group else None
+
+
+def _tandem_ec2(aws) -> dict[str, list[str]]:
+    """What of Tandem's (tagged tandem.dev/managed-by=tandem) is in EC2, by kind."""
+    def ours(tags):
+        return {t["Key"]: t["Value"] for t in tags or []}.get("tandem.dev/managed-by") == "tandem"
+
+    ec2 = _ec2(aws)
+    return {"launch templates": sorted(t["LaunchTemplateName"] for t in ec2.describe_launch_templates()[
+                "LaunchTemplates"] if ours(t.get("Tags"))),
+            "placement groups": sorted(g["GroupName"] for g in ec2.describe_placement_groups()["PlacementGroups"]
+                                       if ours(g.get("Tags"))),
+            "security groups": sorted(g["GroupName"] for g in ec2.describe_security_groups()["SecurityGroups"]
+                                      if ours(g.get("Tags")))}
+
+
+def _until(step, times: int = 8):
+    """Call `step` (a target's pass) until it is ready, as the reconciler does."""
+    for _ in range(times):
+        if (result := step()).ready:
+            return result
+    raise AssertionError(f"never ready: {result.message}")
+
+
 def test_an_efa_pool_runs_on_a_launch_template_with_every_network_card_a_placement_group_and_its_security_group(
         aws, emulator, db):
     cluster, made = _cluster(aws, emulator)
@@ -90,7 +121,10 @@ def test_an_efa_pool_runs_on_a_launch_template_with_every_network_card_a_placeme
     data = _template(aws, prefill)
     cards = data["NetworkInterfaces"]
     assert sorted(c["NetworkCardIndex"] for c in cards) == list(range(32))  # p5.48xlarge has 32 network cards
-    assert {c["InterfaceType"] for c in cards} == {"efa"}
+    # card 0's EFA carries the node's IP address; the other 31 are EFA-only and take none from the subnet
+    assert [(c["NetworkCardIndex"], c["DeviceIndex"], c["InterfaceType"]) for c in cards[:2]] == \
+        [(0, 0, "efa"), (1, 1, "efa-only")]
+    assert {c["InterfaceType"] for c in cards[1:]} == {"efa-only"}
     efa_group = next(g for g in cards[0]["Groups"] if g != made["cluster_security_group_id"])
     assert all(set(c["Groups"]) == {efa_group, made["cluster_security_group_id"]} for c in cards)
     sg = _ec2(aws).describe_security_groups(GroupIds=[efa_group])["SecurityGroups"][0]
@@ -106,9 +140,10 @@ def test_an_efa_pool_runs_on_a_launch_template_with_every_network_card_a_placeme
     # kubelet (images and weights; EKS's default root disk is 20 GiB), and hugepages reserved for at least what
     # the Ray pod on the node requests (manifests.EFA_HUGEPAGES).
     parts = _user_data(data)
-    assert yaml.safe_load(parts["application/node.eks.aws"]) == {
+    assert node_configs(data["UserData"]) == [{  # as nodeadm reads it: a field it does not know would be dropped
         "apiVersion": "node.eks.aws/v1alpha1", "kind": "NodeConfig",
-        "spec": {"instance": {"localStorage": {"strategy": "RAID0"}}}}
+        "spec": {"instance": {"localStorage": {"strategy": "RAID0"}}}}]
+    assert data["MetadataOptions"] == {"HttpTokens": "required", "HttpPutResponseHopLimit": 1}  # no pod reaches IMDS
     pages = int(parts["text/x-shellscript"].split("vm.nr_hugepages = ")[1].split("'")[0])
     assert pages * 2 >= int(EFA_HUGEPAGES.removesuffix("Mi"))
     decode = _template(aws, _group(aws, f"tandem-d{d.pk}-decode"))  # g6e.xlarge: no EFA, no placement group
@@ -125,7 +160,7 @@ def _user_data(data) -> dict[str, str]:
 def test_a_type_without_an_instance_store_big_enough_gets_a_root_volume_for_image_and_weights():
     big = dataclasses.replace(INSTANCE_TYPES["p5.48xlarge"], nvme_gb=0)
     data = launch_template_data(instance=big, security_group_ids=["sg-1"], placement_group="pg",
-                                capacity_reservation_id=None, capacity_block=False)
+                                capacity_reservation_id=None, capacity_block=False, tags={})
     assert data["BlockDeviceMappings"][0]["Ebs"]["VolumeSize"] >= 8 * 80 + 15  # 8 × 80 GB of GPU memory, the image
     assert set(_user_data(data)) == {"text/x-shellscript"}
 
@@ -162,22 +197,78 @@ def test_a_public_subnet_is_refused(aws, emulator, db):
     assert _eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"] == []
 
 
-@pytest.mark.parametrize("capacity", ["SPOT", "CAPACITY_BLOCK"])
-def test_the_cluster_names_the_capacity_the_node_groups_run_on(aws, emulator, db, capacity):
-    reservation = "cr-0123456789abcdef0"
-    cluster, _ = _cluster(aws, emulator, capacity_type=capacity,
-                          capacity_reservation_ids={"p5.48xlarge": reservation, "g6e.xlarge": reservation})
+ZONE = f"{REGION}a"  # eks_cluster_create's one subnet
+
+
+@pytest.mark.parametrize("capacity", ["SPOT", "ON_DEMAND", "CAPACITY_BLOCK"])
+def test_the_node_groups_run_on_the_capacity_the_cluster_names_as_aws_documents_it(aws, emulator, db, capacity):
+    """SPOT: EKS's capacityType alone. An On-Demand Capacity Reservation: the template targets it, the instance type
+    stays on the node group. A Capacity Block: the template holds market type, target and instance type, the node
+    group no instance type (EKS user guide, "Create a managed node group with Capacity Blocks for ML"). Around a
+    reservation Tandem makes no placement group: a Capacity Block needs none, and an ODCR made outside one cannot
+    be moved into one (EC2 user guide, "Capacity Reservations in cluster placement groups")."""
+    block = capacity == "CAPACITY_BLOCK"
+    ids = {t: aws.ec2_rules.reserve(t, ZONE, capacity_block=block) for t in ("p5.48xlarge", "g6e.xlarge")}
+    cluster, _ = _cluster(aws, emulator, capacity_type=capacity, capacity_reservation_ids=ids)
     d = _deployment(cluster)
-    EksTarget(cluster).ensure_node_pools(d)
+    _until(lambda: EksTarget(cluster).ensure_node_pools(d))
     prefill = _group(aws, f"tandem-d{d.pk}-prefill")
-    assert prefill["capacityType"] == capacity
+    assert (prefill["capacityType"], prefill["status"]) == (capacity, "ACTIVE")
     data = _template(aws, prefill)
-    if capacity == "CAPACITY_BLOCK":
-        assert data["InstanceMarketOptions"] == {"MarketType": "capacity-block"}
-        assert data["CapacityReservationSpecification"]["CapacityReservationTarget"] == \
-            {"CapacityReservationId": reservation}
-    else:  # spot comes from capacityType; a spot request in the template is one EKS refuses
+    if capacity == "SPOT":  # a spot request in the template is one EKS refuses
         assert "InstanceMarketOptions" not in data and "CapacityReservationSpecification" not in data
+        assert data["Placement"] == {"GroupName": f"tandem-d{d.pk}-prefill"}
+        return
+    assert data["CapacityReservationSpecification"] == {
+        "CapacityReservationTarget": {"CapacityReservationId": ids["p5.48xlarge"]}}
+    assert "Placement" not in data and _tandem_ec2(aws)["placement groups"] == []
+    if block:
+        assert data["InstanceMarketOptions"] == {"MarketType": "capacity-block"}
+        assert data["InstanceType"] == "p5.48xlarge" and "instanceTypes" not in prefill
+    else:
+        assert "InstanceMarketOptions" not in data and "InstanceType" not in data
+        assert prefill["instanceTypes"] == ["p5.48xlarge"]
+    aws.hits.clear()  # the next pass knows the type even where EKS does not say it: nothing is replaced
+    assert EksTarget(cluster).ensure_node_pools(d).ready
+    assert not [h for h in aws.hits if h[0] == "DELETE"]
+
+
+def test_an_odcr_made_in_a_placement_group_is_launched_in_that_group_and_tandem_leaves_it(aws, emulator, db):
+    _ec2(aws).create_placement_group(GroupName="ml-reserved", Strategy="cluster")
+    rid = aws.ec2_rules.reserve("p5.48xlarge", ZONE, placement_group="ml-reserved")
+    cluster, _ = _cluster(aws, emulator, capacity_reservation_ids={"p5.48xlarge": rid})
+    d = _deployment(cluster)
+    _until(lambda: EksTarget(cluster).ensure_node_pools(d))  # EC2 launches them into the reservation
+    assert _template(aws, _group(aws, f"tandem-d{d.pk}-prefill"))["Placement"] == {"GroupName": "ml-reserved"}
+    assert _tandem_ec2(aws)["placement groups"] == []
+    _until(lambda: EksTarget(cluster).teardown(d))
+    assert [g["GroupName"] for g in _ec2(aws).describe_placement_groups()["PlacementGroups"]] == ["ml-reserved"]
+
+
+@pytest.mark.parametrize(("reservation", "capacity", "says"), [
+    ({"zone": f"{REGION}b"}, "ON_DEMAND", f"is in {REGION}b and the cluster's subnets are in {REGION}a"),
+    ({"instance_type": "p4d.24xlarge"}, "ON_DEMAND", "reserves p4d.24xlarge, not p5.48xlarge"),
+    ({"capacity_block": True}, "ON_DEMAND", "is a Capacity Block: set the cluster's capacity_type to CAPACITY_BLOCK"),
+    ({}, "CAPACITY_BLOCK", "is an On-Demand Capacity Reservation: set the cluster's capacity_type to ON_DEMAND"),
+    ({"count": 0}, "ON_DEMAND", "reserves 0 instance(s) and the pool needs 1"),
+    ({"state": "expired"}, "ON_DEMAND", "is expired: no instance launches into it"),
+    ({"capacity_block": True, "state": "scheduled", "starts_in": timedelta(hours=5)}, "CAPACITY_BLOCK",
+     "after the cluster's 45-minute provisioning deadline"),
+    ({"missing": True}, "ON_DEMAND", "does not exist in us-west-2"),
+], ids=["zone", "type", "block-as-odcr", "odcr-as-block", "count", "expired", "block-too-late", "missing"])
+def test_a_reservation_that_cannot_take_the_pool_fails_the_deployment_before_anything_is_made(
+        aws, emulator, db, reservation, capacity, says):
+    given = {"instance_type": "p5.48xlarge", "zone": ZONE, **reservation}
+    rid = "cr-0123456789abcdef0" if given.pop("missing", False) else \
+        aws.ec2_rules.reserve(given.pop("instance_type"), given.pop("zone"), **given)
+    cluster, _ = _cluster(aws, emulator, capacity_type=capacity, capacity_reservation_ids={"p5.48xlarge": rid})
+    d = _passed(_deployment(cluster))
+    assert d.status == "failed"
+    assert d.status_reason.startswith(f"Capacity reservation {rid} (the cluster's capacity_reservation_ids for "
+                                      f"p5.48xlarge) "), d.status_reason
+    assert says in d.status_reason
+    assert "ec2:CreateLaunchTemplate" not in aws.operations
+    assert _eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"] == []
 
 
 def test_a_capacity_block_without_a_reservation_for_the_type_is_a_permanent_error(aws, emulator, db):
@@ -188,28 +279,70 @@ def test_a_capacity_block_without_a_reservation_for_the_type_is_a_permanent_erro
         EksTarget(cluster).ensure_node_pools(d)
 
 
-def test_no_capacity_fails_with_ekss_words_frees_the_group_and_a_retry_creates_it_again(aws, emulator, db):
-    from deployments.services.actions import deployment_retry
+def _failed(d, passes: int = 5):
+    for _ in range(passes):
+        if (d := _passed(d)).status == "failed":
+            return d
+    raise AssertionError(f"not failed: {d.status} {d.status_reason}")
 
+
+def test_no_capacity_fails_with_ekss_words_and_the_release_leaves_nothing_of_that_pool(aws, emulator, db):
+    """The attempt fails (EC2 has no p5): the failed group is deleted at once, and the release of the failed
+    deployment (its pause: workers.pipeline) waits while EKS deletes it, then frees what it ran on: its launch
+    template, its placement group and, the cluster's last EFA pool gone, the EFA security group. The other pool's
+    group stays, at zero nodes for a retry, with its launch template."""
     cluster, _ = _cluster(aws, emulator)
     aws.short_of("p5.48xlarge")
-    d = _passed(_deployment(cluster))
-    assert d.status == "provisioning"
-    d = _passed(d)
+    d = _failed(_deployment(cluster))
     name = f"tandem-d{d.pk}-prefill"
-    assert d.status == "failed"
     assert "AsgInstanceLaunchFailures: Could not launch On-Demand Instances. InsufficientInstanceCapacity - We " \
            "currently do not have sufficient p5.48xlarge capacity" in d.status_reason
-    assert ("DELETE", f"/clusters/gpu-prod/node-groups/{name}") in aws.hits  # it stops holding anything
-    aws.short.clear()  # capacity came back
-    deployment_retry(actor=d.requested_by, deployment=d)
-    for _ in range(3):
-        d = _passed(d)
+    assert _status_now(name) == "DELETING"  # it stops holding anything
+    step = EksTarget(cluster).pause(d)
+    assert not step.ready and f"{name}: deleting" in step.message
+    step = _until(lambda: EksTarget(cluster).pause(d))
+    assert _tandem_ec2(aws) == {"launch templates": [f"tandem-d{d.pk}-decode"], "placement groups": [],
+                                "security groups": []}
+    assert step.message.endswith(f"Node groups scaled to zero: tandem-d{d.pk}-decode. Gone, with what they ran on: "
+                                 f"{name}.")
+
+
+def test_a_retry_waits_until_the_failed_group_is_gone_then_creates_it_again(aws, emulator, db):
+    """EKS never retries a CREATE_FAILED group, and refuses a new group of its name while the old one is DELETING
+    (minutes): the retry deletes the group the failed attempt left, creates nothing while it goes, then creates it
+    afresh on a new launch template, and it becomes ACTIVE."""
+    from datetime import datetime, timezone as tz
+
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.eks.models import eks_backends
+
+    cluster, _ = _cluster(aws, emulator)
+    d = _deployment(cluster, status=Status.PROVISIONING)
+    _until(lambda: EksTarget(cluster).ensure_node_pools(d))
+    name = f"tandem-d{d.pk}-prefill"
+    before = _ec2(aws).describe_launch_templates(LaunchTemplateNames=[name])["LaunchTemplates"][0]["LaunchTemplateId"]
+    group = eks_backends[DEFAULT_ACCOUNT_ID][REGION].clusters["gpu-prod"].nodegroups[name]
+    group.status = "CREATE_FAILED"
+    group.created_at = datetime.now(tz.utc) - timedelta(hours=2)  # before the retry (status_changed_at) began
+    aws.phases.describes["DELETING"] = 2  # EKS takes a while
+    aws.hits.clear()
+    aws.operations.clear()
+    step = EksTarget(cluster).ensure_node_pools(d)
+    assert not step.ready and f"{name}: deleting the group a previous attempt failed to create" in step.message
+    assert ("DELETE", f"/clusters/gpu-prod/node-groups/{name}") in aws.hits
+    for _ in range(2):  # DELETING: the pass waits, and asks EKS for nothing
+        step = EksTarget(cluster).ensure_node_pools(d)
+        assert not step.ready and f"{name}: deleting" in step.message
+    assert "eks:CreateNodegroup" not in aws.operations
+    step = EksTarget(cluster).ensure_node_pools(d)
+    assert f"{name}: creating 1 × p5.48xlarge" in step.message
+    _until(lambda: EksTarget(cluster).ensure_node_pools(d))
     assert _group(aws, name)["status"] == "ACTIVE"
-    assert d.status != "failed", d.status_reason
+    after = _ec2(aws).describe_launch_templates(LaunchTemplateNames=[name])["LaunchTemplates"][0]["LaunchTemplateId"]
+    assert after != before  # what the failed group ran on went with it
 
 
-def test_past_the_deadline_the_deployment_fails_with_ekss_reason_and_frees_its_node_groups(aws, emulator, db):
+def test_past_the_deadline_the_deployment_fails_with_ekss_reason_and_leaves_nothing_behind(aws, emulator, db):
     from moto.core import DEFAULT_ACCOUNT_ID
     from moto.eks.models import eks_backends
 
@@ -227,8 +360,10 @@ def test_past_the_deadline_the_deployment_fails_with_ekss_reason_and_frees_its_n
     assert d.status_reason.startswith("The node groups were not ready within the cluster's 30-minute provisioning "
                                       f"deadline: tandem-d{d.pk}-prefill is DEGRADED (AsgInstanceLaunchFailures: "
                                       "Could not launch On-Demand Instances. InsufficientInstanceCapacity)")
-    left = {n: _group(aws, n)["status"] for n in _eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"]}
+    left = {n: _status_now(n) for n in _eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"]}
     assert set(left.values()) <= {"DELETING"}, left
+    _until(lambda: EksTarget(cluster).pause(d))  # the release of the failed deployment, once EKS deleted them
+    assert _tandem_ec2(aws) == {"launch templates": [], "placement groups": [], "security groups": []}
 
 
 def test_a_pass_over_a_serving_deployment_describes_the_cluster_once_and_each_node_group_once(aws, emulator, db):
@@ -270,18 +405,52 @@ def test_a_role_arn_is_assumed_for_every_aws_call(aws, emulator, db):
     assert len(aws.access_keys) > 5  # EKS and EC2 calls, all under the role
 
 
-def test_teardown_removes_the_launch_templates_and_placement_groups_with_the_node_groups(aws, emulator, db):
+def test_teardown_leaves_nothing_of_tandems_in_ec2_and_waits_for_the_efa_groups_interfaces(aws, emulator, db):
+    """Launch templates and placement groups go with their node groups, and the EFA security group with the
+    cluster's last EFA pool, once EC2 has released the network interfaces of the terminated nodes (until then EC2
+    answers DependencyViolation, and the teardown waits for it)."""
+    cluster, made = _cluster(aws, emulator)
+    d = _deployment(cluster)
+    EksTarget(cluster).ensure_node_pools(d)
+    assert _tandem_ec2(aws) == {"launch templates": [f"tandem-d{d.pk}-decode", f"tandem-d{d.pk}-prefill"],
+                                "placement groups": [f"tandem-d{d.pk}-prefill"], "security groups": ["tandem-efa"]}
+    sg = _ec2(aws).describe_security_groups(GroupNames=["tandem-efa"])["SecurityGroups"][0]["GroupId"]
+    eni = _ec2(aws).create_network_interface(SubnetId=made["subnet_ids"][0], Groups=[sg])["NetworkInterface"]
+    for _ in range(3):
+        step = EksTarget(cluster).teardown(d)
+    assert not step.ready and "tandem-efa" in step.message and "network interfaces" in step.message
+    assert _eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"] == []
+    assert _tandem_ec2(aws) == {"launch templates": [], "placement groups": [], "security groups": ["tandem-efa"]}
+    _ec2(aws).delete_network_interface(NetworkInterfaceId=eni["NetworkInterfaceId"])  # EC2 released it
+    assert EksTarget(cluster).teardown(d).ready
+    assert _tandem_ec2(aws) == {"launch templates": [], "placement groups": [], "security groups": []}
+
+
+def test_the_efa_security_group_stays_while_another_deployments_efa_pool_uses_it(aws, emulator, db):
+    cluster, _ = _cluster(aws, emulator)
+    first, second = _deployment(cluster), _deployment(cluster, team="search")
+    for d in (first, second):
+        _until(lambda: EksTarget(cluster).ensure_node_pools(d))
+    _until(lambda: EksTarget(cluster).teardown(first))
+    assert _tandem_ec2(aws)["security groups"] == ["tandem-efa"]
+    _until(lambda: EksTarget(cluster).teardown(second))
+    assert _tandem_ec2(aws)["security groups"] == []
+
+
+def test_what_the_node_groups_launch_carries_the_pools_tags(aws, emulator, db):
+    """Instances, volumes and network interfaces are tagged from the launch template as they launch: GPU spend is
+    attributable to a team, a deployment and a pool, and an orphan can be found by its tags."""
     cluster, _ = _cluster(aws, emulator)
     d = _deployment(cluster)
-    target = EksTarget(cluster)
-    target.ensure_node_pools(d)
-    assert len(_ec2(aws).describe_launch_templates()["LaunchTemplates"]) == 2
-    for _ in range(5):
-        if EksTarget(cluster).teardown(d).ready:
-            break
-    assert _eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"] == []
-    assert _ec2(aws).describe_launch_templates()["LaunchTemplates"] == []
-    assert _ec2(aws).describe_placement_groups()["PlacementGroups"] == []
+    EksTarget(cluster).ensure_node_pools(d)
+    for stage in ("prefill", "decode"):
+        data = _template(aws, _group(aws, f"tandem-d{d.pk}-{stage}"))
+        want = {"tandem.dev/managed-by": "tandem", "tandem.dev/deployment-id": str(d.pk),
+                "tandem.dev/team": "ml-research", "tandem.dev/deployment": "llama", "tandem.dev/pool": stage}
+        launched = {spec["ResourceType"]: {t["Key"]: t["Value"] for t in spec["Tags"]}
+                    for spec in data["TagSpecifications"]}
+        launched.pop("launch-template", None)  # moto copies the template's own tags in; EC2 does not
+        assert launched == {"instance": want, "volume": want, "network-interface": want}
 
 
 def test_the_fatal_issue_codes_are_codes_eks_reports():
@@ -296,30 +465,28 @@ def test_the_fatal_issue_codes_are_codes_eks_reports():
 def test_every_aws_call_of_a_deployments_life_is_one_the_driver_policy_allows_and_it_allows_no_more(
         aws, emulator, db):
     """Measured from moto's request log (not read from the code): the cluster's AWS preflight (registering it runs
-    the checks), then a deployment's create (EFA and not), resize, pause, tear down."""
+    the checks), then a deployment's create (EFA and not, one pool in a capacity reservation), resize, pause, tear
+    down (the EFA security group goes with the last EFA pool)."""
     import json
 
     from tests.deploy.render import ROOT
     from tests.deploy.test_iam import IMPLIED
     from workers.preflight import Preflight
 
-    cluster, _ = _cluster(aws, emulator)
+    rid = aws.ec2_rules.reserve("g6e.xlarge", ZONE, 4)
+    cluster, _ = _cluster(aws, emulator, capacity_reservation_ids={"g6e.xlarge": rid})
     d = _deployment(cluster)
     aws.operations.clear()  # the cluster's own making is the platform team's, not the driver's
     preflight = Preflight(EksTarget(cluster))
     for check in (preflight.driver_iam, preflight.node_role_iam, preflight.subnets, preflight.efa_security_group,
                   preflight.nodegroup_quota, preflight.runtime_images):
         check()
-    for _ in range(3):
-        EksTarget(cluster).ensure_node_pools(d)
+    _until(lambda: EksTarget(cluster).ensure_node_pools(d))
     d.spec["decode"]["nodes"] = 3
     EksTarget(cluster).ensure_node_pools(d)
-    for _ in range(3):
-        if EksTarget(cluster).pause(d).ready:
-            break
-    for _ in range(5):
-        if EksTarget(cluster).teardown(d).ready:
-            break
+    _until(lambda: EksTarget(cluster).pause(d))
+    _until(lambda: EksTarget(cluster).teardown(d))
+    assert "ec2:DeleteSecurityGroup" in aws.operations
     made = {op for op in aws.operations if op.startswith(("eks:", "ec2:", "iam:", "ecr:"))}
     statements = json.loads((ROOT / "deploy" / "iam" / "eks-driver-policy.json").read_text())["Statement"]
     allowed = {a for s in statements if s["Effect"] == "Allow" for a in s["Action"]}
@@ -327,43 +494,32 @@ def test_every_aws_call_of_a_deployments_life_is_one_the_driver_policy_allows_an
     assert allowed == made | set().union(*(IMPLIED.get(op, set()) for op in made))
 
 
-def test_a_retry_deletes_a_group_an_earlier_attempt_left_failed_and_creates_it_again(aws, emulator, db):
-    """EKS never retries a CREATE_FAILED group; one left from before this attempt began is replaced, not fatal."""
-    from datetime import datetime, timezone as tz
-
-    from moto.core import DEFAULT_ACCOUNT_ID
-    from moto.eks.models import eks_backends
-
-    cluster, _ = _cluster(aws, emulator)
-    d = _deployment(cluster, status=Status.PROVISIONING)
-    EksTarget(cluster).ensure_node_pools(d)
-    name = f"tandem-d{d.pk}-prefill"
-    group = eks_backends[DEFAULT_ACCOUNT_ID][REGION].clusters["gpu-prod"].nodegroups[name]
-    group.status = "CREATE_FAILED"
-    group.created_at = datetime.now(tz.utc) - timedelta(hours=2)  # before the retry (status_changed_at) began
-    aws.hits.clear()
-    step = EksTarget(cluster).ensure_node_pools(d)
-    assert not step.ready and f"{name}: deleting the group a previous attempt failed to create" in step.message
-    assert ("DELETE", f"/clusters/gpu-prod/node-groups/{name}") in aws.hits
-    for _ in range(3):
-        if EksTarget(cluster).ensure_node_pools(d).ready:
-            break
-    assert _group(aws, name)["status"] == "ACTIVE"
-
-
 def test_a_new_instance_type_replaces_the_group_and_its_launch_template(aws, emulator, db):
     cluster, _ = _cluster(aws, emulator)
     d = _deployment(cluster)
-    for _ in range(3):
-        EksTarget(cluster).ensure_node_pools(d)
+    _until(lambda: EksTarget(cluster).ensure_node_pools(d))
     d.spec["prefill"] = {**d.spec["prefill"], "instance_type": "p4d.24xlarge"}
-    for _ in range(4):
-        if EksTarget(cluster).ensure_node_pools(d).ready:
-            break
+    step = EksTarget(cluster).ensure_node_pools(d)
+    assert f"tandem-d{d.pk}-prefill: replacing for p4d.24xlarge" in step.message
+    _until(lambda: EksTarget(cluster).ensure_node_pools(d))
     prefill = _group(aws, f"tandem-d{d.pk}-prefill")
     assert prefill["instanceTypes"] == ["p4d.24xlarge"]
     assert len(_template(aws, prefill)["NetworkInterfaces"]) == 4  # p4d.24xlarge has 4 network cards
     assert len(_ec2(aws).describe_launch_templates()["LaunchTemplates"]) == 2  # replaced, not added
+
+
+def test_a_group_replaced_by_one_without_efa_leaves_no_placement_group(aws, emulator, db):
+    cluster, _ = _cluster(aws, emulator)
+    d = _deployment(cluster)
+    _until(lambda: EksTarget(cluster).ensure_node_pools(d))
+    assert _tandem_ec2(aws)["placement groups"] == [f"tandem-d{d.pk}-prefill"]
+    d.spec["prefill"] = {**d.spec["prefill"], "instance_type": "g6.12xlarge", "gpus_per_node": 4,
+                         "tensor_parallel_size": 4}
+    _until(lambda: EksTarget(cluster).ensure_node_pools(d))
+    assert _group(aws, f"tandem-d{d.pk}-prefill")["instanceTypes"] == ["g6.12xlarge"]
+    assert _tandem_ec2(aws)["placement groups"] == []
+    _until(lambda: EksTarget(cluster).teardown(d))
+    assert _tandem_ec2(aws) == {"launch templates": [], "placement groups": [], "security groups": []}
 
 
 def test_a_cluster_registered_without_node_role_or_subnets_fails_the_deployment_naming_them(aws, emulator, db):

@@ -44,7 +44,10 @@ def _eks(aws):
 def test_node_groups_are_created_with_types_sizes_labels_and_gpu_taints(aws, deployment):
     target = EksTarget(deployment.cluster)
     step = target.ensure_node_pools(deployment)
-    assert not step.ready and "creating" in step.message  # created this pass; ready on a later one
+    assert not step.ready and "creating" in step.message  # created this pass
+    step = target.ensure_node_pools(deployment)  # EKS is still creating them: the pass waits
+    assert not step.ready and step.message == (f"tandem-d{deployment.pk}-prefill: creating; "
+                                               f"tandem-d{deployment.pk}-decode: creating")
     assert target.ensure_node_pools(deployment).ready
     prefill = _eks(aws).describe_nodegroup(clusterName="gpu-prod",
                                            nodegroupName=f"tandem-d{deployment.pk}-prefill")["nodegroup"]
@@ -60,7 +63,7 @@ def test_node_groups_are_created_with_types_sizes_labels_and_gpu_taints(aws, dep
 
 def test_an_update_resizes_only_the_pool_that_changed(aws, deployment):
     target = EksTarget(deployment.cluster)
-    target.ensure_node_pools(deployment)
+    _ready(target, deployment)
     deployment.spec["decode"]["nodes"] = 3
     aws.hits.clear()
     step = target.ensure_node_pools(deployment)
@@ -196,6 +199,7 @@ def test_a_node_group_named_before_ids_is_kept_by_its_own_deployment(aws, deploy
                                                   "desiredSize": pool.nodes},
                                    tags={"tandem.dev/managed-by": "tandem",
                                          "tandem.dev/deployment-id": str(deployment.pk)})
+        aws.advance(name, cluster="gpu-prod")  # made long ago: ACTIVE
     target = EksTarget(deployment.cluster)
     assert target.ensure_node_pools(deployment).ready
     assert target.node_selectors(deployment)["decode"] == {"eks.amazonaws.com/nodegroup": legacy["decode"]}

@@ -59,6 +59,7 @@ def test_a_cluster_installed_as_documented_passes_every_check(eks, emulator):
     assert "1 of 1 pods ready" in lines["nvidia-device-plugin"].evidence
     assert "nvidia.com/gpu 8, vpc.amazonaws.com/efa 32" in lines["allocatable"].evidence
     assert "0 of 30 node groups used" in lines["nodegroup-quota"].evidence
+    assert lines["vpc-cni"].status == PASS
     assert "1 can be created" in lines["team-namespaces"].evidence
     assert emulator.namespaces == {}  # the dry run created nothing
 
@@ -147,6 +148,22 @@ def test_the_node_group_quota_counts_what_exists(eks, aws, emulator):
                                 subnets=cluster.config["subnet_ids"])
     line = _by_name(cluster_preflight(cluster))["nodegroup-quota"]
     assert line.status == FAIL and "29 of 30 node groups used" in line.evidence
+
+
+@pytest.mark.parametrize(("installed", "status", "says"), [
+    ("1.19.2", PASS, "amazon-k8s-cni:v1.19.2-eksbuild.1 (1.18.5 or newer handles EFA-only interfaces)"),
+    ("1.18.4", FAIL, "amazon-k8s-cni:v1.18.4-eksbuild.1: Tandem's EFA node groups put EFA-only interfaces on every "
+                     "network card but the first, which the VPC CNI handles from 1.18.5 on."),
+    (None, UNVERIFIED, "No DaemonSet kube-system/aws-node runs an amazon-k8s-cni image"),
+])
+def test_the_vpc_cni_must_handle_the_efa_only_interfaces_of_tandems_node_groups(eks, emulator, installed, status, says):
+    cluster = eks()
+    if installed:
+        cluster_addons.vpc_cni(_client(emulator), version=installed)
+    line = _by_name(cluster_preflight(cluster))["vpc-cni"]
+    assert line.status == status and says in line.evidence, line
+    if status != PASS:
+        assert line.fix.startswith("aws eks update-addon --cluster-name $CLUSTER_NAME --addon-name vpc-cni")
 
 
 def test_the_simulated_driver_actions_are_the_policys():

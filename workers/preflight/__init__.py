@@ -41,7 +41,7 @@ class Preflight(KubernetesChecks, AwsChecks, RuntimeImageChecks):
                   self.allocatable, self.ray_head, self.metrics_server, self.team_namespaces]
         if self.is_eks:
             checks += [self.driver_iam, self.node_role_iam, self.subnets, self.efa_security_group,
-                       self.nodegroup_quota, self.runtime_images]
+                       self.nodegroup_quota, self.runtime_images, self.vpc_cni]
         lines = []
         for check in checks:
             name = check.__name__.replace("_", "-")

@@ -16,11 +16,12 @@ from workers.targets.eks import efa_security_group_name
 # compares), simulated with the context the policy's conditions read.
 DRIVER_ACTIONS = ("eks:DescribeCluster", "eks:ListNodegroups", "eks:CreateNodegroup", "eks:TagResource",
                   "eks:DescribeNodegroup", "eks:UpdateNodegroupConfig", "eks:DeleteNodegroup", "iam:PassRole",
-                  "ec2:DescribeSubnets", "ec2:DescribeSecurityGroups", "ec2:DescribeLaunchTemplateVersions",
+                  "ec2:DescribeSubnets", "ec2:DescribeSecurityGroups", "ec2:DescribeLaunchTemplates",
+                  "ec2:DescribeLaunchTemplateVersions", "ec2:DescribeCapacityReservations",
                   "ec2:CreateLaunchTemplate", "ec2:DeleteLaunchTemplate", "ec2:CreatePlacementGroup",
-                  "ec2:DeletePlacementGroup", "ec2:CreateSecurityGroup", "ec2:AuthorizeSecurityGroupIngress",
-                  "ec2:AuthorizeSecurityGroupEgress", "ec2:CreateTags", "iam:SimulatePrincipalPolicy",
-                  "ecr:DescribeImages")
+                  "ec2:DeletePlacementGroup", "ec2:CreateSecurityGroup", "ec2:DeleteSecurityGroup",
+                  "ec2:AuthorizeSecurityGroupIngress", "ec2:AuthorizeSecurityGroupEgress", "ec2:CreateTags",
+                  "ec2:RunInstances", "iam:SimulatePrincipalPolicy", "ecr:DescribeImages")
 DRIVER_CONTEXT = (("aws:RequestTag/tandem.dev/managed-by", "tandem"),
                   ("aws:ResourceTag/tandem.dev/managed-by", "tandem"),
                   ("iam:PassedToService", "eks.amazonaws.com"),

@@ -1,7 +1,8 @@
 """The Kubernetes side of the preflight: KubeRay (operator and the CRD's served fields), the NVIDIA and EFA device
-plugins against the taints and labels of Tandem's GPU nodes, what those nodes advertise, metrics-server, and whether
-each team's namespace can be created (a server-side dry run)."""
+plugins against the taints and labels of Tandem's GPU nodes, what those nodes advertise, metrics-server, the VPC
+CNI's version (EKS), and whether each team's namespace can be created (a server-side dry run)."""
 import json
+import re
 from collections.abc import Callable
 
 import urllib3
@@ -40,6 +41,15 @@ HEAD_NODES_FIX = ("aws eks create-nodegroup --cluster-name $CLUSTER_NAME --nodeg
                   "--node-role $SYSTEM_NODE_ROLE_ARN")
 HELM_EFA = ("helm upgrade --install efa eks/aws-efa-k8s-device-plugin -n kube-system "
             "-f deploy/cluster/efa-device-plugin-values.yaml")
+# The Amazon VPC CNI runs as the aws-node DaemonSet (amazon-vpc-cni-k8s, config/master/aws-k8s-cni.yaml; the
+# vpc-cni add-on keeps the name), its aws-node container on the amazon-k8s-cni image, tagged v<version>[-eksbuild.N].
+# Tandem's EFA node groups put EFA-only interfaces on every network card but the first
+# (workers.targets.eks_launch_template.efa_interfaces), which it handles from 1.18.5 (EKS user guide, "EFA and
+# EFA-only interfaces").
+VPC_CNI_DAEMONSET, VPC_CNI_IMAGE, VPC_CNI_EFA_ONLY = "aws-node", "amazon-k8s-cni", Version("1.18.5")
+VPC_CNI_FIX = ("aws eks update-addon --cluster-name $CLUSTER_NAME --addon-name vpc-cni --addon-version "
+               "$(aws eks describe-addon-versions --addon-name vpc-cni --kubernetes-version $K8S_VERSION "
+               "--query 'addons[0].addonVersions[0].addonVersion' --output text)")
 
 
 def version_of(text: str) -> Version | None:
@@ -249,6 +259,26 @@ class KubernetesChecks:
                          f"CPU, {wants['memory']} requested): {evidence}. Each deployment's head would stay Pending.",
                          f"{HEAD_NODES_FIX} (8 vCPU and 32 GiB: room for Ray heads beside the control plane; "
                          "docs/install.md, step 1)")
+
+    def vpc_cni(self) -> CheckLine:
+        """The VPC CNI's version: EFA-only interfaces need 1.18.5 or newer."""
+        ds = self._k8s(f"reading the {VPC_CNI_DAEMONSET} DaemonSet",
+                       k8s.AppsV1Api(self.target.api).read_namespaced_daemon_set, VPC_CNI_DAEMONSET, "kube-system")
+        images = [c.get("image", "") for c in ((ds or {}).get("spec", {}).get("template", {}).get("spec", {})
+                                               .get("containers") or []) if VPC_CNI_IMAGE in c.get("image", "")]
+        found = [re.search(r":v?(\d+\.\d+\.\d+)", image) for image in images]
+        if not images or not all(found):
+            what = f"kube-system/{VPC_CNI_DAEMONSET} runs {', '.join(images)}" if images else \
+                f"No DaemonSet kube-system/{VPC_CNI_DAEMONSET} runs an {VPC_CNI_IMAGE} image"
+            return CheckLine("vpc-cni", UNVERIFIED, f"{what}: its version is unknown, and Tandem's EFA node groups "
+                             f"need the Amazon VPC CNI {VPC_CNI_EFA_ONLY} or newer (EFA-only interfaces).", VPC_CNI_FIX)
+        version = min(Version(m[1]) for m in found)
+        evidence = f"kube-system/{VPC_CNI_DAEMONSET} runs {', '.join(images)}"
+        if version < VPC_CNI_EFA_ONLY:
+            return CheckLine("vpc-cni", FAIL, f"{evidence}: Tandem's EFA node groups put EFA-only interfaces on every "
+                             f"network card but the first, which the VPC CNI handles from {VPC_CNI_EFA_ONLY} on.",
+                             VPC_CNI_FIX)
+        return CheckLine("vpc-cni", PASS, f"{evidence} ({VPC_CNI_EFA_ONLY} or newer handles EFA-only interfaces).")
 
     def metrics_server(self) -> CheckLine:
         svc = self._k8s(f"reading the APIService {METRICS_APISERVICE}",

@@ -8,10 +8,17 @@ step and returns, so a node group that is still CREATING makes the reconciler co
 blocking a worker. A pass describes the cluster once and each node group once.
 
 Each node group runs on its own EC2 launch template of the same name (workers.targets.eks_launch_template); EFA
-pools also get a cluster placement group of that name and Tandem's EFA security group (one per cluster). All of
-them carry the same tags, which the driver's IAM policy (deploy/iam/) requires.
+pools also get a cluster placement group of that name (unless they run in a capacity reservation: then the
+reservation's own placement group, if it has one) and Tandem's EFA security group (one per cluster). All of them
+carry the same tags, which the driver's IAM policy (deploy/iam/) requires, and so do the instances, volumes and
+network interfaces the node groups launch (the launch template's TagSpecifications).
+
+Nothing is left behind: wherever a pass finds a node group of Tandem's gone (before it creates it again, in a pause
+or the release of a failed deployment, in a teardown), its launch template and placement group go too, and the EFA
+security group goes with the last launch template that uses it.
 """
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from botocore.exceptions import BotoCoreError, ClientError, ConnectionError as BotoConnectionError
 from django.utils import timezone as dj_timezone
@@ -29,11 +36,19 @@ from workers.targets.kubernetes import KubernetesTarget
 TAG_MANAGED = "tandem.dev/managed-by"
 TAG_DEPLOYMENT_ID = "tandem.dev/deployment-id"
 TAG_TEAM, TAG_NAME = "tandem.dev/team", "tandem.dev/deployment"  # for people reading the console, and errors
+TAG_POOL = "tandem.dev/pool"  # the stage: on a node group, its launch template and all they launch
+# On a node group: its instance type, which DescribeNodegroup does not report where the launch template holds it
+# (botocore: a node group's instanceTypes "is null" when deployed with a launch template's; a Capacity Block's is).
+TAG_INSTANCE_TYPE = "tandem.dev/instance-type"
+# On a launch template: the EFA security group it uses, or "none"; the group goes once no template uses it.
+TAG_EFA_SECURITY_GROUP, NO_EFA = "tandem.dev/efa-security-group", "none"
 THROTTLING = {"Throttling", "ThrottlingException", "TooManyRequestsException", "RequestLimitExceeded",
               "ServiceUnavailableException", "ServerException", "InternalFailure"}
 DENIED = {"AccessDeniedException", "UnauthorizedOperation", "UnrecognizedClientException",
           "InvalidClientTokenId", "ExpiredTokenException"}
 WAITING = {"CREATING", "UPDATING", "DELETING"}
+FAILED = {"CREATE_FAILED", "DELETE_FAILED"}  # a node group in these holds nothing worth keeping: it goes
+RESIZABLE = {"ACTIVE", "DEGRADED"}  # EKS takes UpdateNodegroupConfig in these only
 CLUSTER_BROKEN = {"FAILED", "DELETING"}  # an EKS cluster in these will not become ACTIVE by waiting
 NODEGROUP_LABEL = "eks.amazonaws.com/nodegroup"  # EKS puts it on every node of a managed node group
 # A paused deployment's node groups: no nodes, kept so a resume resizes them rather than creating them (EKS wants
@@ -106,12 +121,28 @@ def _tags(deployment) -> dict[str, str]:
             TAG_NAME: deployment.name}
 
 
+def _pool_tags(deployment, stage: str) -> dict[str, str]:
+    """What a pool's node group, launch template and placement group, and its instances, volumes and network
+    interfaces, carry: who pays for them and which stage they serve."""
+    return {**_tags(deployment), TAG_POOL: stage}
+
+
 def _tag_spec(resource_type: str, tags: dict[str, str]) -> list[dict]:
     return [{"ResourceType": resource_type, "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}]
 
 
 def _code(e: ClientError) -> str:
     return e.response.get("Error", {}).get("Code", "")
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """How a pool's node group gets its instances: EKS's capacityType, the capacity reservation (or Capacity Block)
+    its launch template targets, and that reservation's own cluster placement group, if it was made in one."""
+
+    type: str
+    reservation: str | None = None
+    placement_group: str | None = None
 
 
 class EksTarget(KubernetesTarget):
@@ -279,20 +310,26 @@ class EksTarget(KubernetesTarget):
         ids = [s["SubnetId"] for s in self._subnets]
         return ids[:1] if efa else ids
 
+    def _find_efa_security_group(self) -> dict | None:
+        """Tandem's EFA security group in the cluster's VPC, found by its name."""
+        vpc = self._active_cluster().get("resourcesVpcConfig", {}).get("vpcId")
+        if not vpc:  # EKS always reports it; a stand-in cluster may not
+            return None
+        found = self._aws("finding the EFA security group", self.ec2.describe_security_groups,
+                          Filters=[{"Name": "group-name", "Values": [efa_security_group_name(self.cluster)]},
+                                   {"Name": "vpc-id", "Values": [vpc]}])["SecurityGroups"]
+        return found[0] if found else None
+
     def _efa_security_group(self) -> str:
         """Tandem's EFA security group in the cluster's VPC: all traffic in from and out to its own members, which
-        EFA's OS-bypass traffic needs. Created once per cluster; its rules are checked on each node group
-        creation."""
-        vpc = self._active_cluster().get("resourcesVpcConfig", {}).get("vpcId")
-        name = efa_security_group_name(self.cluster)
-        found = self._aws("finding the EFA security group", self.ec2.describe_security_groups,
-                          Filters=[{"Name": "group-name", "Values": [name]},
-                                   {"Name": "vpc-id", "Values": [vpc]}])["SecurityGroups"]
-        if found:
-            group = found[0]
-        else:
-            gid = self._aws("creating the EFA security group", self.ec2.create_security_group, GroupName=name,
-                            VpcId=vpc, Description="Tandem EFA: all traffic between members",
+        EFA's OS-bypass traffic needs. Created with the first EFA node group; its rules are checked on each node
+        group creation."""
+        group = self._find_efa_security_group()
+        if group is None:
+            vpc = self._active_cluster().get("resourcesVpcConfig", {}).get("vpcId")
+            gid = self._aws("creating the EFA security group", self.ec2.create_security_group,
+                            GroupName=efa_security_group_name(self.cluster), VpcId=vpc,
+                            Description="Tandem EFA: all traffic between members",
                             TagSpecifications=_tag_spec("security-group", {TAG_MANAGED: "tandem"}))["GroupId"]
             group = {"GroupId": gid, "IpPermissions": [], "IpPermissionsEgress": []}
         gid = group["GroupId"]
@@ -310,41 +347,114 @@ class EksTarget(KubernetesTarget):
                       GroupId=gid, IpPermissions=[rule])
         return gid
 
-    def _placement_group(self, deployment, name: str) -> str:
+    def _efa_security_group_used(self, gid: str) -> bool:
+        """Whether a launch template of Tandem's still names the EFA security group: one made with it (its
+        TAG_EFA_SECURITY_GROUP), or one of this cluster's made before templates said (its node group may be EFA)."""
+        prefix, token = self.config.nodegroup_prefix, None
+        while True:
+            page = self._aws("listing Tandem's launch templates", self.ec2.describe_launch_templates,
+                             Filters=[{"Name": f"tag:{TAG_MANAGED}", "Values": ["tandem"]}],
+                             **({"NextToken": token} if token else {}))
+            for template in page.get("LaunchTemplates") or []:
+                marker = {t["Key"]: t["Value"] for t in template.get("Tags") or []}.get(TAG_EFA_SECURITY_GROUP)
+                if marker == gid or (marker is None and template["LaunchTemplateName"].startswith(prefix)):
+                    return True
+            if not (token := page.get("NextToken")):
+                return False
+
+    def _release_efa_security_group(self) -> str | None:
+        """The EFA security group goes once no launch template of Tandem's uses it (the cluster's last EFA node group
+        is gone); None when it is gone or still used, else what the pass waits for: EC2 refuses while network
+        interfaces of terminated nodes still use it, and a later pass tries again."""
+        group = self._find_efa_security_group()
+        if group is None or self._efa_security_group_used(group["GroupId"]):
+            return None
+        gid = group["GroupId"]
+        try:
+            self.ec2.delete_security_group(GroupId=gid)
+        except ClientError as e:
+            if _code(e) == "DependencyViolation":
+                return (f"{efa_security_group_name(self.cluster)} ({gid}): waiting for EC2 to release the network "
+                        "interfaces of the terminated nodes that still use it.")
+            if _code(e) != "InvalidGroup.NotFound":  # another pass deleted it meanwhile
+                raise aws_error(e, doing="deleting the EFA security group") from None
+        except BotoCoreError as e:
+            raise aws_error(e, doing="deleting the EFA security group") from None
+        return None
+
+    def _placement_group(self, deployment, stage: str, name: str) -> str:
         """A cluster placement group for one EFA pool: its nodes on the same network spine."""
         self._aws(f"creating placement group {name}", self.ec2.create_placement_group,
                   tolerate="InvalidPlacementGroup.Duplicate",  # a previous pass made it
-                  GroupName=name, Strategy="cluster", TagSpecifications=_tag_spec("placement-group", _tags(deployment)))
+                  GroupName=name, Strategy="cluster",
+                  TagSpecifications=_tag_spec("placement-group", _pool_tags(deployment, stage)))
         return name
 
-    def _capacity(self, instance_type: str) -> tuple[str, str | None]:
-        """The node group's capacityType and the capacity reservation its launch template targets."""
+    def _capacity(self, instance_type: str, nodes: int) -> Capacity:
+        """The node group's capacity: the cluster's capacityType and, unless it is SPOT, the reservation its
+        capacity_reservation_ids names for the instance type, checked against what it reserves (type, zone, count,
+        state; EC2 launches a targeted instance only into a reservation that matches it) before anything is made."""
         capacity = self.config.capacity_type
-        reservation = self.config.capacity_reservation_ids.get(instance_type)
-        if capacity == "CAPACITY_BLOCK" and not reservation:
+        rid = self.config.capacity_reservation_ids.get(instance_type)
+        if capacity == "CAPACITY_BLOCK" and not rid:
             raise PermanentError(f"The cluster's capacity_type is CAPACITY_BLOCK but its capacity_reservation_ids "
                                  f"names no reservation for {instance_type}; add the capacity block's id for it.")
-        return capacity, reservation if capacity != "SPOT" else None
+        if capacity == "SPOT" or not rid:
+            return Capacity(capacity)
+        found = self._aws(f"describing capacity reservation {rid}", self.ec2.describe_capacity_reservations,
+                          tolerate="InvalidCapacityReservationId.NotFound", CapacityReservationIds=[rid])
+        where = f"Capacity reservation {rid} (the cluster's capacity_reservation_ids for {instance_type})"
+        if not found or not found.get("CapacityReservations"):
+            raise PermanentError(f"{where} does not exist in {self.region}. Correct the id in the cluster's "
+                                 "capacity_reservation_ids, then retry.")
+        r = found["CapacityReservations"][0]
+        block = r.get("ReservationType") == "capacity-block"
+        zone = self._subnets[0]["AvailabilityZone"]  # one zone: _node_subnets checked it
+        problem = None
+        if block != (capacity == "CAPACITY_BLOCK"):
+            problem = (f"is {'a Capacity Block' if block else 'an On-Demand Capacity Reservation'}: set the "
+                       f"cluster's capacity_type to {'CAPACITY_BLOCK' if block else 'ON_DEMAND'}")
+        elif r.get("InstanceType") != instance_type:
+            problem = f"reserves {r.get('InstanceType')}, not {instance_type}: name one that reserves {instance_type}"
+        elif r.get("AvailabilityZone") != zone:
+            problem = (f"is in {r.get('AvailabilityZone')} and the cluster's subnets are in {zone}: its instances "
+                       f"launch only in its zone, so list private subnets of {r.get('AvailabilityZone')}")
+        elif (r.get("TotalInstanceCount") or 0) < nodes:
+            problem = (f"reserves {r.get('TotalInstanceCount')} instance(s) and the pool needs {nodes}: make the "
+                       "pool smaller or reserve more")
+        elif r.get("State") != "active" and not (block and r.get("State") == "scheduled"):
+            problem = f"is {r.get('State')}: no instance launches into it"
+        elif block and r.get("State") == "scheduled" and r.get("StartDate") and r["StartDate"] > (
+                dj_timezone.now() + timedelta(minutes=self.config.provisioning_deadline_minutes)):
+            problem = (f"starts at {r['StartDate']:%Y-%m-%d %H:%M} UTC, after the cluster's "
+                       f"{self.config.provisioning_deadline_minutes}-minute provisioning deadline: retry once it "
+                       "is active")
+        if problem:
+            raise PermanentError(f"{where} {problem}; then retry.")
+        group = r.get("PlacementGroupArn")
+        return Capacity(capacity, rid, group.rsplit("/", 1)[-1] if group else None)
 
-    def _launch_template(self, deployment, stage: str, name: str, *, capacity: str, reservation: str | None) -> dict:
-        """The node group's launch template, made afresh (one left by a killed pass may describe an older spec)."""
+    def _launch_template(self, deployment, stage: str, name: str, capacity: Capacity) -> dict:
+        """The node group's launch template, made afresh, after whatever an earlier node group of this name ran on
+        (a replaced one, one that failed, a killed pass's): an EFA pool's placement group is its own, or, in a
+        reservation, the reservation's (a reservation made outside a placement group cannot be moved into one: EC2
+        user guide, "Capacity Reservations in cluster placement groups"; a Capacity Block's instances are close by
+        design and need none: "Work with Capacity Blocks")."""
+        self._free_ec2(name)
         instance = INSTANCE_TYPES[deployment.spec_typed.pool(stage).instance_type]
-        groups = []
+        groups, placement, efa_group = [], None, NO_EFA
         if instance.has_efa:
-            groups = [self._efa_security_group(),
-                      self._active_cluster()["resourcesVpcConfig"]["clusterSecurityGroupId"]]
-        data = launch_template_data(instance=instance, security_group_ids=groups,
-                                    placement_group=self._placement_group(deployment, name) if instance.has_efa
-                                    else None,
-                                    capacity_reservation_id=reservation, capacity_block=capacity == "CAPACITY_BLOCK")
-        kwargs = {"LaunchTemplateName": name, "LaunchTemplateData": data,
-                  "TagSpecifications": _tag_spec("launch-template", _tags(deployment))}
-        doing = f"creating launch template {name}"
-        made = self._aws(doing, self.ec2.create_launch_template,
-                         tolerate="InvalidLaunchTemplateName.AlreadyExistsException", **kwargs)
-        if made is None:
-            self._aws(f"replacing launch template {name}", self.ec2.delete_launch_template, LaunchTemplateName=name)
-            made = self._aws(doing, self.ec2.create_launch_template, **kwargs)
+            placement = capacity.placement_group if capacity.reservation else \
+                self._placement_group(deployment, stage, name)
+            efa_group = self._efa_security_group()
+            groups = [efa_group, self._active_cluster()["resourcesVpcConfig"]["clusterSecurityGroupId"]]
+        tags = _pool_tags(deployment, stage)
+        data = launch_template_data(instance=instance, security_group_ids=groups, placement_group=placement,
+                                    capacity_reservation_id=capacity.reservation,
+                                    capacity_block=capacity.type == "CAPACITY_BLOCK", tags=tags)
+        made = self._aws(f"creating launch template {name}", self.ec2.create_launch_template,
+                         LaunchTemplateName=name, LaunchTemplateData=data,
+                         TagSpecifications=_tag_spec("launch-template", {**tags, TAG_EFA_SECURITY_GROUP: efa_group}))
         template = made["LaunchTemplate"]
         return {"id": template["LaunchTemplateId"], "version": str(template["LatestVersionNumber"])}
 
@@ -370,20 +480,22 @@ class EksTarget(KubernetesTarget):
                                  "cluster; delete unused ones (or ask AWS for a higher quota), then retry.")
         taints = nodegroup_taints(instance)
         subnets = self._node_subnets(efa=instance.has_efa)
-        capacity, reservation = self._capacity(pool.instance_type)
-        template = self._launch_template(deployment, stage, name, capacity=capacity, reservation=reservation)
+        capacity = self._capacity(pool.instance_type, nodes)
+        template = self._launch_template(deployment, stage, name, capacity)
         kwargs = {
             "clusterName": self.eks_name, "nodegroupName": name,
             "scalingConfig": _scaling(nodes),
-            "instanceTypes": [pool.instance_type], "amiType": "AL2023_x86_64_NVIDIA", "capacityType": capacity,
+            "amiType": "AL2023_x86_64_NVIDIA", "capacityType": capacity.type,
             "launchTemplate": template,
             "labels": {"tandem.dev/pool": stage, "tandem.dev/deployment": deployment.name,
                        "tandem.dev/team": deployment.team.slug},
             "taints": taints,
-            "tags": _tags(deployment),
+            "tags": {**_pool_tags(deployment, stage), TAG_INSTANCE_TYPE: pool.instance_type},
             "subnets": subnets,
             "nodeRole": self.config.node_role_arn,
         }
+        if capacity.type != "CAPACITY_BLOCK":  # a Capacity Block's instance type is its launch template's
+            kwargs["instanceTypes"] = [pool.instance_type]
         self._aws(f"creating node group {name}", self.eks.create_nodegroup,
                   tolerate="ResourceInUseException", **kwargs)  # else a previous pass (or a killed worker) asked
         self._groups.pop(name, None)
@@ -408,13 +520,15 @@ class EksTarget(KubernetesTarget):
                                  "the instance type's availability and quota in the cluster's subnets, then retry.")
         if status in WAITING:
             return False, f"{name}: {status.lower()}"
-        if pool.instance_type not in (ng.get("instanceTypes") or []):
-            # Instance types of a managed node group are fixed: replace it.
+        deployed = ng.get("instanceTypes") or [(ng.get("tags") or {}).get(TAG_INSTANCE_TYPE)]
+        if deployed != [None] and pool.instance_type not in deployed:
+            # Instance types of a managed node group are fixed: replace it (once it is gone, _launch_template frees
+            # what it ran on).
             self._changed(name, "replacing", self.eks.delete_nodegroup)
             return False, f"{name}: replacing for {pool.instance_type}"
         want = _scaling(nodes)
         have = {k: ng.get("scalingConfig", {}).get(k) for k in want}
-        if have != want:
+        if have != want and status in RESIZABLE:
             self._changed(name, "resizing", self.eks.update_nodegroup_config, scalingConfig=want)
             surge = f" ({extra} replica(s) beyond the spec's while a rollout surges)" if extra else ""
             return False, f"{name}: resizing to {nodes} node(s){surge}"
@@ -460,33 +574,47 @@ class EksTarget(KubernetesTarget):
         return Step(ready=ready, message="; ".join(m for _, m in results))
 
     def pause(self, deployment) -> Step:
-        """The RayService goes (as in a teardown), the node groups stay at zero nodes."""
+        """The RayService goes (as in a teardown), the node groups stay at zero nodes, kept for a resume or a retry.
+        One that failed to create (or to go) holds nothing worth keeping and is deleted; what a node group found gone
+        ran on (launch template, placement group, the EFA security group once unused) goes with it. The release of
+        a failed deployment (workers.pipeline) is this pause."""
         self._new_pass()
         step = super().teardown(deployment)
         if not step.ready:
             return step
-        waiting = []
+        waiting, kept, gone = [], [], []
         for stage in STAGES:
             name = self.nodegroup_name(deployment, stage)
             ng = self._describe(name)
             if ng is None:
+                self._free_ec2(name)
+                gone.append(name)
                 continue
             self._require_owned(deployment, ng, doing="scale down")
-            if ng.get("status") in WAITING:
-                waiting.append(f"{name}: {ng['status'].lower()}")
-                continue
-            have = {k: ng.get("scalingConfig", {}).get(k) for k in PAUSED_SCALING}
-            if have != PAUSED_SCALING:
+            status = ng.get("status")
+            if status in WAITING:
+                waiting.append(f"{name}: {status.lower()}")
+            elif status in FAILED:
+                self._changed(name, "deleting failed", self.eks.delete_nodegroup)
+                waiting.append(f"{name}: deleting ({status}: {_issues(ng)})")
+            elif {k: ng.get("scalingConfig", {}).get(k) for k in PAUSED_SCALING} != PAUSED_SCALING:
                 self._changed(name, "scaling to zero", self.eks.update_nodegroup_config, scalingConfig=PAUSED_SCALING)
                 waiting.append(f"{name}: scaling to zero")
+            else:
+                kept.append(name)
+        if not waiting and (sg := self._release_efa_security_group()):
+            waiting.append(sg)
         if waiting:
             return Step(ready=False, message="; ".join(waiting))
-        return Step(ready=True, message=f"{step.message} Node groups scaled to zero.")
+        said = [f"Node groups scaled to zero: {', '.join(kept)}." if kept else "",
+                f"Gone, with what they ran on: {', '.join(gone)}." if gone else ""]
+        return Step(ready=True, message=" ".join(filter(None, [step.message, *said])))
 
     def teardown(self, deployment, unit: AppUnit | None = None) -> Step:
         """Kubernetes objects first (so pods leave the nodes), then the node groups Tandem created, then (once a
-        group is gone) its launch template and placement group. One unit's teardown leaves the node groups, which
-        the deployment's other application runs on (ensure_node_pools sizes them)."""
+        group is gone) its launch template and placement group, and the EFA security group with the cluster's last
+        EFA node group. One unit's teardown leaves the node groups, which the deployment's other application runs on
+        (ensure_node_pools sizes them)."""
         self._new_pass()
         step = super().teardown(deployment, unit)
         if not step.ready or unit is not None:
@@ -504,4 +632,6 @@ class EksTarget(KubernetesTarget):
             left.append(name)
         if left:
             return Step(ready=False, message=f"Deleting node groups: {', '.join(left)}.")
+        if sg := self._release_efa_security_group():
+            return Step(ready=False, message=f"Node groups deleted; {sg}")
         return Step(ready=True, message=f"{step.message} Node groups deleted.")

@@ -3,7 +3,12 @@
 Pure functions: the driver (workers.targets.eks) creates what they describe. EKS forbids some launch template
 fields in managed node groups (botocore's `LaunchTemplateSpecification` documentation: no `SubnetId` in a network
 interface, no `IamInstanceProfile`, no spot request, no hibernation or terminate behaviour); none of them appears
-here. Instance types are named on the node group, not in the template (EKS wants them in one place only).
+here. EKS wants the instance type in one place only: on the node group, except for a Capacity Block, whose template
+holds it (the EKS user guide, "Create a managed node group with Capacity Blocks for ML").
+
+What the instances launch with carries the pool's tags (`TagSpecifications` for instance, volume and
+network-interface, the resource types a launch template may tag at launch), so GPU spend is attributable and an
+orphan can be found by its tags.
 """
 import base64
 from email.mime.multipart import MIMEMultipart
@@ -14,6 +19,11 @@ from deployments.catalog import InstanceType
 from deployments.manifests import EFA_HUGEPAGES
 from deployments.yamlio import yaml_dump
 
+LAUNCH_TAGGED = ("instance", "volume", "network-interface")
+# IMDSv2 with one hop: the node itself (kubelet, and the host-network DaemonSets: VPC CNI, device plugins) reaches
+# the instance metadata, a pod on the pod network does not, so no pod can take the node role's credentials. Tandem's
+# pods need none: their AWS access is their own role (IRSA). EKS's own default template allows two hops.
+IMDS = {"HttpTokens": "required", "HttpPutResponseHopLimit": 1}
 # The runtime image on disk: containerd keeps the compressed layers and the unpacked snapshot (the ray-llm CUDA
 # images are about 15 GiB compressed), with room for the image of the next update beside it.
 IMAGE_DISK_GIB = 80
@@ -73,27 +83,40 @@ def user_data(instance: InstanceType) -> str | None:
     return base64.b64encode(message.as_bytes()).decode()
 
 
+def efa_interfaces(instance: InstanceType, security_group_ids: list[str]) -> list[dict]:
+    """One EFA device per network card: on card 0 the instance's primary interface, `efa` (EFA with ENA: it carries
+    the node's IP address), on every other card an `efa-only` one, at device index 1, which takes no IP address
+    (EC2 user guide, "Maximize network bandwidth on Amazon EC2 instances with multiple network cards" and its P5
+    section; EKS user guide, "EFA and EFA-only interfaces": card 0 cannot be EFA-only, and EFA-only interfaces need
+    the VPC CNI 1.18.5 or later, which the preflight's `vpc-cni` line checks). A p5.48xlarge so takes one subnet IP
+    for its 32 EFA devices, not 32."""
+    return [{"NetworkCardIndex": card, "DeviceIndex": 0 if card == 0 else 1,
+             "InterfaceType": "efa" if card == 0 else "efa-only", "Groups": list(security_group_ids),
+             "DeleteOnTermination": True}
+            for card in range(instance.efa_interfaces)]
+
+
 def launch_template_data(*, instance: InstanceType, security_group_ids: list[str], placement_group: str | None,
-                         capacity_reservation_id: str | None, capacity_block: bool) -> dict:
+                         capacity_reservation_id: str | None, capacity_block: bool, tags: dict[str, str]) -> dict:
     """`LaunchTemplateData` for one pool's node group.
 
-    EFA types get one EFA interface per network card (`efa_interfaces` in the catalog; the primary on card 0 at
-    device 0, the others at device 1, as AWS's EFA guide lays them out), the security groups on each interface
-    (EKS does not add its cluster security group to a template that names its own), and the cluster placement
-    group. Every type gets disk for the image and weights: its instance store as RAID0, or a root volume."""
+    EFA types get one EFA interface per network card (`efa_interfaces`), the security groups on each interface
+    (EKS does not add its cluster security group to a template that names its own), and the placement group the
+    driver chose (none around a reservation that is not in it). A reservation is targeted; a Capacity Block also
+    names its market type and the instance type. Every type gets disk for the image and weights (its instance store
+    as RAID0, or a root volume), IMDSv2 with one hop, and `tags` on what it launches."""
     data: dict = {
         "BlockDeviceMappings": [{"DeviceName": ROOT_DEVICE, "Ebs": {
             "VolumeSize": root_volume_gib(instance), "VolumeType": "gp3", "DeleteOnTermination": True,
             "Encrypted": True}}],
-        "MetadataOptions": {"HttpTokens": "required", "HttpPutResponseHopLimit": 2},
+        "MetadataOptions": dict(IMDS),
+        "TagSpecifications": [{"ResourceType": kind, "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}
+                              for kind in LAUNCH_TAGGED],
     }
     if (text := user_data(instance)) is not None:
         data["UserData"] = text
     if instance.has_efa:
-        data["NetworkInterfaces"] = [
-            {"NetworkCardIndex": card, "DeviceIndex": 0 if card == 0 else 1, "InterfaceType": "efa",
-             "Groups": list(security_group_ids), "DeleteOnTermination": True}
-            for card in range(instance.efa_interfaces)]
+        data["NetworkInterfaces"] = efa_interfaces(instance, security_group_ids)
     if placement_group:
         data["Placement"] = {"GroupName": placement_group}
     if capacity_reservation_id:
@@ -101,4 +124,5 @@ def launch_template_data(*, instance: InstanceType, security_group_ids: list[str
             "CapacityReservationTarget": {"CapacityReservationId": capacity_reservation_id}}
     if capacity_block:
         data["InstanceMarketOptions"] = {"MarketType": "capacity-block"}
+        data["InstanceType"] = instance.name
     return data
