@@ -6,7 +6,7 @@ from rest_framework.test import APIClient
 
 from controlplane.devservices import redis_db
 from deployments.models import Membership
-from tests.factories import ClusterFactory, MembershipFactory, TeamFactory, UserFactory
+from tests.factories import RUNTIME_IMAGE, ClusterFactory, MembershipFactory, TeamFactory, UserFactory
 from tests.support.k8s_emulator import EmulatorThread, KubeRayEmulator, kubeconfig_text
 
 EMULATOR_TOKEN = "emulator-token-not-a-secret"
@@ -56,8 +56,10 @@ def api():
 
 @pytest.fixture
 def emulator():
-    """A Kubernetes API with KubeRay's CRD installed, answering on 127.0.0.1."""
-    handler = KubeRayEmulator(token=EMULATOR_TOKEN, ready_after=0.3)
+    """A Kubernetes API with KubeRay's CRD installed, answering on 127.0.0.1, whose nodes pull only the runtime image
+    the test clusters register (tests.factories.RUNTIME_IMAGE, pushed as docs/install.md's step 5 says): any other
+    image a manifest names waits in ImagePullBackOff, as it would on a real cluster."""
+    handler = KubeRayEmulator(token=EMULATOR_TOKEN, ready_after=0.3, registry={RUNTIME_IMAGE})
     handler.install_kuberay()
     with EmulatorThread(handler):
         yield handler

@@ -14,7 +14,7 @@ from deployments.lifecycle import Status
 from deployments.models import Cluster, Deployment, Membership
 from deployments.services.actions import deployment_approve, deployment_request, deployment_retry
 from deployments.spend import deployment_hourly_usd, deployment_spend_usd
-from tests.factories import ClusterFactory, MembershipFactory, TeamFactory, spec_input
+from tests.factories import RUNTIME_IMAGE, RUNTIME_IMAGES, ClusterFactory, MembershipFactory, TeamFactory, spec_input
 from tests.support.k8s_emulator import ContainerFault
 from tests.support.moto_server import eks_cluster_create
 from workers.pipeline import reconcile_pass
@@ -52,7 +52,8 @@ def eks(aws, emulator, db, redis_client):
     return ClusterFactory(name="eks-prod", kind=Cluster.Kind.EKS, config={
         "region": REGION, "cluster_name": "gpu-prod", "aws_endpoint_url": aws.url,
         "kubernetes_endpoint_url": emulator.base_url, "node_role_arn": "arn:aws:iam::123456789012:role/nodes",
-        "subnet_ids": made["subnet_ids"], "model_sources": {"s3": ["s3://models"]}})
+        "subnet_ids": made["subnet_ids"], "model_sources": {"s3": ["s3://models"]},
+        "runtime_images": RUNTIME_IMAGES})
 
 
 @pytest.fixture
@@ -80,12 +81,12 @@ def _failed_and_released(aws, emulator, d) -> Deployment:
 
 
 def test_an_image_that_does_not_exist_fails_at_once_naming_it_and_releases_the_nodes(aws, emulator, approved):
-    emulator.registry = set()  # the registry has no image at all: every pod waits in ImagePullBackOff
+    emulator.registry = set()  # the image was registered, then deleted from ECR: every pod waits in ImagePullBackOff
     d = _passes(approved, lambda r: condition_get(r.conditions, "ServeRunning") and
                 condition_get(r.conditions, "ServeRunning")["reason"] == "ImagePullBackOff", most=4)
     assert d.status == Status.FAILED  # within two passes of its pods' first status: the same pass saw it
     serve = condition_get(d.conditions, "ServeRunning")
-    image = emulator.pods()[0]["spec"]["containers"][0]["image"]
+    image = RUNTIME_IMAGE
     for stage in ("head", "prefill", "decode"):
         assert f"{stage}: ImagePullBackOff: container ray-" in serve["message"]
     assert f"cannot pull {image}" in serve["message"] and ": not found" in serve["message"]
