@@ -11,6 +11,10 @@ without a node role or subnets, or on subnets EC2 does not have; a launch templa
 capacity block without its reservation; a 31st node group. What EKS accepts and then fails (CREATE_FAILED with its
 health issue): an EFA launch template over subnets in more than one Availability Zone, and an instance type
 `short_of(...)` marks as out of capacity. moto has no placement groups: `EksRules` answers those EC2 calls.
+
+The account's limits (tests/support/account_limits.py): where EC2 offers each instance type (`offerings(...)`), the
+EC2 vCPU quotas (`quota(...)`), and node groups failing as EC2 fails their launches past either. IAM's policy
+simulator, which moto lacks, is answered from the principal's policies in moto's IAM (tests/support/iam_simulator.py).
 """
 import functools
 import io
@@ -25,7 +29,9 @@ import httpx
 from moto.server import DomainDispatcherApplication, MotoRequestHandler, ThreadedMotoServer, create_backend_app
 from werkzeug.serving import make_server
 
+from tests.support.account_limits import AccountLimits
 from tests.support.eks_rules import EksRules, cluster_vpc
+from tests.support.iam_simulator import simulate_principal_policy
 
 EKS_CLUSTER_CREATE = {"name", "roleArn", "resourcesVpcConfig"}
 
@@ -50,10 +56,19 @@ class MotoServer(ThreadedMotoServer):
         self.access_keys: list[str] = []  # the access key id that signed each request
         self.short: set[str] = set()  # instance types with no capacity (EC2's InsufficientInstanceCapacity)
         self.rules = EksRules()
+        self.limits = AccountLimits()
 
     def short_of(self, instance_type: str) -> None:
         """EC2 has no capacity of this instance type: a node group of it fails as EKS reports that."""
         self.short.add(instance_type)
+
+    def offerings(self, zones: dict[str, list[str]]) -> None:
+        """EC2 offers each of these instance types in exactly these Availability Zones (others: moto's AWS data)."""
+        self.limits.replaced.update(zones)
+
+    def quota(self, code: str, vcpus: float) -> None:
+        """The account's EC2 vCPU quota `code` (Service Quotas, e.g. L-417A185B) is `vcpus`."""
+        self.limits.quotas[code] = float(vcpus)
 
     @property
     def url(self) -> str:
@@ -73,6 +88,7 @@ class MotoServer(ThreadedMotoServer):
         self.access_keys.clear()
         self.short.clear()
         self.rules.reset()
+        self.limits.reset()
         httpx.post(f"{self.url}/moto-api/reset", timeout=10).raise_for_status()
 
     def _middleware(self, app):
@@ -88,11 +104,18 @@ class MotoServer(ThreadedMotoServer):
             else:
                 region, service = "us-west-2", ""
             params = parse_qs(body.decode()) if service in ("ec2", "sts", "iam") else {}
+            target = environ.get("HTTP_X_AMZ_TARGET", "")
             if service:
-                self.operations.append(f"{service}:{operation_of(service, method, path, params)}")
+                self.operations.append(f"{service}:{operation_of(service, method, path, params, target=target)}")
             if service == "ec2":
-                if answer := self.rules.ec2_answer(params.get("Action", [""])[0], params, region=region):
+                action = params.get("Action", [""])[0]
+                if answer := self.rules.ec2_answer(action, params, region=region) or \
+                        self.limits.ec2_answer(action, params, region=region):
                     return _respond(start_response, *answer)
+            if service == "servicequotas" and (answer := self.limits.quota_answer(target, body, region=region)):
+                return _respond(start_response, *answer)
+            if service == "iam" and params.get("Action", [""])[0] == "SimulatePrincipalPolicy":
+                return _respond(start_response, *simulate_principal_policy(params))
             for fault in self.faults:
                 if fault.count > 0 and fault.method == method and fault.path.search(path):
                     fault.count -= 1
@@ -106,6 +129,7 @@ class MotoServer(ThreadedMotoServer):
                     return _respond(start_response, *refusal)
                 answer = app(environ, start_response)
                 self.rules.nodegroup_created(m.group(1), request, region=region, short=self.short)
+                self.limits.nodegroup_launched(m.group(1), request, region=region)
                 return answer
             return app(environ, start_response)
 
@@ -134,11 +158,13 @@ def _rest_routes(service: str) -> list[tuple[str, re.Pattern, str]]:
     return routes
 
 
-def operation_of(service: str, method: str, path: str, params: dict) -> str:
-    """The API operation of a request: the Action of a query-protocol call (EC2, STS, IAM), else the botocore route
-    its method and path match (EKS)."""
+def operation_of(service: str, method: str, path: str, params: dict, *, target: str = "") -> str:
+    """The API operation of a request: the Action of a query-protocol call (EC2, STS, IAM), the X-Amz-Target of a
+    JSON-protocol one (Service Quotas), else the botocore route its method and path match (EKS)."""
     if "Action" in params:
         return params["Action"][0]
+    if target:
+        return target.rsplit(".", 1)[-1]
     return next((name for m, pattern, name in _rest_routes(service) if m == method and pattern.fullmatch(path)), "?")
 
 
