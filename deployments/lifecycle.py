@@ -85,6 +85,10 @@ PAUSED_OR_PAUSING = frozenset({S.PAUSING, S.PAUSED})
 ROLLOUT_ENDS = frozenset({S.PAUSING, S.PAUSED, S.DELETING, S.DELETED, S.FAILED})
 # On the way to running (after an approval, a retry or a resume): how long that takes is its ready estimate.
 STARTING = frozenset({S.APPROVED, S.PROVISIONING})
+# Runs on its cluster's nodes, or is about to: what the preflight measures a cluster's limits (vCPU quotas, the
+# instance types its zone offers) against, beside what waits for approval. Failed and paused deployments wait for
+# someone to retry or resume them.
+WANTS_NODES = STARTING | SERVING
 # A spec change is accepted: a pending request is edited, a running or failed one is updated.
 EDITABLE = frozenset({S.PENDING_APPROVAL, S.RUNNING, S.FAILED})
 UPDATABLE = EDITABLE - {S.PENDING_APPROVAL}

@@ -2,10 +2,12 @@
 from django.contrib.auth import get_user_model
 from django.db.models import OuterRef, Prefetch, Q, QuerySet, Subquery
 
+from deployments.lifecycle import WANTS_NODES
 from deployments.models import (ApiKey, ClusterCheck, ClusterCheckLine, Deployment, Event, Membership, Rollout,
                                 Team)
 from deployments.models.deployments import AWAITING_APPROVAL
 from deployments.permissions import is_platform_admin
+from deployments.spec import DeploymentSpec, spec_load
 
 
 def _my_team_ids(user) -> QuerySet:
@@ -68,6 +70,14 @@ def cluster_check_latest(cluster) -> ClusterCheck | None:
     """The cluster's most recent preflight run with its lines, or None when it was never checked."""
     return ClusterCheck.objects.filter(cluster=cluster).order_by("-created_at", "-pk").prefetch_related(
         "lines").first()
+
+
+def cluster_node_demand(cluster) -> list[tuple[Deployment, DeploymentSpec]]:
+    """The deployments that run on the cluster or are about to (lifecycle.WANTS_NODES) or wait for approval, each
+    with the spec its nodes follow once approved (a proposed update's, where one waits), oldest first."""
+    found = Deployment.objects.filter(Q(cluster=cluster) & (Q(status__in=WANTS_NODES) | AWAITING_APPROVAL)
+                                      ).select_related("team").order_by("created_at", "pk")
+    return [(d, spec_load(d.proposed_spec) if d.proposal_open else d.spec_typed) for d in found]
 
 
 def cluster_check_failures(cluster_ids) -> dict[int, list]:

@@ -196,11 +196,12 @@ class ClusterEditSerializer(serializers.Serializer):
 
 
 class ClusterCheckLineSerializer(serializers.ModelSerializer):
-    """One preflight check: pass, fail or unverified, what was seen, and the fix."""
+    """One preflight check: pass, fail or unverified, what was seen, the fix, and what it is about (`subject`: e.g.
+    `instance:p5.48xlarge`; a failing line stops approvals of deployments that use it)."""
 
     class Meta:
         model = ClusterCheckLine
-        fields = ["name", "status", "evidence", "fix"]
+        fields = ["name", "status", "evidence", "fix", "subject"]
         read_only_fields = fields
 
 
@@ -279,7 +280,8 @@ class DeploymentSerializer(serializers.ModelSerializer):
                   "before and after, GPUs against quota before and after.")
     cluster_check_failures = serializers.SerializerMethodField(
         help_text="While the deployment waits for a decision: the checks its cluster's latest preflight failed "
-                  "(name, evidence, fix), so an approver sees what would keep it from serving. Empty otherwise.")
+                  "(name, evidence, fix, subject), so an approver sees what would keep it from serving. Empty "
+                  "otherwise.")
     rollout = serializers.SerializerMethodField(
         help_text="The update rolling out now (its steps, weight and replicas), or null when none is.")
 
@@ -302,7 +304,7 @@ class DeploymentSerializer(serializers.ModelSerializer):
         admin = self.context["platform_admin"]
         return [{"name": line.name,
                  "evidence": line.evidence if admin else internal_redact(line.evidence, cluster=d.cluster),
-                 "fix": line.fix if admin else internal_redact(line.fix, cluster=d.cluster)}
+                 "fix": line.fix if admin else internal_redact(line.fix, cluster=d.cluster), "subject": line.subject}
                 for line in self.context["cluster_check_failures"].get(d.cluster_id, [])]
 
     @extend_schema_field(RolloutSerializer(allow_null=True))

@@ -72,6 +72,9 @@ class ClusterCheckLine(models.Model):
     status = models.CharField(max_length=10, choices=Status.choices)
     evidence = models.TextField()
     fix = models.TextField(blank=True)
+    # What the line is about ("instance:p5.48xlarge", "family:P", "runtime:<key>": deployments.check_subjects); a
+    # failing line stops the approval of a deployment that uses its subject. Blank: the cluster as a whole.
+    subject = models.CharField(max_length=120, blank=True)
 
     class Meta:
         ordering = ["position"]

@@ -20,6 +20,7 @@ from deployments.redaction import internal_redact
 from deployments.runtime_images import runtime_image_errors
 from deployments.services.announcements import route_change_announce
 from deployments.services.budgets import budget_require_approver
+from deployments.services.cluster_checks import cluster_check_require_clear
 from deployments.services.events import event_record
 from deployments.services.node_groups import nodegroup_quota_check
 from deployments.services.quota import quota_check
@@ -177,6 +178,7 @@ def deployment_approve(*, actor, deployment: Deployment, generation: int, propos
                             old_spec=d.spec if waits else None)
     if waits:
         proposed = _recheck(d.proposed_spec, d.cluster, d.team)
+        cluster_check_require_clear(actor=actor, cluster=d.cluster, spec=proposed)
         quota_check(team=team, gpus=quota_gpus(proposed, target_kind=d.cluster.kind), exclude_id=d.pk,
                     surge=rollout_surge_needed(deployment=d, old_spec=d.spec_typed, new_spec=proposed))
         rollout_require_none(d)
@@ -195,6 +197,7 @@ def deployment_approve(*, actor, deployment: Deployment, generation: int, propos
     if d.status != Status.PENDING_APPROVAL:
         raise Conflict(f"Nothing to approve: the deployment is {d.status}.")
     approved = _recheck(d.spec, d.cluster, d.team)
+    cluster_check_require_clear(actor=actor, cluster=d.cluster, spec=approved)
     quota_check(team=team, gpus=quota_gpus(approved, target_kind=d.cluster.kind), exclude_id=d.pk)
     nodegroup_quota_check(cluster=d.cluster, exclude_id=d.pk)
     d.proposed_by = None

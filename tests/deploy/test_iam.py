@@ -2,11 +2,11 @@
 allowed, nothing else is, and what it may change is limited to Tandem's own (tagged) node groups, launch
 templates, placement groups and security group."""
 import ast
-import fnmatch
 import json
 import re
 
 from tests.deploy.render import ROOT
+from tests.support.iam_simulator import iam_decision as policy_decision
 
 # Calls that need more than their own action: creating a node group with tags is also eks:TagResource on it, naming
 # its node role is iam:PassRole on that role, and naming a launch template makes EKS check that the caller may read
@@ -20,9 +20,12 @@ IMPLIED = {"eks:CreateNodegroup": {"eks:TagResource", "iam:PassRole", "ec2:Descr
            "ec2:CreateLaunchTemplate": {"ec2:CreateTags"}, "ec2:CreatePlacementGroup": {"ec2:CreateTags"},
            "ec2:CreateSecurityGroup": {"ec2:CreateTags"}}
 # What the preflight (workers/preflight/) needs beside the driver's calls: IAM's simulation of the driver's and the
-# node role's rights, and ECR's answer whether each registered runtime image exists (its other reads, ListNodegroups
-# and the EC2 Describes, are the driver's own).
+# node role's rights and ECR's answer whether each registered runtime image exists (its other reads, ListNodegroups,
+# the EC2 Describes and the vCPU quotas, are the driver's own).
 PREFLIGHT = {"iam:SimulatePrincipalPolicy", "ecr:DescribeImages"}
+# The driver's modules that call AWS, and the client attribute each service is reached through.
+DRIVER_MODULES = ("eks.py", "eks_capacity.py")
+CLIENTS = {"eks": "eks", "ec2": "ec2", "quotas": "servicequotas"}
 TAGGED = {"StringEquals": {"aws:ResourceTag/tandem.dev/managed-by": "tandem"}}
 TAGGING = {"StringEquals": {"aws:RequestTag/tandem.dev/managed-by": "tandem"}}
 
@@ -37,15 +40,16 @@ def _resources(statement) -> list[str]:
 
 
 def operations_the_driver_calls() -> set[str]:
-    """AWS operations used in workers/targets/eks.py (`self.eks.<operation>`, `self.ec2.<operation>`, called or
+    """AWS operations used in the driver's modules (`self.eks.<operation>`, `target.quotas.<operation>`, called or
     passed on), as IAM actions."""
-    tree = ast.parse((ROOT / "workers" / "targets" / "eks.py").read_text())
     ops = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) \
-                and node.value.attr in ("eks", "ec2") and isinstance(node.value.value, ast.Name) \
-                and node.value.value.id == "self":
-            ops.add(f"{node.value.attr}:" + "".join(part.capitalize() for part in node.attr.split("_")))
+    for module in DRIVER_MODULES:
+        tree = ast.parse((ROOT / "workers" / "targets" / module).read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) \
+                    and node.value.attr in CLIENTS and isinstance(node.value.value, ast.Name) \
+                    and node.value.value.id in ("self", "target"):
+                ops.add(f"{CLIENTS[node.value.attr]}:" + "".join(part.capitalize() for part in node.attr.split("_")))
     return ops
 
 
@@ -59,13 +63,16 @@ def test_the_policy_allows_exactly_the_operations_the_eks_driver_makes():
                    "ec2:DeleteSecurityGroup", "ec2:AuthorizeSecurityGroupIngress",
                    "ec2:AuthorizeSecurityGroupEgress", "ec2:CreatePlacementGroup", "ec2:DeletePlacementGroup",
                    "ec2:CreateLaunchTemplate", "ec2:DeleteLaunchTemplate", "ec2:DescribeLaunchTemplates",
-                   "ec2:DescribeCapacityReservations"}
+                   "ec2:DescribeCapacityReservations", "ec2:DescribeInstanceTypeOfferings",
+                   "servicequotas:GetServiceQuota"}
     assert allowed == ops | set().union(*(IMPLIED.get(op, set()) for op in ops)) | PREFLIGHT
     assert not [s for s in statements if "*" in "".join(s["Action"])]
-    # EC2's Describe calls take no resource-level permissions: only they may name every resource.
+    # EC2's Describe calls and Service Quotas' reads take no resource-level permissions: only they may name every
+    # resource.
     assert {a for s in statements if "*" in _resources(s) for a in s["Action"]} == \
         {"ec2:DescribeSubnets", "ec2:DescribeSecurityGroups", "ec2:DescribeLaunchTemplates",
-         "ec2:DescribeLaunchTemplateVersions", "ec2:DescribeCapacityReservations"}
+         "ec2:DescribeLaunchTemplateVersions", "ec2:DescribeCapacityReservations",
+         "ec2:DescribeInstanceTypeOfferings", "servicequotas:GetServiceQuota"}
 
 
 def test_changes_are_limited_to_tandems_node_groups_and_the_node_role():
@@ -125,35 +132,9 @@ def _nodegroup(name: str) -> str:
     return f"arn:aws:eks:us-east-1:111122223333:nodegroup/prod/{name}/4ec8a6e2-0a1b-4c2d-9e3f-1234567890ab"
 
 
-def _condition_holds(operator: str, wanted: dict, context: dict) -> bool:
-    """The condition operators the policy uses, with IAM's documented semantics for a missing key."""
-    for key, values in wanted.items():
-        values = values if isinstance(values, list) else [values]
-        given = context.get(key)
-        if operator == "Null":
-            holds = (given is None) == (values == ["true"])
-        elif operator == "StringEquals":
-            holds = given is not None and given in values
-        elif operator == "ForAnyValue:StringEquals":
-            holds = given is not None and any(g in values for g in given)
-        else:
-            raise AssertionError(f"the test does not evaluate {operator}: add it with IAM's semantics")
-        if not holds:
-            return False
-    return True
-
-
 def iam_decision(action: str, resource: str, context: dict) -> str:
     """"Allow", "ExplicitDeny" or "ImplicitDeny" for one request under the driver policy alone."""
-    decision = "ImplicitDeny"
-    for s in json.loads(_substituted()):
-        if action not in s["Action"] or not any(fnmatch.fnmatchcase(resource, r) for r in _resources(s)):
-            continue
-        if all(_condition_holds(op, wanted, context) for op, wanted in s.get("Condition", {}).items()):
-            if s["Effect"] == "Deny":
-                return "ExplicitDeny"
-            decision = "Allow"
-    return decision
+    return policy_decision(json.loads(_substituted()), action, resource, context)
 
 
 def _substituted() -> str:

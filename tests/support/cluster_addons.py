@@ -39,6 +39,7 @@ KINDS = {  # what the emulator serves beside KubeRay: (kind, namespaced, subreso
     "apps/v1/deployments": ("Deployment", True, ["status"]),
     "apps/v1/daemonsets": ("DaemonSet", True, ["status"]),
     "v1/nodes": ("Node", False, ["status"]),
+    "v1/pods": ("Pod", True, ["status"]),
     "apiregistration.k8s.io/v1/apiservices": ("APIService", False, ["status"]),
 }
 NVIDIA_CHART_DEFAULTS = {  # NVIDIA/k8s-device-plugin deployments/helm/nvidia-device-plugin/values.yaml
@@ -170,14 +171,33 @@ def gpu_node(api: k8s.ApiClient, *, name: str, instance_type: str, nodegroup: st
     core.patch_node_status(name, {"status": {"allocatable": allocatable, "capacity": allocatable}})
 
 
-def system_node(api: k8s.ApiClient, *, name: str, instance_type: str, allocatable: dict) -> None:
+def system_node(api: k8s.ApiClient, *, name: str, instance_type: str, allocatable: dict, disk_gib: int = 100,
+                nodegroup: str = "system") -> None:
     """A node of the cluster's own (untainted) node group, where the control plane and the Ray heads run, with the
-    allocatable the kubelet leaves of its instance (less than its size: system and kube reservations)."""
+    allocatable the kubelet leaves of its instance (less than its size: system and kube reservations) and of its
+    root disk of `disk_gib` (docs/install.md's system node group: 100; EKS's default: 20)."""
     core = k8s.CoreV1Api(api)
     core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {
         "node.kubernetes.io/instance-type": instance_type, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
-        "topology.kubernetes.io/zone": "us-west-2a", "eks.amazonaws.com/nodegroup": "system"}}, "spec": {}})
-    core.patch_node_status(name, {"status": {"allocatable": allocatable, "capacity": allocatable}})
+        "topology.kubernetes.io/zone": "us-west-2a", "eks.amazonaws.com/nodegroup": nodegroup}}, "spec": {}})
+    disk = disk_gib * 2**30
+    # The kubelet's node allocatable (kubernetes.io/docs/tasks/administer-cluster/reserve-compute-resources): capacity
+    # less kube-reserved (the EKS AMIs' kubelet config reserves 1Gi of ephemeral-storage) and the hard eviction
+    # threshold (nodefs.available<10%).
+    storage = {"capacity": {"ephemeral-storage": str(disk)},
+               "allocatable": {"ephemeral-storage": str(int(disk * 0.9) - 2**30)}}
+    core.patch_node_status(name, {"status": {"allocatable": {**storage["allocatable"], **allocatable},
+                                             "capacity": {**storage["capacity"], **allocatable}}})
+
+
+def pod_on(api: k8s.ApiClient, *, node: str, name: str, namespace: str = "kube-system", requests: dict) -> None:
+    """A running pod bound to `node` with these requests (what a DaemonSet or another team's workload holds there)."""
+    core = k8s.CoreV1Api(api)
+    core.create_namespaced_pod(namespace, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+                                           "spec": {"nodeName": node, "containers": [
+                                               {"name": "main", "image": "registry.k8s.io/pause:3.10",
+                                                "resources": {"requests": requests}}]}})
+    core.patch_namespaced_pod_status(name, namespace, {"status": {"phase": "Running"}})
 
 
 # Roughly what EKS's kubelet leaves allocatable on these types once its kube-reserved CPU and memory and the eviction
@@ -187,11 +207,11 @@ M5_XLARGE = {"cpu": "3920m", "memory": "15136204Ki", "pods": "58"}
 M5_2XLARGE = {"cpu": "7910m", "memory": "31522380Ki", "pods": "58"}
 
 
-def cluster_ready(api: k8s.ApiClient, *, kuberay_version: str = "1.5.1") -> None:
-    """Every add-on installed as docs/install.md says, a system node that holds a Ray head, and one running
-    p5.48xlarge node of a Tandem node group."""
+def cluster_ready(api: k8s.ApiClient, *, kuberay_version: str = "1.5.1", system_disk_gib: int = 100) -> None:
+    """Every add-on installed as docs/install.md says, a system node that holds a Ray head (with the guide's 100 GiB
+    disk, unless told otherwise), and one running p5.48xlarge node of a Tandem node group."""
     system_node(api, name="ip-10-0-1-5.us-west-2.compute.internal", instance_type="m5.2xlarge",
-                allocatable=M5_2XLARGE)
+                allocatable=M5_2XLARGE, disk_gib=system_disk_gib)
     kuberay(api, version=kuberay_version)
     nvidia_device_plugin(api, documented=True, ready=1)
     efa_device_plugin(api, ready=1)

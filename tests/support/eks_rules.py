@@ -194,7 +194,7 @@ class EksRules:
         return None
 
     def nodegroup_created(self, cluster: str, request: dict, *, region: str, short: set[str], phases,
-                          ec2_rules) -> None:
+                          ec2_rules, limits) -> None:
         """A node group moto made ACTIVE at once: CREATING (tests/support/nodegroup_phases.py), then ACTIVE, or
         CREATE_FAILED with the health issue EKS reports once its Auto Scaling group tries to launch and its nodes to
         join."""
@@ -205,14 +205,16 @@ class EksRules:
         if request.get("launchTemplate") and not request.get("instanceTypes"):
             group.instance_types = None  # botocore's Nodegroup.instanceTypes: null for a launch template's type
         key = (region, cluster, group.nodegroup_name)
-        code, issue = self._launch_issue(request, region=region, short=short, ec2_rules=ec2_rules)
+        code, issue = self._launch_issue(cluster, request, region=region, short=short, ec2_rules=ec2_rules,
+                                         limits=limits)
         if issue:
             phases.creating(key, ends_in="CREATE_FAILED", issues=[
                 {"code": code, "message": issue, "resourceIds": [f"eks-{group.nodegroup_name}-asg"]}])
         else:
             phases.creating(key)
 
-    def _launch_issue(self, request: dict, *, region: str, short: set[str], ec2_rules) -> tuple[str, str | None]:
+    def _launch_issue(self, cluster: str, request: dict, *, region: str, short: set[str], ec2_rules,
+                      limits) -> tuple[str, str | None]:
         """The health issue (code, message) a new node group ends with, or ("", None) when it becomes ACTIVE."""
         version = self._template(request, region)
         data = version.data if version not in (None, "missing") else {}
@@ -242,6 +244,8 @@ class EksRules:
         elif why := ec2_rules.launch_failure(data, types=types, zones=zones,
                                              capacity_type=request.get("capacityType") or "ON_DEMAND"):
             issue = f"Could not launch On-Demand Instances. {why} Launching EC2 instance failed."
+        elif refused := limits.launch_issue(cluster, request, region=region):  # the account's offerings and quotas
+            issue = refused
         if issue:
             return "AsgInstanceLaunchFailures", issue
         if request.get("capacityType") != "CAPACITY_BLOCK":  # EKS checks that these nodes join; not a block's

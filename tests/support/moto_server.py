@@ -17,6 +17,10 @@ names a pushed image by the digest of its manifest, as the real registry does (m
 
 Node groups go through CREATING and DELETING as EKS's do (tests/support/nodegroup_phases.py), one DescribeNodegroup
 per phase unless the test sets `phases.describes` or calls `advance(...)`.
+
+The account's limits (tests/support/account_limits.py): where EC2 offers each instance type (`offerings(...)`), the
+EC2 vCPU quotas (`quota(...)`), and node groups failing as EC2 fails their launches past either. IAM's policy
+simulator, which moto lacks, is answered from the principal's policies in moto's IAM (tests/support/iam_simulator.py).
 """
 import functools
 import hashlib
@@ -33,8 +37,10 @@ from moto.ecr import models as ecr_models
 from moto.server import DomainDispatcherApplication, MotoRequestHandler, ThreadedMotoServer, create_backend_app
 from werkzeug.serving import make_server
 
+from tests.support.account_limits import AccountLimits
 from tests.support.ec2_rules import Ec2Rules
 from tests.support.eks_rules import EksRules, cluster_vpc
+from tests.support.iam_simulator import simulate_principal_policy
 from tests.support.nodegroup_phases import NodegroupPhases
 
 EKS_CLUSTER_CREATE = {"name", "roleArn", "resourcesVpcConfig"}
@@ -72,6 +78,7 @@ class MotoServer(ThreadedMotoServer):
         self.rules = EksRules()
         self.ec2_rules = Ec2Rules()
         self.phases = NodegroupPhases()
+        self.limits = AccountLimits()
 
     def short_of(self, instance_type: str) -> None:
         """EC2 has no capacity of this instance type: a node group of it fails as EKS reports that."""
@@ -80,6 +87,14 @@ class MotoServer(ThreadedMotoServer):
     def advance(self, nodegroup: str, *, cluster: str, region: str = "us-west-2") -> None:
         """End the node group's CREATING or DELETING phase now."""
         self.phases.advance((region, cluster, nodegroup))
+
+    def offerings(self, zones: dict[str, list[str]]) -> None:
+        """EC2 offers each of these instance types in exactly these Availability Zones (others: moto's AWS data)."""
+        self.limits.replaced.update(zones)
+
+    def quota(self, code: str, vcpus: float) -> None:
+        """The account's EC2 vCPU quota `code` (Service Quotas, e.g. L-417A185B) is `vcpus`."""
+        self.limits.quotas[code] = float(vcpus)
 
     @property
     def url(self) -> str:
@@ -101,6 +116,7 @@ class MotoServer(ThreadedMotoServer):
         self.rules.reset()
         self.ec2_rules.reset()
         self.phases.reset()
+        self.limits.reset()
         httpx.post(f"{self.url}/moto-api/reset", timeout=10).raise_for_status()
 
     def _middleware(self, app):
@@ -116,14 +132,19 @@ class MotoServer(ThreadedMotoServer):
             else:
                 region, service = "us-west-2", ""
             params = parse_qs(body.decode()) if service in ("ec2", "sts", "iam") else {}
-            if service:  # a JSON-protocol call (ECR) names its operation in X-Amz-Target: <prefix>.<Operation>
-                target = environ.get("HTTP_X_AMZ_TARGET", "").rpartition(".")[2]
-                self.operations.append(f"{service}:{target or operation_of(service, method, path, params)}")
+            target = environ.get("HTTP_X_AMZ_TARGET", "")
+            if service:
+                self.operations.append(f"{service}:{operation_of(service, method, path, params, target=target)}")
             if service == "ec2":
-                if answer := self.rules.ec2_answer(params.get("Action", [""])[0], params, region=region):
+                action = params.get("Action", [""])[0]
+                if answer := self.rules.ec2_answer(action, params, region=region) or \
+                        self.limits.ec2_answer(action, params, region=region) or \
+                        self.ec2_rules.answer(action, params, region=region):
                     return _respond(start_response, *answer)
-                if answer := self.ec2_rules.answer(params.get("Action", [""])[0], params, region=region):
-                    return _respond(start_response, *answer)
+            if service == "servicequotas" and (answer := self.limits.quota_answer(target, body, region=region)):
+                return _respond(start_response, *answer)
+            if service == "iam" and params.get("Action", [""])[0] == "SimulatePrincipalPolicy":
+                return _respond(start_response, *simulate_principal_policy(params))
             for fault in self.faults:
                 if fault.count > 0 and fault.method == method and fault.path.search(path):
                     fault.count -= 1
@@ -140,7 +161,8 @@ class MotoServer(ThreadedMotoServer):
                     status=status, headers=headers) or (lambda data: None)))
                 if answered["status"].startswith("200"):
                     self.rules.nodegroup_created(m.group(1), request, region=region, short=self.short,
-                                                 phases=self.phases, ec2_rules=self.ec2_rules)
+                                                 phases=self.phases, ec2_rules=self.ec2_rules,
+                                                 limits=self.limits)
                     made = json.loads(answer)  # EKS answers with the group as it starts: CREATING
                     made["nodegroup"].update(status="CREATING", health={"issues": []})
                     answer = json.dumps(made).encode()
@@ -194,11 +216,13 @@ def _rest_routes(service: str) -> list[tuple[str, re.Pattern, str]]:
     return routes
 
 
-def operation_of(service: str, method: str, path: str, params: dict) -> str:
-    """The API operation of a request: the Action of a query-protocol call (EC2, STS, IAM), else the botocore route
-    its method and path match (EKS)."""
+def operation_of(service: str, method: str, path: str, params: dict, *, target: str = "") -> str:
+    """The API operation of a request: the Action of a query-protocol call (EC2, STS, IAM), the X-Amz-Target of a
+    JSON-protocol one (Service Quotas), else the botocore route its method and path match (EKS)."""
     if "Action" in params:
         return params["Action"][0]
+    if target:
+        return target.rsplit(".", 1)[-1]
     return next((name for m, pattern, name in _rest_routes(service) if m == method and pattern.fullmatch(path)), "?")
 
 

@@ -351,7 +351,7 @@ def test_past_the_deadline_the_deployment_fails_with_ekss_reason_and_leaves_noth
     group = eks_backends[DEFAULT_ACCOUNT_ID][REGION].clusters["gpu-prod"].nodegroups[f"tandem-d{d.pk}-prefill"]
     group.status = "DEGRADED"  # a transient issue: waited for, up to the deadline
     group.health = {"issues": [{"code": "AsgInstanceLaunchFailures", "resourceIds": ["asg"],
-                                "message": "Could not launch On-Demand Instances. InsufficientInstanceCapacity"}]}
+                                "message": "Could not launch On-Demand Instances. RequestLimitExceeded"}]}
     d = _passed(d)
     assert d.status == "provisioning", d.status_reason
     Deployment.objects.filter(pk=d.pk).update(status_changed_at=timezone.now() - timedelta(minutes=31))
@@ -359,7 +359,7 @@ def test_past_the_deadline_the_deployment_fails_with_ekss_reason_and_leaves_noth
     assert d.status == "failed"
     assert d.status_reason.startswith("The node groups were not ready within the cluster's 30-minute provisioning "
                                       f"deadline: tandem-d{d.pk}-prefill is DEGRADED (AsgInstanceLaunchFailures: "
-                                      "Could not launch On-Demand Instances. InsufficientInstanceCapacity)")
+                                      "Could not launch On-Demand Instances. RequestLimitExceeded)")
     left = {n: _status_now(n) for n in _eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"]}
     assert set(left.values()) <= {"DELETING"}, left
     _until(lambda: EksTarget(cluster).pause(d))  # the release of the failed deployment, once EKS deleted them
@@ -479,7 +479,8 @@ def test_every_aws_call_of_a_deployments_life_is_one_the_driver_policy_allows_an
     aws.operations.clear()  # the cluster's own making is the platform team's, not the driver's
     preflight = Preflight(EksTarget(cluster))
     for check in (preflight.driver_iam, preflight.node_role_iam, preflight.subnets, preflight.efa_security_group,
-                  preflight.nodegroup_quota, preflight.runtime_images):
+                  preflight.nodegroup_quota, preflight.instance_offerings, preflight.vcpu_quotas,
+                  preflight.runtime_images):
         check()
     _until(lambda: EksTarget(cluster).ensure_node_pools(d))
     d.spec["decode"]["nodes"] = 3
@@ -487,7 +488,7 @@ def test_every_aws_call_of_a_deployments_life_is_one_the_driver_policy_allows_an
     _until(lambda: EksTarget(cluster).pause(d))
     _until(lambda: EksTarget(cluster).teardown(d))
     assert "ec2:DeleteSecurityGroup" in aws.operations
-    made = {op for op in aws.operations if op.startswith(("eks:", "ec2:", "iam:", "ecr:"))}
+    made = {op for op in aws.operations if op.startswith(("eks:", "ec2:", "iam:", "ecr:", "servicequotas:"))}
     statements = json.loads((ROOT / "deploy" / "iam" / "eks-driver-policy.json").read_text())["Statement"]
     allowed = {a for s in statements if s["Effect"] == "Allow" for a in s["Action"]}
     assert made <= allowed, made - allowed
@@ -530,3 +531,146 @@ def test_a_cluster_registered_without_node_role_or_subnets_fails_the_deployment_
     assert d.status == "failed"
     assert d.status_reason.startswith("Cluster eks-prod has no node_role_arn or subnet_ids in its config")
     assert _eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"] == []
+
+
+# --- what the account can launch: checked before any node group is created; launch failures that do not heal ----------
+CREATIONS = ("eks:CreateNodegroup", "ec2:CreateLaunchTemplate", "ec2:CreatePlacementGroup", "ec2:CreateSecurityGroup")
+
+
+def test_an_instance_type_the_node_subnets_zone_does_not_offer_is_refused_before_anything_is_created(
+        aws, emulator, db):
+    aws.offerings({"p5.48xlarge": ["us-west-2b", "us-west-2c"]})
+    cluster, _ = _cluster(aws, emulator)
+    aws.operations.clear()
+    d = _passed(_deployment(cluster))
+    assert d.status == "failed"
+    assert d.status_reason.startswith(
+        "p5.48xlarge is not offered in us-west-2a, the Availability Zone of the cluster's node subnets (EC2 offers it "
+        "in us-west-2b, us-west-2c): its node group's instances would never launch. Register private subnets of "
+        "us-west-2b or us-west-2c as the cluster's subnet_ids (tandemctl cluster set eks-prod 'subnet_ids=[")
+    assert "or choose an instance type offered in us-west-2a (g5.xlarge, " in d.status_reason
+    assert not set(CREATIONS) & set(aws.operations), aws.operations
+    assert _eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"] == []
+
+
+def test_vcpus_past_the_familys_quota_with_tandems_other_node_groups_are_refused_before_anything_is_created(
+        aws, emulator, db):
+    """One p5.48xlarge (192 vCPUs) of P runs for another deployment; the quota is 192: a second p5 is refused with
+    the numbers and the command that asks AWS for 384, and nothing of it is created."""
+    aws.quota("L-417A185B", 192)
+    cluster, _ = _cluster(aws, emulator)
+    first = _deployment(cluster)
+    for _ in range(3):
+        EksTarget(cluster).ensure_node_pools(first)
+    assert _group(aws, f"tandem-d{first.pk}-prefill")["status"] == "ACTIVE"
+    second = DeploymentFactory(team=first.team, cluster=cluster, name="qwen", spec=first.spec, status=Status.APPROVED)
+    aws.operations.clear()
+
+    d = _passed(second)
+
+    assert d.status == "failed"
+    assert d.status_reason == (
+        "This deployment's node groups need 192 vCPUs of the quota Running On-Demand P instances (L-417A185B: "
+        "prefill 1 × p5.48xlarge) and Tandem's other node groups of the family run 192; the account's quota in "
+        "us-west-2 is 192 vCPUs (instances outside Tandem's node groups count against it too). Ask AWS for at least "
+        "384 vCPUs: aws service-quotas request-service-quota-increase --service-code ec2 --quota-code L-417A185B "
+        "--desired-value 384 --region us-west-2 (or the Service Quotas console: Amazon EC2, Running On-Demand P "
+        "instances); AWS may take a few days to grant it. Then retry.")
+    assert not set(CREATIONS) & set(aws.operations), aws.operations
+    assert set(_eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"]) == \
+        {f"tandem-d{first.pk}-prefill", f"tandem-d{first.pk}-decode"}
+
+
+@pytest.mark.parametrize(("status", "message", "fix"), [
+    ("CREATING", "Could not launch On-Demand Instances. VcpuLimitExceeded - You have requested more vCPU capacity "
+                 "than your current vCPU limit of 96 allows for the instance bucket that the specified instance type "
+                 "belongs to. Please visit http://aws.amazon.com/contact-us/ec2-request to request an adjustment to "
+                 "this limit. Launching EC2 instance failed.",
+     "the account's vCPU quota for the instance family is below what the node groups launch"),
+    ("DEGRADED", "Could not launch On-Demand Instances. InsufficientInstanceCapacity - We currently do not have "
+                 "sufficient p5.48xlarge capacity in the Availability Zone you requested (us-west-2a). Launching EC2 "
+                 "instance failed.",
+     "EC2 has no capacity of this instance type in the node subnets' zone now"),
+    ("CREATING", "Could not launch On-Demand Instances. Unsupported - Your requested instance type (p5.48xlarge) is "
+                 "not supported in your requested Availability Zone (us-west-2d). Please retry your request by not "
+                 "specifying an Availability Zone or choosing us-west-2a, us-west-2b, us-west-2c. Launching EC2 "
+                 "instance failed.",
+     "the node subnets' zone does not offer this instance type"),
+])
+def test_a_launch_failure_that_waiting_does_not_fix_fails_the_deployment_at_once_and_frees_its_node_groups(
+        aws, emulator, db, status, message, fix):
+    """Long before the 45-minute deadline: the next pass after EKS reports it."""
+    cluster, _ = _cluster(aws, emulator)
+    d = _passed(_deployment(cluster))
+    name = f"tandem-d{d.pk}-prefill"
+    group = _moto_group(name)
+    group.status = status
+    group.health = {"issues": [{"code": "AsgInstanceLaunchFailures", "message": message, "resourceIds": ["asg"]}]}
+
+    d = _passed(d)
+
+    assert d.status == "failed"
+    assert d.status_reason.startswith(f"Node group {name} cannot launch its instances (AsgInstanceLaunchFailures: "
+                                      f"{message[:80]}")  # EKS's words (their aws.amazon.com link redacted)
+    assert f"): {fix}" in d.status_reason
+    assert d.status_reason.endswith("Tandem deleted the deployment's node groups so they stop billing.")
+    assert ("DELETE", f"/clusters/gpu-prod/node-groups/{name}") in aws.hits
+    assert ("DELETE", f"/clusters/gpu-prod/node-groups/tandem-d{d.pk}-decode") in aws.hits
+
+
+def test_a_transient_launch_failure_is_waited_for(aws, emulator, db):
+    cluster, _ = _cluster(aws, emulator)
+    d = _passed(_deployment(cluster))
+    group = _moto_group(f"tandem-d{d.pk}-prefill")
+    group.status = "DEGRADED"
+    group.health = {"issues": [{"code": "AsgInstanceLaunchFailures", "resourceIds": ["asg"], "message":
+                                "Could not launch On-Demand Instances. RequestLimitExceeded - Request limit exceeded. "
+                                "Launching EC2 instance failed."}]}
+    step = EksTarget(cluster).ensure_node_pools(d)
+    assert not step.ready
+    assert f"tandem-d{d.pk}-prefill: degraded (AsgInstanceLaunchFailures: Could not launch On-Demand Instances. " \
+           "RequestLimitExceeded" in step.message
+    assert _passed(d).status == "provisioning"
+
+
+def test_an_update_whose_node_group_cannot_grow_keeps_its_node_groups(aws, emulator, db):
+    """While it updates, its node groups serve the previous generation: a launch failure does not delete them."""
+    cluster, _ = _cluster(aws, emulator)
+    d = _deployment(cluster, status=Status.UPDATING)
+    for _ in range(3):
+        EksTarget(cluster).ensure_node_pools(d)
+    group = _moto_group(f"tandem-d{d.pk}-decode")
+    group.status = "DEGRADED"
+    group.health = {"issues": [{"code": "AsgInstanceLaunchFailures", "resourceIds": ["asg"], "message":
+                                "Could not launch On-Demand Instances. VcpuLimitExceeded - You have requested more "
+                                "vCPU capacity than your current vCPU limit of 8 allows."}]}
+    aws.hits.clear()
+    step = EksTarget(cluster).ensure_node_pools(d)
+    assert not step.ready and "degraded (AsgInstanceLaunchFailures" in step.message
+    assert not [h for h in aws.hits if h[0] == "DELETE"]
+
+
+def test_a_quota_taken_by_instances_outside_tandem_fails_the_launch_and_the_deployment_at_once(aws, emulator, db):
+    """Tandem counts only its own node groups; someone else's p5.48xlarge node group holds the account's 192 vCPUs of
+    P, so EC2 refuses the launch (VcpuLimitExceeded, as the emulated account answers it) and the deployment fails on
+    the next pass with EKS's words, its node groups deleted."""
+    aws.quota("L-417A185B", 192)
+    cluster, made = _cluster(aws, emulator)
+    _eks(aws).create_nodegroup(clusterName="gpu-prod", nodegroupName="research-p5", subnets=made["subnet_ids"],
+                               nodeRole="arn:aws:iam::123456789012:role/n", instanceTypes=["p5.48xlarge"],
+                               scalingConfig={"minSize": 1, "maxSize": 1, "desiredSize": 1})
+    d = _passed(_deployment(cluster))
+    d = _passed(d)
+    assert d.status == "failed"
+    assert "VcpuLimitExceeded - You have requested more vCPU capacity than your current vCPU limit of 192 allows" in \
+        d.status_reason
+    assert "Tandem deleted the deployment's node groups so they stop billing." in d.status_reason
+    left = set(_eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"])
+    assert left == {"research-p5"}, left
+
+
+def _moto_group(name: str):
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.eks.models import eks_backends
+
+    return eks_backends[DEFAULT_ACCOUNT_ID][REGION].clusters["gpu-prod"].nodegroups[name]

@@ -1,19 +1,28 @@
 """The preflight against an emulated EKS cluster: the Kubernetes API emulator holding what a real cluster holds
 once its add-ons are installed (tests/support/cluster_addons.py, from each add-on's published shapes), and moto's
 EC2, EKS, IAM and STS through real boto3."""
+import json
+
 import boto3
 import pytest
 import yaml
 from kubernetes import client as k8s
 
-from deployments.models import Cluster
-from tests.factories import ClusterFactory, TeamFactory
+from deployments.errors import Conflict
+from deployments.lifecycle import Status
+from deployments.models import Cluster, ClusterCheck
+from deployments.services.actions import deployment_approve
+from deployments.services.cluster_checks import cluster_check_request
+from deployments.services.clusters import cluster_update
+from tests.factories import MODEL_SOURCES, ClusterFactory, DeploymentFactory, TeamFactory
 from tests.support import cluster_addons
 from tests.support.cluster_addons import REGION, aws_network
 from tests.support.cluster_addons import emulator_client as _client
 from tests.support.processes import ROOT
+from tests.workers.conftest import gpu_spec
 from workers.preflight import (DRIVER_ACTIONS, FAIL, HEAD_NODES_FIX, PASS, UNVERIFIED, cluster_preflight,
                                node_admits, taint_tolerated)
+from workers.tasks import check_cluster
 
 RUNTIME = "ray-2.60.0-vllm-0.29.0"  # the GPU runtime an eks cluster runs
 
@@ -35,12 +44,38 @@ def eks(aws, emulator, db):
         return ClusterFactory(name="eks-prod", kind=Cluster.Kind.EKS, config={
             "region": REGION, "cluster_name": "gpu-prod", "aws_endpoint_url": aws.url,
             "kubernetes_endpoint_url": emulator.base_url, "node_role_arn": "arn:aws:iam::123456789012:role/nodes",
-            "subnet_ids": network["subnets"], "runtime_images": runtime_images})
+            "subnet_ids": network["subnets"], "model_sources": MODEL_SOURCES, "runtime_images": runtime_images})
     return register
 
 
 def _by_name(lines) -> dict:
     return {line.name: line for line in lines}
+
+
+def _doctor(cluster, admin) -> ClusterCheck:
+    """`tandemctl doctor`'s run: asked for by a platform admin, run by the worker's task, recorded."""
+    run = cluster_check_request(actor=admin, cluster=cluster)
+    check_cluster(run.pk)
+    run.refresh_from_db()
+    return run
+
+
+def _pool(itype, gpus, nodes=1):
+    return {"instance_type": itype, "nodes": nodes, "gpus_per_node": gpus, "tensor_parallel_size": gpus}
+
+
+@pytest.fixture
+def p5_pair(team):
+    """Team ml-research's request of a p5.48xlarge prefill and decode pair onto the cluster, waiting for approval."""
+    def request(cluster):
+        spec = gpu_spec(prefill=_pool("p5.48xlarge", 8), decode=_pool("p5.48xlarge", 8))
+        return DeploymentFactory(team=team, cluster=cluster, name="llama", spec=spec, status=Status.PENDING_APPROVAL)
+    return request
+
+
+def _approve(d, actor):
+    d.refresh_from_db()
+    return deployment_approve(actor=actor, deployment=d, generation=d.generation)
 
 
 def test_a_cluster_installed_as_documented_passes_every_check(eks, emulator):
@@ -99,12 +134,56 @@ def test_a_cluster_whose_own_nodes_cannot_hold_the_ray_head_fails_with_the_node_
     head = _by_name(cluster_preflight(cluster))["ray-head"]
 
     assert head.status == FAIL
-    assert "(4 CPU, 16Gi requested): the largest, system-1, has 3.92 CPU and 14.4 GiB allocatable" in head.evidence
+    assert "(4 CPU, 16Gi requested, and 40 GiB of disk for the runtime image and its logs): system-1 (node group " \
+           "system) has 3.92 CPU, 14.4 GiB and 89.0 GiB of ephemeral storage free (allocatable less what its pods " \
+           "request): short of cpu and memory" in head.evidence
+    assert "gpu-1" not in head.evidence
     assert head.fix.startswith(HEAD_NODES_FIX) and "--instance-types m5.2xlarge" in head.fix
 
     cluster_addons.system_node(api, name="system-2", instance_type="m5.2xlarge", allocatable=cluster_addons.M5_2XLARGE)
     head = _by_name(cluster_preflight(cluster))["ray-head"]
-    assert head.status == PASS and head.evidence.startswith("system-2 has 7910m CPU")
+    assert head.status == PASS and head.evidence.startswith("system-2 (node group system) has 7.91 CPU")
+
+
+def test_a_head_node_group_with_ekss_default_20_gib_disk_fails_and_one_of_100_gib_passes(eks, emulator,
+                                                                                       platform_admin):
+    """EKS's default node disk leaves about 17 GiB allocatable, which the runtime image alone fills: the head's node
+    would go to DiskPressure pulling it, though its CPU and memory fit. The doctor's run, through the worker's task."""
+    cluster = eks()
+    api = _client(emulator)
+    cluster_addons.cluster_ready(api, system_disk_gib=20)
+
+    run = _doctor(cluster, platform_admin)
+
+    head = run.lines.get(name="ray-head")
+    assert (run.status, head.status) == (ClusterCheck.Status.FAILED, FAIL)
+    assert "(node group system) has 7.91 CPU, 30.1 GiB and 17.0 GiB of ephemeral storage free (allocatable less " \
+           "what its pods request): short of ephemeral-storage" in head.evidence
+    assert "fill its node's disk pulling the image (DiskPressure evicts what runs there)" in head.evidence
+    assert "--disk-size 100" in head.fix and "a node group's disk size cannot change" in head.fix
+
+    cluster_addons.system_node(api, name="system-2", instance_type="m5.2xlarge", allocatable=cluster_addons.M5_2XLARGE,
+                               disk_gib=100, nodegroup="system-100")
+    run = _doctor(cluster, platform_admin)
+    head = run.lines.get(name="ray-head")
+    assert (run.status, head.status) == (ClusterCheck.Status.PASSED, PASS), head.evidence
+    assert head.evidence.startswith("system-2 (node group system-100) has 7.91 CPU, 30.1 GiB and 89.0 GiB")
+
+
+def test_the_head_counts_what_the_pods_already_on_a_node_request(eks, emulator):
+    """An m5.2xlarge fits a head when empty; with another workload's 4 CPU on it, only 3.91 CPU are left."""
+    cluster = eks()
+    api = _client(emulator)
+    cluster_addons.system_node(api, name="system-1", instance_type="m5.2xlarge", allocatable=cluster_addons.M5_2XLARGE)
+    cluster_addons.pod_on(api, node="system-1", name="coredns-1", requests={"cpu": "100m", "memory": "70Mi"})
+    assert _by_name(cluster_preflight(cluster))["ray-head"].status == PASS
+
+    cluster_addons.pod_on(api, node="system-1", name="search-indexer", namespace="default",
+                          requests={"cpu": "3900m", "memory": "8Gi"})
+    head = _by_name(cluster_preflight(cluster))["ray-head"]
+    assert head.status == FAIL
+    assert "system-1 (node group system) has 3.91 CPU, 22.0 GiB and 89.0 GiB of ephemeral storage free " \
+           "(allocatable less what its pods request): short of cpu" in head.evidence
 
 
 @pytest.mark.parametrize("version, verdict", [("1.4.2", FAIL), ("1.5.1", PASS), ("1.6.2", PASS)])
@@ -248,4 +327,128 @@ def test_a_runtime_without_a_registered_image_fails_and_one_outside_ecr_is_unver
     cluster.save()
     [line] = _image_lines(Cluster.objects.get(pk=cluster.pk))
     assert line.status == UNVERIFIED and "not in a private ECR registry" in line.evidence
+
+
+def test_a_p5_the_node_subnets_zone_does_not_offer_fails_for_its_deployment_and_passes_in_a_zone_that_does(
+        eks, aws, emulator, platform_admin, team_admin, p5_pair):
+    """A new account's cluster in us-west-2a, where (here) EC2 offers no p5.48xlarge: the doctor says where it is
+    offered, the approval of the p5 deployment is refused with that, and both pass once the node subnets are in a
+    zone that offers it."""
+    aws.offerings({"p5.48xlarge": ["us-west-2b", "us-west-2c"]})
+    cluster = eks()
+    cluster_addons.cluster_ready(_client(emulator))
+    assert _doctor(cluster, platform_admin).status == ClusterCheck.Status.PASSED  # nothing asks for p5 yet
+    d = p5_pair(cluster)
+
+    run = _doctor(cluster, platform_admin)
+
+    assert run.status == ClusterCheck.Status.FAILED
+    overview = run.lines.get(name="instance-offerings")
+    assert overview.status == PASS and "Not offered there: p5.48xlarge (us-west-2b, us-west-2c)" in overview.evidence
+    line = run.lines.get(status=FAIL)
+    assert (line.name, line.subject) == ("instance-offered", "instance:p5.48xlarge")
+    assert line.evidence == ("p5.48xlarge is not offered in us-west-2a, the Availability Zone of the cluster's node "
+                             "subnets (EC2 offers it in us-west-2b, us-west-2c): its node group's instances would "
+                             "never launch. Asked for by ml-research/llama (waiting for approval).")
+    assert line.fix.startswith("Register private subnets of us-west-2b or us-west-2c as the cluster's subnet_ids "
+                               "(tandemctl cluster set eks-prod 'subnet_ids=[")
+    assert "or choose an instance type offered in us-west-2a (g5.xlarge, " in line.fix
+    with pytest.raises(Conflict) as refused:
+        _approve(d, team_admin)
+    assert "Cluster eks-prod's last check fails for what this deployment uses" in refused.value.message
+    assert "instance-offered (p5.48xlarge): p5.48xlarge is not offered in us-west-2a" in refused.value.message
+    assert "Fix: Register private subnets of us-west-2b or us-west-2c" in refused.value.message
+    assert "tandemctl doctor eks-prod" in refused.value.message
+
+    # The fix: private subnets of us-west-2b, registered as the cluster's.
+    ec2 = boto3.client("ec2", region_name=REGION, endpoint_url=aws.url)
+    vpc = ec2.describe_subnets(SubnetIds=cluster.config["subnet_ids"])["Subnets"][0]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.9.0/24", AvailabilityZone="us-west-2b")["Subnet"]
+    cluster_update(actor=platform_admin, cluster=cluster, config={**cluster.config, "subnet_ids": [subnet["SubnetId"]]})
+    cluster.refresh_from_db()
+    run = _doctor(cluster, platform_admin)
+    assert run.status == ClusterCheck.Status.PASSED, [(x.name, x.evidence) for x in run.lines.filter(status=FAIL)]
+    assert not run.lines.filter(name="instance-offered").exists()
+    assert _approve(d, team_admin).status == Status.APPROVED
+
+
+def test_a_vcpu_quota_below_the_deployments_need_fails_with_the_numbers_and_passes_once_raised(
+        eks, aws, emulator, platform_admin, team_admin, p5_pair):
+    """A new account's 96 vCPUs of P: the doctor says what Tandem runs, the room left and what the waiting p5
+    deployment needs (384), with the command that asks AWS for it; its approval is refused until a run passes."""
+    aws.quota("L-417A185B", 96)
+    cluster = eks()
+    cluster_addons.cluster_ready(_client(emulator))
+    d = p5_pair(cluster)
+
+    run = _doctor(cluster, platform_admin)
+
+    assert run.status == ClusterCheck.Status.FAILED
+    line = run.lines.get(status=FAIL)
+    assert (line.name, line.subject) == ("vcpu-quota-p", "family:P")
+    assert line.evidence == (
+        "Running On-Demand P instances (L-417A185B) in us-west-2: 96 vCPUs; Tandem's node groups of the family run "
+        "0; room for 1 × p4d.24xlarge or p4de.24xlarge (96 vCPUs each), 0 × p5.48xlarge, p5e.48xlarge or "
+        "p5en.48xlarge (192 vCPUs each). The deployments here need 384 in all: ml-research/llama (waiting for "
+        "approval) 384 (prefill 1 × p5.48xlarge, decode 1 × p5.48xlarge).")
+    assert line.fix.startswith("Ask AWS for at least 384 vCPUs: aws service-quotas request-service-quota-increase "
+                               "--service-code ec2 --quota-code L-417A185B --desired-value 384 --region us-west-2")
+    assert run.lines.get(name="vcpu-quota-g").status == PASS
+    with pytest.raises(Conflict) as refused:
+        _approve(d, team_admin)
+    assert "vcpu-quota-p (P): Running On-Demand P instances (L-417A185B) in us-west-2: 96 vCPUs" in \
+        refused.value.message
+    assert "--desired-value 384" in refused.value.message
+
+    aws.quota("L-417A185B", 384)  # AWS granted the request
+    run = _doctor(cluster, platform_admin)
+    assert run.status == ClusterCheck.Status.PASSED
+    assert "384 vCPUs; Tandem's node groups of the family run 0; room for 4 × p4d.24xlarge" in \
+        run.lines.get(name="vcpu-quota-p").evidence
+    assert _approve(d, team_admin).status == Status.APPROVED
+
+
+def _worker_role(aws) -> str:
+    """The workers' role in IAM, holding deploy/iam/eks-driver-policy.json with the cluster's values, as
+    docs/install.md (step 2) makes it."""
+    ec2 = boto3.client("ec2", region_name=REGION, endpoint_url=aws.url)
+    vpc = ec2.describe_vpcs()["Vpcs"][-1]["VpcId"]
+    policy = (ROOT / "deploy/iam/eks-driver-policy.json").read_text()
+    for key, value in {"${AWS_REGION}": REGION, "${AWS_ACCOUNT_ID}": "123456789012", "${CLUSTER_NAME}": "gpu-prod",
+                       "${NODE_ROLE_NAME}": "nodes", "${VPC_ID}": vpc}.items():
+        policy = policy.replace(key, value)
+    iam = boto3.client("iam", region_name=REGION, endpoint_url=aws.url)
+    trust = {"Version": "2012-10-17", "Statement": [{
+        "Effect": "Allow", "Action": "sts:AssumeRoleWithWebIdentity",
+        "Principal": {"Federated": "arn:aws:iam::123456789012:oidc-provider/oidc.eks.us-west-2.amazonaws.com/id/X"}}]}
+    role = iam.create_role(RoleName="tandem-worker", AssumeRolePolicyDocument=json.dumps(trust))
+    iam.put_role_policy(RoleName="tandem-worker", PolicyName="tandem-eks-driver", PolicyDocument=policy)
+    return role["Role"]["Arn"]
+
+
+def test_the_driver_policy_is_simulated_on_the_arns_the_driver_acts_on(eks, aws, emulator):
+    """deploy/iam/eks-driver-policy.json names Tandem's node groups and placement groups `tandem-*`: simulated
+    without ARNs it passed whatever the cluster's node group prefix; on the ARNs the driver acts on, a cluster that
+    names its node groups `gpu-*` is told which calls on which ARNs IAM would refuse."""
+    cluster = eks()
+    cluster.config["role_arn"] = _worker_role(aws)
+    cluster.save()
+    line = _by_name(cluster_preflight(cluster))["driver-iam"]
+    assert line.status == PASS, line.evidence
+    assert line.evidence.startswith("arn:aws:iam::123456789012:role/tandem-worker is allowed eks:DescribeCluster, ")
+    assert "arn:aws:eks:us-west-2:123456789012:nodegroup/gpu-prod/tandem-d1-prefill/" in line.evidence
+    assert "arn:aws:ec2:us-west-2:123456789012:placement-group/tandem-d1-prefill" in line.evidence
+
+    cluster.config["nodegroup_prefix"] = "gpu-"
+    cluster.save()
+    line = _by_name(cluster_preflight(cluster))["driver-iam"]
+    assert line.status == FAIL
+    group = "arn:aws:eks:us-west-2:123456789012:nodegroup/gpu-prod/gpu-d1-prefill/00000000-0000-0000-0000-000000000000"
+    assert line.evidence == (
+        f"arn:aws:iam::123456789012:role/tandem-worker is not allowed eks:TagResource on {group}; "
+        f"eks:DescribeNodegroup on {group}; eks:UpdateNodegroupConfig on {group}; eks:DeleteNodegroup on {group}; "
+        "ec2:CreatePlacementGroup on arn:aws:ec2:us-west-2:123456789012:placement-group/gpu-d1-prefill; "
+        "ec2:CreateTags on arn:aws:ec2:us-west-2:123456789012:placement-group/gpu-d1-prefill; "
+        "ec2:DeletePlacementGroup on arn:aws:ec2:us-west-2:123456789012:placement-group/gpu-d1-prefill.")
+    assert "replace tandem-* with gpu-* in it" in line.fix
 

@@ -3,8 +3,9 @@ fail, the evidence read from the cluster (or AWS), and the fix.
 
 It reads only, through the same clients the drivers use (the worker's Kubernetes credentials and AWS identity), so
 what it sees is what a deployment will meet. Checks of the Kubernetes side run on `eks` and `kubernetes` clusters;
-the AWS side (IAM, subnets, the EFA security group, the node-group quota, the runtime images in ECR) on `eks` only.
-docs/install.md is the list of steps that make every check pass.
+the AWS side (IAM, subnets, the EFA security group, the node-group quota, where the GPU instance types are offered,
+the vCPU quotas, the runtime images in ECR) on `eks` only. docs/install.md is the list of steps that make every
+check pass.
 
 A check that cannot be decided here says so (`unverified`) rather than passing: e.g. IAM's policy simulator where
 the AWS endpoint does not offer it.
@@ -29,7 +30,8 @@ __all__ = ["DRIVER_ACTIONS", "FAIL", "HEAD_NODES_FIX", "HELM_EFA", "HELM_NVIDIA"
 
 
 class Preflight(KubernetesChecks, AwsChecks, RuntimeImageChecks):
-    """Runs every check that applies to a cluster's kind; each check is a method returning its CheckLine."""
+    """Runs every check that applies to a cluster's kind; each check is a method returning its CheckLine (or, where
+    it judges several subjects, one line for each)."""
 
     def __init__(self, target: KubernetesTarget):
         self.target = target
@@ -41,12 +43,13 @@ class Preflight(KubernetesChecks, AwsChecks, RuntimeImageChecks):
                   self.allocatable, self.ray_head, self.metrics_server, self.team_namespaces]
         if self.is_eks:
             checks += [self.driver_iam, self.node_role_iam, self.subnets, self.efa_security_group,
-                       self.nodegroup_quota, self.runtime_images, self.vpc_cni]
+                       self.nodegroup_quota, self.instance_offerings, self.vcpu_quotas, self.runtime_images,
+                       self.vpc_cni]
         lines = []
         for check in checks:
             name = check.__name__.replace("_", "-")
             try:
-                found = check()  # a check about several subjects (runtime_images) gives a line for each
+                found = check()  # a check about several subjects gives a line for each
                 lines += found if isinstance(found, list) else [found]
             except (Unreadable, PermanentError, TransientError) as e:
                 lines.append(CheckLine(name, FAIL, str(e), "Fix what the evidence names, then run the checks again."))

@@ -37,8 +37,15 @@ DEVICE_PLUGINS = {
 HELM_NVIDIA = ("helm upgrade --install nvdp nvdp/nvidia-device-plugin --version 0.17.1 -n kube-system "
                "-f deploy/cluster/nvidia-device-plugin-values.yaml")
 HEAD_NODES_FIX = ("aws eks create-nodegroup --cluster-name $CLUSTER_NAME --nodegroup-name system --instance-types "
-                  "m5.2xlarge --scaling-config minSize=2,maxSize=4,desiredSize=2 --subnets $SUBNET_IDS "
+                  "m5.2xlarge --disk-size 100 --scaling-config minSize=2,maxSize=4,desiredSize=2 --subnets $SUBNET_IDS "
                   "--node-role $SYSTEM_NODE_ROLE_ARN")
+# Node disk a Ray head needs beyond what pods request (the scheduler does not count images): the runtime image, whose
+# CUDA, PyTorch, vLLM and Ray make about 10 GB compressed (vllm-project/vllm#7609: vllm/vllm-openai alone is 9 GB),
+# kept by containerd twice, as compressed layers and as the unpacked snapshot, plus Ray's logs and spill under
+# /tmp/ray. EKS's default node disk (CreateNodegroup diskSize: 20 GiB) leaves about 17 GiB allocatable: the pull
+# fills it ("no space left on device") and the node goes to DiskPressure, evicting what runs there.
+HEAD_DISK_GIB = 40
+GIB = 2**30
 HELM_EFA = ("helm upgrade --install efa eks/aws-efa-k8s-device-plugin -n kube-system "
             "-f deploy/cluster/efa-device-plugin-values.yaml")
 # The Amazon VPC CNI runs as the aws-node DaemonSet (amazon-vpc-cni-k8s, config/master/aws-k8s-cni.yaml; the
@@ -59,6 +66,17 @@ def version_of(text: str) -> Version | None:
         return Version(tag.removeprefix("v").split("@")[0])
     except InvalidVersion:
         return None
+
+
+def pod_request(spec: dict, resource: str):
+    """What a pod requests of `resource` as the scheduler counts it: the larger of its containers' sum and its largest
+    init container, plus its overhead (k8s.io/kubernetes pkg/api/v1/resource PodRequests)."""
+    def asked(containers):
+        return [parse_quantity(((c.get("resources") or {}).get("requests") or {}).get(resource, "0"))
+                for c in containers or []]
+
+    request = max([sum(asked(spec.get("containers")))] + asked(spec.get("initContainers")))
+    return request + parse_quantity((spec.get("overhead") or {}).get(resource, "0"))
 
 
 def _schema_has(schema: dict, path: tuple[str, ...]) -> bool:
@@ -235,30 +253,61 @@ class KubernetesChecks:
 
     def ray_head(self) -> CheckLine:
         """The Ray head (k8s_templates/rayservice.yaml) runs on the cluster's own nodes, not on Tandem's GPU node
-        groups: one node it tolerates must have its CPU and memory allocatable (a node's allocatable is less than its
-        instance's size: an m5.xlarge's 4 vCPU and 16 GiB leave about 3.9 CPU and 14.5 GiB)."""
+        groups: one node it tolerates must have its CPU and memory free (allocatable, less what the pods already
+        there request; an m5.xlarge's 4 vCPU and 16 GiB leave about 3.9 CPU and 14.5 GiB allocatable) and
+        HEAD_DISK_GIB of ephemeral storage free for the runtime image and Ray's logs."""
         head = template("rayservice.yaml")["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]
-        wants = head["containers"][0]["resources"]["requests"]
-        found = self._k8s("listing nodes", k8s.CoreV1Api(self.target.api).list_node) or {}
-        sizes = []
+        requests = head["containers"][0]["resources"]["requests"]
+        wants = {"cpu": parse_quantity(requests["cpu"]), "memory": parse_quantity(requests["memory"]),
+                 "ephemeral-storage": parse_quantity(requests.get("ephemeral-storage", "0")) + HEAD_DISK_GIB * GIB}
+        core = k8s.CoreV1Api(self.target.api)
+        found = self._k8s("listing nodes", core.list_node) or {}
+        used = self._requested_by_node()
+        seen = []
         for n in found.get("items") or []:
             taints = [t for t in (n.get("spec") or {}).get("taints") or [] if t.get("effect") != "PreferNoSchedule"]
             if not all(taint_tolerated(t, head.get("tolerations") or []) for t in taints):
                 continue
+            name = n["metadata"]["name"]
             have = (n.get("status") or {}).get("allocatable") or {}
-            cpu, memory = parse_quantity(have.get("cpu", "0")), parse_quantity(have.get("memory", "0"))
-            sizes.append((cpu, memory, n["metadata"]["name"]))
-            if cpu >= parse_quantity(wants["cpu"]) and memory >= parse_quantity(wants["memory"]):
-                return CheckLine("ray-head", PASS, f"{n['metadata']['name']} has {have['cpu']} CPU and "
-                                 f"{have['memory']} allocatable for the Ray head's {wants['cpu']} CPU and "
-                                 f"{wants['memory']}.")
-        biggest = max(sizes, default=None)
-        evidence = (f"the largest, {biggest[2]}, has {float(biggest[0]):g} CPU and {biggest[1] / 2**30:.1f} GiB allocatable"
-                    if biggest else "the cluster has none")
-        return CheckLine("ray-head", FAIL, f"No node without Tandem's GPU taints can hold the Ray head ({wants['cpu']} "
-                         f"CPU, {wants['memory']} requested): {evidence}. Each deployment's head would stay Pending.",
-                         f"{HEAD_NODES_FIX} (8 vCPU and 32 GiB: room for Ray heads beside the control plane; "
-                         "docs/install.md, step 1)")
+            free = {r: parse_quantity(have.get(r, "0")) - used.get(name, {}).get(r, 0) for r in wants}
+            short = [r for r in wants if free[r] < wants[r]]
+            text = (f"{name}{self._nodegroup_of(n)} has {float(free['cpu']):g} CPU, {free['memory'] / GIB:.1f} GiB "
+                    f"and {free['ephemeral-storage'] / GIB:.1f} GiB of ephemeral storage free (allocatable less "
+                    "what its pods request)")
+            if not short:
+                return CheckLine("ray-head", PASS, f"{text} for the Ray head's {requests['cpu']} CPU, "
+                                 f"{requests['memory']} and {HEAD_DISK_GIB} GiB of disk (its image and logs).")
+            seen.append((len(short), -free["ephemeral-storage"], f"{text}: short of {' and '.join(short)}"))
+        evidence = "; ".join(t for *_, t in sorted(seen)[:3]) if seen else "the cluster has none"
+        disk = any("ephemeral-storage" in t for *_, t in seen)
+        return CheckLine("ray-head", FAIL, f"No node without Tandem's GPU taints can hold the Ray head "
+                         f"({requests['cpu']} CPU, {requests['memory']} requested, and {HEAD_DISK_GIB} GiB of disk "
+                         f"for the runtime image and its logs): {evidence}. Each deployment's head would stay "
+                         "Pending" + (", or fill its node's disk pulling the image (DiskPressure evicts what "
+                                      "runs there)" if disk else "") + ".",
+                         f"{HEAD_NODES_FIX} (8 vCPU, 32 GiB and a 100 GiB disk: room for Ray heads and their image "
+                         "beside the control plane; a node group's disk size cannot change, so create this one and "
+                         "delete the old; docs/install.md, step 1)")
+
+    @staticmethod
+    def _nodegroup_of(node: dict) -> str:
+        group = (node["metadata"].get("labels") or {}).get(NODEGROUP_LABEL)
+        return f" (node group {group})" if group else ""
+
+    def _requested_by_node(self) -> dict[str, dict]:
+        """{node: what the pods bound to it and not finished request} (a pod asks for the larger of its containers'
+        sum and its largest init container, as the scheduler counts it, plus its overhead)."""
+        pods = self._k8s("listing pods", k8s.CoreV1Api(self.target.api).list_pod_for_all_namespaces) or {}
+        used: dict[str, dict] = {}
+        for pod in pods.get("items") or []:
+            spec, phase = pod.get("spec") or {}, (pod.get("status") or {}).get("phase")
+            if not spec.get("nodeName") or phase in ("Succeeded", "Failed"):
+                continue
+            total = used.setdefault(spec["nodeName"], {})
+            for resource in ("cpu", "memory", "ephemeral-storage"):
+                total[resource] = total.get(resource, 0) + pod_request(spec, resource)
+        return used
 
     def vpc_cni(self) -> CheckLine:
         """The VPC CNI's version: EFA-only interfaces need 1.18.5 or newer."""

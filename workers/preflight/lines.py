@@ -6,12 +6,15 @@ PASS, FAIL, UNVERIFIED = "pass", "fail", "unverified"
 
 @dataclass(frozen=True)
 class CheckLine:
-    """One check's outcome: `status` pass, fail or unverified; what was seen; what to do about a failure."""
+    """One check's outcome: `status` pass, fail or unverified; what was seen; what to do about a failure; what it is
+    about."""
 
     name: str
     status: str
     evidence: str
     fix: str = ""
+    # What the line is about (deployments.check_subjects): a failing line stops the approval of a deployment that
+    # uses it; "" for the cluster as a whole.
     subject: str = ""
 
     def to_dict(self) -> dict:

@@ -24,24 +24,18 @@ from botocore.exceptions import BotoCoreError, ClientError, ConnectionError as B
 from django.utils import timezone as dj_timezone
 
 from deployments.catalog import INSTANCE_TYPES, InstanceType
-from deployments.lifecycle import Status
+from deployments.lifecycle import STARTING, Status
 from deployments.services.node_groups import NODEGROUPS_PER_CLUSTER
 from deployments.serve_config import STAGES
 from deployments.surge import pool_nodes
 from workers import clients
 from workers.targets.base import AppUnit, PermanentError, Step, TransientError
+from workers.targets.eks_capacity import launchable_require
 from workers.targets.eks_launch_template import launch_template_data
+from workers.targets.eks_tags import (NO_EFA, TAG_DEPLOYMENT_ID, TAG_EFA_SECURITY_GROUP, TAG_INSTANCE_TYPE, TAG_MANAGED,
+                                     TAG_NAME, TAG_POOL, TAG_TEAM)
 from workers.targets.kubernetes import KubernetesTarget
 
-TAG_MANAGED = "tandem.dev/managed-by"
-TAG_DEPLOYMENT_ID = "tandem.dev/deployment-id"
-TAG_TEAM, TAG_NAME = "tandem.dev/team", "tandem.dev/deployment"  # for people reading the console, and errors
-TAG_POOL = "tandem.dev/pool"  # the stage: on a node group, its launch template and all they launch
-# On a node group: its instance type, which DescribeNodegroup does not report where the launch template holds it
-# (botocore: a node group's instanceTypes "is null" when deployed with a launch template's; a Capacity Block's is).
-TAG_INSTANCE_TYPE = "tandem.dev/instance-type"
-# On a launch template: the EFA security group it uses, or "none"; the group goes once no template uses it.
-TAG_EFA_SECURITY_GROUP, NO_EFA = "tandem.dev/efa-security-group", "none"
 THROTTLING = {"Throttling", "ThrottlingException", "TooManyRequestsException", "RequestLimitExceeded",
               "ServiceUnavailableException", "ServerException", "InternalFailure"}
 DENIED = {"AccessDeniedException", "UnauthorizedOperation", "UnrecognizedClientException",
@@ -68,6 +62,25 @@ FATAL_ISSUES = {
     "InstanceLimitExceeded", "InsufficientFreeAddresses", "KubernetesLabelInvalid", "LimitExceeded",
     "SourceEc2LaunchTemplateNotFound", "Ec2LaunchTemplateMaxLimitExceeded", "Ec2LaunchTemplateVersionMaxLimitExceeded",
 }
+# AsgInstanceLaunchFailures carries EC2's own error in its message ("Could not launch On-Demand Instances.
+# VcpuLimitExceeded - You have requested more vCPU capacity than your current vCPU limit of 0 allows ..."). These
+# causes do not heal while the node group waits (a quota, a zone that does not offer the type, a zone out of that
+# type), and its other group bills meanwhile: the deployment fails at once, with the fix. Other launch failures
+# (throttling, an internal error) are waited for, up to the deadline. EC2's codes and texts: the EC2 API reference's
+# "Error codes" (VcpuLimitExceeded, InsufficientInstanceCapacity, Unsupported).
+UNLAUNCHABLE = {
+    "VcpuLimitExceeded": "the account's vCPU quota for the instance family is below what the node groups launch: "
+                         "ask AWS for more (`tandemctl doctor` names the quota, what Tandem runs and the command), "
+                         "then retry",
+    "InsufficientInstanceCapacity": "EC2 has no capacity of this instance type in the node subnets' zone now: "
+                                    "retry later, run on a capacity reservation or capacity block (the cluster's "
+                                    "capacity_type and capacity_reservation_ids), or choose another instance type",
+    "not supported in your requested Availability Zone": "the node subnets' zone does not offer this instance "
+                                                         "type: register private subnets of a zone that does "
+                                                         "(`tandemctl doctor` lists them), or choose another "
+                                                         "instance type, then retry",
+}
+LAUNCHING = {"CREATING", "UPDATING", "DEGRADED"}  # node group statuses whose launch failures are read as they happen
 
 
 def aws_error(e: Exception, *, doing: str) -> Exception:
@@ -116,6 +129,20 @@ def _fatal(ng: dict) -> bool:
     return any(i.get("code") in FATAL_ISSUES for i in ng.get("health", {}).get("issues", []))
 
 
+def _unlaunchable(ng: dict) -> str | None:
+    """The fix, when a launch failure EKS reports for the node group is one waiting does not fix (UNLAUNCHABLE)."""
+    for issue in ng.get("health", {}).get("issues", []):
+        if issue.get("code") == "AsgInstanceLaunchFailures":
+            for cause, fix in UNLAUNCHABLE.items():
+                if cause in issue.get("message", ""):
+                    return fix
+    return None
+
+
+class Unlaunchable(PermanentError):
+    """A node group EC2 cannot launch instances for, for a cause that waiting does not fix (UNLAUNCHABLE)."""
+
+
 def _tags(deployment) -> dict[str, str]:
     return {TAG_MANAGED: "tandem", TAG_DEPLOYMENT_ID: str(deployment.pk), TAG_TEAM: deployment.team.slug,
             TAG_NAME: deployment.name}
@@ -154,7 +181,7 @@ class EksTarget(KubernetesTarget):
     def __init__(self, cluster, *, api=None, session=None):
         super().__init__(cluster, api=api)
         self._session = session
-        self._eks = self._ec2 = None
+        self._eks = self._ec2 = self._quotas = None
         self._names: dict[tuple[int, str], str] = {}
         self._cluster_info: dict | None = None
         self._groups: dict[str, dict | None] = {}  # node groups described in this pass, by name
@@ -195,6 +222,13 @@ class EksTarget(KubernetesTarget):
             self._ec2 = clients.aws_client(self.session, "ec2",
                                            endpoint_url=self.config.aws_endpoint_url)
         return self._ec2
+
+    @property
+    def quotas(self):
+        """Service Quotas, for the vCPU quota of an instance family (workers.targets.eks_capacity)."""
+        if self._quotas is None:
+            self._quotas = clients.aws_client(self.session, "service-quotas", endpoint_url=self.config.aws_endpoint_url)
+        return self._quotas
 
     def _aws(self, doing: str, fn, *, tolerate: str = "", **kwargs):
         """One AWS call, its failure classified; None when it fails with the error code `tolerate` (an expected
@@ -480,6 +514,7 @@ class EksTarget(KubernetesTarget):
                                  "cluster; delete unused ones (or ask AWS for a higher quota), then retry.")
         taints = nodegroup_taints(instance)
         subnets = self._node_subnets(efa=instance.has_efa)
+        self._require_launchable(deployment)
         capacity = self._capacity(pool.instance_type, nodes)
         template = self._launch_template(deployment, stage, name, capacity)
         kwargs = {
@@ -500,6 +535,11 @@ class EksTarget(KubernetesTarget):
                   tolerate="ResourceInUseException", **kwargs)  # else a previous pass (or a killed worker) asked
         self._groups.pop(name, None)
 
+    def _require_launchable(self, deployment) -> None:
+        """Nothing is created for a deployment the account cannot launch: an instance type the node subnets' zone
+        does not offer, or vCPUs past the family's quota (workers.targets.eks_capacity)."""
+        launchable_require(self, deployment, zone=self._subnets[0]["AvailabilityZone"])
+
     def _ensure_one(self, deployment, stage: str, extra: int) -> tuple[bool, str]:
         name = self.nodegroup_name(deployment, stage)
         pool = deployment.spec_typed.pool(stage)
@@ -510,14 +550,21 @@ class EksTarget(KubernetesTarget):
             return False, f"{name}: creating {nodes} × {pool.instance_type}"
         self._require_owned(deployment, ng, doing="use, resize or replace")
         status = ng.get("status")
+        # Nothing of the deployment serves yet, so all its node groups may go (an update's may serve the previous
+        # generation: its launch failures wait, as the deadline does)
+        starting = deployment.status in STARTING
         if status == "CREATE_FAILED":
             created = ng.get("createdAt")
             # EKS never retries a failed creation: the group goes, and a retry creates it again.
             self._changed(name, "deleting failed", self.eks.delete_nodegroup)
             if isinstance(created, datetime) and created < deployment.status_changed_at:
                 return False, f"{name}: deleting the group a previous attempt failed to create ({_issues(ng)})"
+            if starting and (fix := _unlaunchable(ng)):
+                raise Unlaunchable(f"Node group {name} could not launch its instances ({_issues(ng)}): {fix}.")
             raise PermanentError(f"Node group {name} could not be created ({_issues(ng)}). Tandem deleted it; check "
                                  "the instance type's availability and quota in the cluster's subnets, then retry.")
+        if starting and status in LAUNCHING and (fix := _unlaunchable(ng)):
+            raise Unlaunchable(f"Node group {name} cannot launch its instances ({_issues(ng)}): {fix}.")
         if status in WAITING:
             return False, f"{name}: {status.lower()}"
         deployed = ng.get("instanceTypes") or [(ng.get("tags") or {}).get(TAG_INSTANCE_TYPE)]
@@ -555,23 +602,32 @@ class EksTarget(KubernetesTarget):
         says and its node groups go."""
         self._new_pass()
         self._active_cluster()
-        results = [self._ensure_one(deployment, stage, (extra or {}).get(stage, 0)) for stage in STAGES]
+        try:
+            results = [self._ensure_one(deployment, stage, (extra or {}).get(stage, 0)) for stage in STAGES]
+        except Unlaunchable as e:  # the other stage's group would bill while nothing can serve
+            self._delete_node_groups(deployment)
+            raise PermanentError(f"{e} Tandem deleted the deployment's node groups so they stop billing.") from None
         ready = all(ok for ok, _ in results)
         if not ready and (deadline := self._deadline_passed(deployment)) is not None:
-            reasons = []
-            for stage in STAGES:
-                name = self.nodegroup_name(deployment, stage)
-                ng = self._describe(name)
-                if ng is None:
-                    continue
-                if ng.get("status") != "ACTIVE":
-                    reasons.append(f"{name} is {ng.get('status')} ({_issues(ng)})")
-                if ng.get("status") != "DELETING":
-                    self._changed(name, "deleting", self.eks.delete_nodegroup)
+            reasons = self._delete_node_groups(deployment)
             raise PermanentError(f"The node groups were not ready within the cluster's {deadline}-minute provisioning "
                                  f"deadline: {'; '.join(reasons) or 'no detail from EKS'}. Tandem deleted them so "
                                  "they stop billing; retry once EKS can provide the capacity.")
         return Step(ready=ready, message="; ".join(m for _, m in results))
+
+    def _delete_node_groups(self, deployment) -> list[str]:
+        """Delete the deployment's node groups (a failure: they stop billing); what EKS said of those not ACTIVE."""
+        reasons = []
+        for stage in STAGES:
+            name = self.nodegroup_name(deployment, stage)
+            ng = self._describe(name)
+            if ng is None:
+                continue
+            if ng.get("status") != "ACTIVE":
+                reasons.append(f"{name} is {ng.get('status')} ({_issues(ng)})")
+            if ng.get("status") != "DELETING":
+                self._changed(name, "deleting", self.eks.delete_nodegroup)
+        return reasons
 
     def pause(self, deployment) -> Step:
         """The RayService goes (as in a teardown), the node groups stay at zero nodes, kept for a resume or a retry.
