@@ -88,6 +88,11 @@ class MotoServer(ThreadedMotoServer):
         """End the node group's CREATING or DELETING phase now."""
         self.phases.advance((region, cluster, nodegroup))
 
+    def report(self, nodegroup: str, *, cluster: str, status: str, issues: list[dict],
+               region: str = "us-west-2") -> None:
+        """EKS reports the node group in `status` with these health issues (e.g. a launch failure while CREATING)."""
+        self.phases.report((region, cluster, nodegroup), status=status, issues=issues)
+
     def offerings(self, zones: dict[str, list[str]]) -> None:
         """EC2 offers each of these instance types in exactly these Availability Zones (others: moto's AWS data)."""
         self.limits.replaced.update(zones)

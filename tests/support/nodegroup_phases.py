@@ -89,6 +89,12 @@ class NodegroupPhases:
         """End the group's phase now, whatever is left of it."""
         self._end(key)
 
+    def report(self, key, *, status: str, issues: list[dict]) -> None:
+        """EKS reports the group in `status` with these health issues from now on (its phase, if any, is over)."""
+        _, group = self._group(key)
+        group.status, group.health = status, {"issues": issues}
+        self._phases.pop(key, None)
+
     def update_refusal(self, key):
         """EKS's answer to UpdateNodegroupConfig of a group that cannot take one now; None otherwise."""
         _, group = self._group(key)

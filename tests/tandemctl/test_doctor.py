@@ -75,7 +75,7 @@ def test_doctor_prints_three_failures_with_their_fixes_then_all_pass_once_instal
     assert "-f deploy/cluster/nvidia-device-plugin-values.yaml" in fixes[0]
     assert "-f deploy/cluster/efa-device-plugin-values.yaml" in fixes[1]
     assert f'subnet_ids ["{stack["subnets"][0]}"]' in fixes[2] or f'subnet_ids ["{stack["subnets"][1]}"]' in fixes[2]
-    assert "eks-prod: 13 of 16 checks did not fail; 3 failed." in run.stdout
+    assert "eks-prod: 16 of 19 checks did not fail; 3 failed." in run.stdout
 
     # The fixes, as docs/install.md does them: the NVIDIA chart with Tandem's values, the EFA plugin, one zone.
     k8s.AppsV1Api(api).delete_namespaced_daemon_set("nvdp-nvidia-device-plugin", "kube-system")
@@ -90,7 +90,7 @@ def test_doctor_prints_three_failures_with_their_fixes_then_all_pass_once_instal
     assert Cluster.objects.get(name="eks-prod").config["subnet_ids"] == kept
     run = tandemctl("doctor", "eks-prod", **cli, check_rc=errors.OK)
     assert not [line for line in run.stdout.splitlines() if line.startswith("FAIL")], run.stdout
-    assert "eks-prod: 16 of 16 checks did not fail." in run.stdout
+    assert "eks-prod: 19 of 19 checks did not fail." in run.stdout
     # moto cannot simulate IAM policies: the three IAM lines say so rather than pass.
     assert sorted(line.split(":")[0] for line in run.stdout.splitlines() if line.startswith("????")) == \
         ["????  driver-iam", "????  node-role-iam", "????  runtime-image-pull"]

@@ -603,9 +603,8 @@ def test_a_launch_failure_that_waiting_does_not_fix_fails_the_deployment_at_once
     cluster, _ = _cluster(aws, emulator)
     d = _passed(_deployment(cluster))
     name = f"tandem-d{d.pk}-prefill"
-    group = _moto_group(name)
-    group.status = status
-    group.health = {"issues": [{"code": "AsgInstanceLaunchFailures", "message": message, "resourceIds": ["asg"]}]}
+    aws.report(name, cluster="gpu-prod", status=status,
+               issues=[{"code": "AsgInstanceLaunchFailures", "message": message, "resourceIds": ["asg"]}])
 
     d = _passed(d)
 
@@ -613,19 +612,19 @@ def test_a_launch_failure_that_waiting_does_not_fix_fails_the_deployment_at_once
     assert d.status_reason.startswith(f"Node group {name} cannot launch its instances (AsgInstanceLaunchFailures: "
                                       f"{message[:80]}")  # EKS's words (their aws.amazon.com link redacted)
     assert f"): {fix}" in d.status_reason
-    assert d.status_reason.endswith("Tandem deleted the deployment's node groups so they stop billing.")
+    assert d.status_reason.endswith("Tandem deleted that node group; the deployment's other node group is released to "
+                                    "zero nodes, kept for a retry.")
     assert ("DELETE", f"/clusters/gpu-prod/node-groups/{name}") in aws.hits
-    assert ("DELETE", f"/clusters/gpu-prod/node-groups/tandem-d{d.pk}-decode") in aws.hits
+    assert ("DELETE", f"/clusters/gpu-prod/node-groups/tandem-d{d.pk}-decode") not in aws.hits
 
 
 def test_a_transient_launch_failure_is_waited_for(aws, emulator, db):
     cluster, _ = _cluster(aws, emulator)
     d = _passed(_deployment(cluster))
-    group = _moto_group(f"tandem-d{d.pk}-prefill")
-    group.status = "DEGRADED"
-    group.health = {"issues": [{"code": "AsgInstanceLaunchFailures", "resourceIds": ["asg"], "message":
-                                "Could not launch On-Demand Instances. RequestLimitExceeded - Request limit exceeded. "
-                                "Launching EC2 instance failed."}]}
+    aws.report(f"tandem-d{d.pk}-prefill", cluster="gpu-prod", status="DEGRADED", issues=[
+        {"code": "AsgInstanceLaunchFailures", "resourceIds": ["asg"], "message":
+         "Could not launch On-Demand Instances. RequestLimitExceeded - Request limit exceeded. "
+         "Launching EC2 instance failed."}])
     step = EksTarget(cluster).ensure_node_pools(d)
     assert not step.ready
     assert f"tandem-d{d.pk}-prefill: degraded (AsgInstanceLaunchFailures: Could not launch On-Demand Instances. " \
@@ -639,11 +638,10 @@ def test_an_update_whose_node_group_cannot_grow_keeps_its_node_groups(aws, emula
     d = _deployment(cluster, status=Status.UPDATING)
     for _ in range(3):
         EksTarget(cluster).ensure_node_pools(d)
-    group = _moto_group(f"tandem-d{d.pk}-decode")
-    group.status = "DEGRADED"
-    group.health = {"issues": [{"code": "AsgInstanceLaunchFailures", "resourceIds": ["asg"], "message":
-                                "Could not launch On-Demand Instances. VcpuLimitExceeded - You have requested more "
-                                "vCPU capacity than your current vCPU limit of 8 allows."}]}
+    aws.report(f"tandem-d{d.pk}-decode", cluster="gpu-prod", status="DEGRADED", issues=[
+        {"code": "AsgInstanceLaunchFailures", "resourceIds": ["asg"], "message":
+         "Could not launch On-Demand Instances. VcpuLimitExceeded - You have requested more vCPU capacity than your "
+         "current vCPU limit of 8 allows."}])
     aws.hits.clear()
     step = EksTarget(cluster).ensure_node_pools(d)
     assert not step.ready and "degraded (AsgInstanceLaunchFailures" in step.message
@@ -653,20 +651,17 @@ def test_an_update_whose_node_group_cannot_grow_keeps_its_node_groups(aws, emula
 def test_a_quota_taken_by_instances_outside_tandem_fails_the_launch_and_the_deployment_at_once(aws, emulator, db):
     """Tandem counts only its own node groups; someone else's p5.48xlarge node group holds the account's 192 vCPUs of
     P, so EC2 refuses the launch (VcpuLimitExceeded, as the emulated account answers it) and the deployment fails on
-    the next pass with EKS's words, its node groups deleted."""
+    the next pass with EKS's words, the group that cannot launch deleted (the other goes to zero with the release)."""
     aws.quota("L-417A185B", 192)
     cluster, made = _cluster(aws, emulator)
     _eks(aws).create_nodegroup(clusterName="gpu-prod", nodegroupName="research-p5", subnets=made["subnet_ids"],
                                nodeRole="arn:aws:iam::123456789012:role/n", instanceTypes=["p5.48xlarge"],
                                scalingConfig={"minSize": 1, "maxSize": 1, "desiredSize": 1})
-    d = _passed(_deployment(cluster))
-    d = _passed(d)
-    assert d.status == "failed"
+    d = _failed(_deployment(cluster))  # EKS reports it once the group's CREATING ends
     assert "VcpuLimitExceeded - You have requested more vCPU capacity than your current vCPU limit of 192 allows" in \
         d.status_reason
-    assert "Tandem deleted the deployment's node groups so they stop billing." in d.status_reason
-    left = set(_eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"])
-    assert left == {"research-p5"}, left
+    assert "Tandem deleted that node group; the deployment's other node group is released to zero nodes" in \
+        d.status_reason
 
 
 def _moto_group(name: str):

@@ -55,6 +55,7 @@ def _node_group(aws, made, name, itype, *, desired=1):
     eks.create_nodegroup(clusterName="c", nodegroupName=name, subnets=made["subnet_ids"][:1],
                          nodeRole="arn:aws:iam::123456789012:role/nodes", instanceTypes=[itype],
                          scalingConfig={"minSize": desired, "maxSize": desired, "desiredSize": desired})
+    aws.advance(name, cluster="c")  # once EKS is done creating it: ACTIVE, or failed as EC2 refused its launch
     return eks.describe_nodegroup(clusterName="c", nodegroupName=name)["nodegroup"]
 
 

@@ -10,6 +10,7 @@ from dataclasses import replace
 from botocore.exceptions import BotoCoreError, ClientError
 
 from deployments.catalog import RUNTIMES
+from deployments.check_subjects import runtime_subject
 from deployments.runtime_images import REGISTER_FIX, pinned_image_parse
 from workers.preflight.lines import FAIL, PASS, UNVERIFIED, CheckLine
 
@@ -17,11 +18,6 @@ CHECK, PULL_CHECK = "runtime-images", "runtime-image-pull"
 # What a node's kubelet calls to pull a layer of an ECR image, on the repository (ECR's IAM reference); the
 # registry-wide ecr:GetAuthorizationToken is node-role-iam's.
 PULL_ACTIONS = ("ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer")
-
-
-def runtime_subject(key: str) -> str:
-    """The subject of a check line about a runtime's image: what a deployment of that runtime uses."""
-    return f"runtime:{key}"
 
 
 class RuntimeImageChecks:
@@ -78,5 +74,7 @@ class RuntimeImageChecks:
         exists = CheckLine(CHECK, PASS, f"{ref} is in {where} ({tags}{pushed}).")
         partition = "aws-cn" if ecr["china"] else "aws"
         arn = f"arn:{partition}:ecr:{region}:{account}:repository/{repository}"
-        pull = self._simulate(PULL_CHECK, self.target.config.node_role_arn, PULL_ACTIONS, resources=[arn])
+        pull = self._simulate(PULL_CHECK, self.target.config.node_role_arn, [(PULL_ACTIONS, [arn], ())],
+                              fix=f"Give the node role ecr:BatchGetImage and ecr:GetDownloadUrlForLayer on {arn} "
+                                  "(AmazonEC2ContainerRegistryReadOnly grants them), then run the checks again.")
         return [exists, pull]

@@ -564,6 +564,8 @@ class EksTarget(KubernetesTarget):
             raise PermanentError(f"Node group {name} could not be created ({_issues(ng)}). Tandem deleted it; check "
                                  "the instance type's availability and quota in the cluster's subnets, then retry.")
         if starting and status in LAUNCHING and (fix := _unlaunchable(ng)):
+            # It holds no instance worth keeping, and a retry makes it again (elsewhere, or once the quota is raised).
+            self._changed(name, "deleting", self.eks.delete_nodegroup)
             raise Unlaunchable(f"Node group {name} cannot launch its instances ({_issues(ng)}): {fix}.")
         if status in WAITING:
             return False, f"{name}: {status.lower()}"
@@ -604,9 +606,9 @@ class EksTarget(KubernetesTarget):
         self._active_cluster()
         try:
             results = [self._ensure_one(deployment, stage, (extra or {}).get(stage, 0)) for stage in STAGES]
-        except Unlaunchable as e:  # the other stage's group would bill while nothing can serve
-            self._delete_node_groups(deployment)
-            raise PermanentError(f"{e} Tandem deleted the deployment's node groups so they stop billing.") from None
+        except Unlaunchable as e:  # the other stage's group goes to zero nodes with the failed deployment's release
+            raise PermanentError(f"{e} Tandem deleted that node group; the deployment's other node group is released "
+                                 "to zero nodes, kept for a retry.") from None
         ready = all(ok for ok, _ in results)
         if not ready and (deadline := self._deadline_passed(deployment)) is not None:
             reasons = self._delete_node_groups(deployment)
