@@ -2,7 +2,7 @@
 Kubernetes emulator through the real `kubernetes` client (objects, then their status, as the controllers write it).
 
 Shapes, and where each comes from:
-- the RayService CRD: KubeRay's own, per release (`../shared/reference/kuberay/<version>/ray.io_rayservices.yaml`);
+- the RayService CRD: KubeRay's own, per release (`tests/support/kuberay_crds/<version>/ray.io_rayservices.yaml`);
 - the KubeRay operator Deployment: the kuberay-operator chart's labels (`app.kubernetes.io/name: kuberay-operator`)
   and image (`quay.io/kuberay/operator:v<version>`);
 - the NVIDIA device plugin DaemonSet: NVIDIA/k8s-device-plugin's chart (deployments/helm/nvidia-device-plugin,
