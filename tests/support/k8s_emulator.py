@@ -15,8 +15,10 @@ Extensions (kept here, never in the product code):
   those in flight (it matches each request against every earlier one), so a request costs the same at 10,000
   objects and after 100,000 requests (`hits` is the record tests assert on);
 - KubeRay's CRD at the version a test names (`kuberay_version`, default 1.5.1, the oldest KubeRay Tandem's
-  RayService is whole on): a RayService written (create, replace, patch) is pruned and defaulted as the API server
-  does for that CRD's structural schema (tests.support.structural_pruning), with its `Warning: 299` headers;
+  RayService is whole on; the files are in tests/support/kuberay_crds): a RayService written (create, replace, patch)
+  is pruned and defaulted as the API server does for that CRD's structural schema (tests.support.structural_pruning),
+  with its `Warning: 299` headers, then validated by the CRD's schema, and refused with the API server's 422 and its
+  words when invalid (tests.support.crd_validation);
 - "KubeRay": for each RayService, its head and worker pods (replicas x numOfHosts per group, KubeRay's labels
   beside the template's), placed by the scheduler's fit rules (tests.support.scheduler) against `nodes` (a fixed
   fleet), else the Node objects written through the API (a test seeding a cluster), or, when there are none, against node groups made for that RayService as Tandem's eks target makes
@@ -54,13 +56,15 @@ import aiohttp.web
 import attrs
 import kmock
 import yaml
+from kmock._internal.dicts import patch_dict  # what kmock stores for a PATCH (merge or JSON patch)
 from kubernetes.utils import parse_quantity
 
 from deployments.catalog import INSTANCE_TYPES
 from deployments.manifests import EFA_HUGEPAGES
 from tests.support.scheduler import Node, cpu_node, eks_node, pod_requests, release, schedule
 from tests.support.serve_examples import kuberay_deploy_failed
-from tests.support.structural_pruning import admit, crd_schema
+from tests.support.crd_validation import invalid_status, validate
+from tests.support.structural_pruning import admit, crd_schema, merge_patch
 
 RAYSERVICES = kmock.resource("ray.io", "v1", "rayservices")
 DEFAULT_KUBERAY_VERSION = "1.5.1"  # the first release that keeps workerGroupSpecs[].resources and authOptions
@@ -110,7 +114,7 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
     """KubernetesEmulator + real-server metadata, PUT, auth, faults, stalls and a stand-in KubeRay."""
 
     base_url: str = ""  # set once served (EmulatorThread)
-    kuberay_version: str = DEFAULT_KUBERAY_VERSION  # whose CRD prunes what is written (../shared/reference/kuberay)
+    kuberay_version: str = DEFAULT_KUBERAY_VERSION  # whose CRD admits what is written (tests/support/kuberay_crds)
     nodes: list[Node] | None = None  # a fixed fleet every pod competes for; None: node groups per RayService
     _ray_pods: dict = attrs.field(factory=dict)  # (namespace, rayservice) -> RayPods of its serving Ray cluster
     _pending: dict = attrs.field(factory=dict)  # (namespace, rayservice) -> RayPods of a NewCluster upgrade
@@ -323,7 +327,9 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
         if request.method == kmock.method.PUT and request.name:
             return await self._replace(request)
         creating = request.action == kmock.action.CREATE and isinstance(request.data, dict)
-        warnings = self._admit(request) if creating or request.action == kmock.action.UPDATE else []
+        warnings, refused = self._admit(request) if creating or request.action == kmock.action.UPDATE else ([], None)
+        if refused is not None:
+            return refused
         if creating:
             meta = request.data.setdefault("metadata", {})
             if self._cluster_scoped(request.resource):
@@ -388,13 +394,33 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
                 "reason": reason, "message": message}
         return aiohttp.web.json_response(body, status=code, headers=headers or {})
 
-    def _admit(self, request) -> list[str]:
-        """Prune and default a RayService write against this KubeRay version's CRD, as the API server does; the
-        field-validation warnings it answers with (a real server sends them in `Warning` headers, and the
-        official client ignores them)."""
-        if request.resource != RAYSERVICES or not isinstance(request.data, dict):
-            return []
-        return admit(request.data, crd_schema(self.kuberay_version))
+    def _admit(self, request) -> tuple[list[str], aiohttp.web.Response | None]:
+        """A RayService write (create, replace, patch) as the API server admits it against this KubeRay version's
+        CRD: pruned, defaulted, then validated (tests.support.crd_validation). Returns the field-validation warnings
+        it answers with (a real server sends them in `Warning` headers, and the official client ignores them), and
+        the 422 it answers instead when the object is invalid. A patch is admitted as the object it makes (the
+        stored one with the patch applied), and what is stored is that object."""
+        if request.resource != RAYSERVICES or not isinstance(request.data, dict | list):
+            return [], None
+        schema = crd_schema(self.kuberay_version)
+        stored = self._objects._objects.get((request.resource, request.namespace, request.name))
+        current = None if stored is None or stored.deleted else stored.raw
+        if request.method == kmock.method.PATCH:
+            if current is None:
+                return [], None  # nothing to patch: kmock answers 404
+            merged = copy.deepcopy(dict(patch_dict(current, request.data)))
+            warnings = admit(merged, schema)
+            if isinstance(request.data, dict):  # store what the API server would: the admitted object
+                request.data.clear()
+                request.data.update(merge_patch(current, merged))
+        else:
+            merged = request.data
+            warnings = admit(merged, schema)
+        if errors := validate(merged, schema, old=current):
+            name = request.name or (merged.get("metadata") or {}).get("name", "")
+            body = invalid_status(kind="RayService", group=RAYSERVICES.group, name=name, errors=errors)
+            return warnings, aiohttp.web.json_response(body, status=422)
+        return warnings, None
 
     def _bump(self, request) -> None:
         """A PATCH: new resourceVersion; a new generation when it touches the spec (not the status)."""
@@ -413,12 +439,14 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
             if key not in self.objects or self.objects[key].deleted:
                 return self._status(404, "NotFound", f"{request.name} not found")
             current = self.objects[key].raw
-            warnings = self._admit(request)
+            warnings, refused = self._admit(request)
             new = dict(request.data)
             given = new.get("metadata", {}).get("resourceVersion")
             if given is not None and given != current["metadata"].get("resourceVersion"):
                 return self._status(409, "Conflict", "the object has been modified; please apply your changes "
                                                      "to the latest version and try again")
+            if refused is not None:  # validation runs on an update the resourceVersion lets through
+                return refused
             meta = {**new.get("metadata", {})}
             for k in ("uid", "creationTimestamp"):
                 meta[k] = current["metadata"].get(k)
