@@ -21,9 +21,11 @@ Extensions (kept here, never in the product code):
   words when invalid (tests.support.crd_validation);
 - "KubeRay": for each RayService, its head and worker pods (replicas x numOfHosts per group, KubeRay's labels
   beside the template's), placed by the scheduler's fit rules (tests.support.scheduler) against `nodes` (a fixed
-  fleet), else the Node objects written through the API (a test seeding a cluster), or, when there are none, against node groups made for that RayService as Tandem's eks target makes
-  them (one node of the pool's instance type per worker, or one as big as the pod where it is pinned by node
-  group name only; a CPU node for the head). A pod that fits nowhere stays
+  fleet), else the Node objects written through the API (a test seeding a cluster) beside, for an EKS cluster
+  (`eks`, tests.support.eks_nodes), the nodes of the managed node groups moto's EKS has for it, as EKS makes them
+  (sized, labelled and tainted as each group says, less what its DaemonSets take; a group not ACTIVE has none);
+  or, on a cluster with neither, nodes an autoscaler brings for that RayService (one of the instance type each
+  worker pod selects, and an untainted CPU node for the head). A pod that fits nowhere stays
   Pending with the scheduler's own PodScheduled message. The RayService reads as Ready with its Serve application
   RUNNING `ready_after` seconds after its spec last changed and every pod was placed (or DEPLOY_FAILED when
   `fail_apps` is set, with Serve's recorded failure). A change to `rayClusterConfig` follows the RayService's
@@ -61,7 +63,8 @@ from kubernetes.utils import parse_quantity
 
 from deployments.catalog import INSTANCE_TYPES
 from deployments.manifests import EFA_HUGEPAGES
-from tests.support.scheduler import Node, cpu_node, eks_node, pod_requests, release, schedule
+from tests.support.eks_nodes import EksNodes
+from tests.support.scheduler import Node, cpu_node, eks_node, release, schedule
 from tests.support.serve_examples import kuberay_deploy_failed
 from tests.support.crd_validation import invalid_status, validate
 from tests.support.structural_pruning import admit, crd_schema, merge_patch
@@ -115,7 +118,8 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
 
     base_url: str = ""  # set once served (EmulatorThread)
     kuberay_version: str = DEFAULT_KUBERAY_VERSION  # whose CRD admits what is written (tests/support/kuberay_crds)
-    nodes: list[Node] | None = None  # a fixed fleet every pod competes for; None: node groups per RayService
+    nodes: list[Node] | None = None  # a fixed fleet every pod competes for; None: the API's, EKS's or autoscaled
+    eks: EksNodes | None = None  # the EKS cluster (in moto) this is the API server of: its node groups' nodes
     _ray_pods: dict = attrs.field(factory=dict)  # (namespace, rayservice) -> RayPods of its serving Ray cluster
     _pending: dict = attrs.field(factory=dict)  # (namespace, rayservice) -> RayPods of a NewCluster upgrade
     _api_node_use: dict = attrs.field(factory=dict)  # node name -> what placed pods use of a node in the API
@@ -247,6 +251,8 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
         """The scheduler's nodes that are not Node objects in the API already."""
         if self.nodes is not None:
             return list(self.nodes)
+        if self.eks is not None:
+            return self.eks.nodes()
         if self._api_nodes():
             return []
         return [n for made in list(self._ray_pods.values()) + list(self._pending.values()) for n in made.fleet]
@@ -267,10 +273,12 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
         return found
 
     def _fleet(self, made: "RayPods") -> list[Node]:
-        """Where a Ray cluster's pods may go: the declared fleet, else the nodes in the API, else the node groups
-        made for its RayService."""
+        """Where a Ray cluster's pods may go: the declared fleet; else the nodes in the API and, on EKS, those of
+        its node groups; else the nodes autoscaled for its RayService."""
         if self.nodes is not None:
             return self.nodes
+        if self.eks is not None:
+            return self._api_nodes() + self.eks.nodes()
         return self._api_nodes() or made.fleet
 
     def _guard(self, method: str, path: str, headers):
@@ -597,21 +605,18 @@ class RayPods:
 
 
 def _node_groups_for(name: str, pods: list[dict]) -> list[Node]:
-    """Nodes made for one RayService, as Tandem's eks target sizes its node groups: one node per worker pod, of
-    the instance type (and with the labels) its nodeSelector names, with the hugepages the EFA node groups'
-    user data reserves; and an untainted CPU node for the head."""
+    """The nodes an autoscaler brings a RayService on a cluster of no known nodes (the kubernetes target's): for
+    each worker pod, one of the instance type its nodeSelector names, as EKS would run it (tainted as Tandem taints
+    GPU and EFA node groups, with the hugepages Tandem's EFA node groups reserve); and an untainted CPU node for the
+    head. A pod pinned otherwise (by node group name, as the eks target pins them) gets no node here: the eks target's
+    nodes are its node groups' (`KubeRayEmulator.eks`)."""
     nodes = [cpu_node(f"{name}-head-node")]
     for pod in pods:
         selector = pod["spec"].get("nodeSelector") or {}
-        if pod["metadata"]["labels"]["ray.io/node-type"] != "worker":
-            continue
-        name = f"{pod['metadata']['name']}-node"
         itype = selector.get(INSTANCE_TYPE_LABEL)
-        if itype in INSTANCE_TYPES:
-            nodes.append(eks_node(name, itype, labels=selector,
+        if pod["metadata"]["labels"]["ray.io/node-type"] == "worker" and itype in INSTANCE_TYPES:
+            nodes.append(eks_node(f"{pod['metadata']['name']}-node", itype, labels=selector,
                                   hugepages_2mi=EFA_HUGEPAGES if INSTANCE_TYPES[itype].has_efa else ""))
-        else:  # pinned by node group name only (the eks target): a node of that group, as big as the pod asks
-            nodes.append(Node(name=name, labels=dict(selector), taints=[], allocatable=dict(pod_requests(pod["spec"]))))
     return nodes
 
 

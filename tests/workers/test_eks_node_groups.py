@@ -18,7 +18,7 @@ from deployments.models import Cluster, Deployment
 from deployments.services.actions import deployment_retry
 from deployments.services.clusters import cluster_update
 from tests.factories import MODEL_SOURCES, ClusterFactory, DeploymentFactory, TeamFactory
-from tests.support.moto_server import eks_cluster_create
+from tests.support.eks_nodes import eks_emulated
 from tests.workers.conftest import gpu_spec
 from workers.pipeline import reconcile_pass
 from workers.targets.base import PermanentError
@@ -33,8 +33,7 @@ def _pool(itype, gpus, tp, nodes=1):
 
 
 def _cluster(aws, emulator, *, zones=("a",), public=False, **config):
-    made = eks_cluster_create(url=aws.url, name="gpu-prod", region=REGION, zones=zones, public=public)
-    emulator.token, emulator.token_prefix = None, "k8s-aws-v1."
+    made = eks_emulated(aws, emulator, name="gpu-prod", region=REGION, zones=zones, public=public)
     return ClusterFactory(name="eks-prod", kind=Cluster.Kind.EKS, config={
         "region": REGION, "cluster_name": "gpu-prod", "aws_endpoint_url": aws.url,
         "kubernetes_endpoint_url": emulator.base_url, "node_role_arn": "arn:aws:iam::123456789012:role/nodes",
@@ -124,7 +123,7 @@ def test_subnets_in_two_zones_fail_the_deployment_before_anything_is_created(aws
     d = _passed(_deployment(cluster))
     assert d.status == "failed"
     assert d.status_reason.startswith("The cluster's subnet_ids span us-west-2a, us-west-2b: EFA does not cross")
-    assert _eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"] == []
+    assert _eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"] == ["system"]
     assert "ec2:CreateLaunchTemplate" not in aws.operations
 
 
@@ -148,7 +147,7 @@ def test_a_public_subnet_is_refused(aws, emulator, db):
     d = _passed(_deployment(cluster))
     assert d.status == "failed"  # (subnet ids are redacted from what users read)
     assert d.status_reason.startswith("Subnet [a network of cluster eks-prod] gives instances public IP addresses")
-    assert _eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"] == []
+    assert _eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"] == ["system"]
 
 
 @pytest.mark.parametrize("capacity", ["SPOT", "CAPACITY_BLOCK"])
@@ -216,7 +215,8 @@ def test_past_the_deadline_the_deployment_fails_with_ekss_reason_and_frees_its_n
     assert d.status_reason.startswith("The node groups were not ready within the cluster's 30-minute provisioning "
                                       f"deadline: tandem-d{d.pk}-prefill is DEGRADED (AsgInstanceLaunchFailures: "
                                       "Could not launch On-Demand Instances. InsufficientInstanceCapacity)")
-    left = {n: _group(aws, n)["status"] for n in _eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"]}
+    left = {n: _group(aws, n)["status"] for n in _eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"]
+            if n != "system"}
     assert set(left.values()) <= {"DELETING"}, left
 
 
@@ -239,7 +239,7 @@ def test_a_pass_over_a_serving_deployment_describes_the_cluster_once_and_each_no
 
 def test_a_cluster_at_eks_node_group_quota_fails_the_deployment_saying_so(aws, emulator, db):
     cluster, made = _cluster(aws, emulator)
-    for i in range(30):
+    for i in range(29):  # beside the cluster's own system node group: 30
         _eks(aws).create_nodegroup(clusterName="gpu-prod", nodegroupName=f"other-{i}", subnets=made["subnet_ids"],
                                    nodeRole="arn:aws:iam::123456789012:role/n")
     d = _passed(_deployment(cluster))
@@ -268,7 +268,7 @@ def test_teardown_removes_the_launch_templates_and_placement_groups_with_the_nod
     for _ in range(5):
         if EksTarget(cluster).teardown(d).ready:
             break
-    assert _eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"] == []
+    assert _eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"] == ["system"]
     assert _ec2(aws).describe_launch_templates()["LaunchTemplates"] == []
     assert _ec2(aws).describe_placement_groups()["PlacementGroups"] == []
 
@@ -362,4 +362,4 @@ def test_a_cluster_registered_without_node_role_or_subnets_fails_the_deployment_
     d = _passed(_deployment(Cluster.objects.get(pk=cluster.pk)))
     assert d.status == "failed"
     assert d.status_reason.startswith("Cluster eks-prod has no node_role_arn or subnet_ids in its config")
-    assert _eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"] == []
+    assert _eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"] == ["system"]
