@@ -25,7 +25,6 @@ import email
 import re
 from decimal import Decimal
 
-import boto3
 from moto.core import DEFAULT_ACCOUNT_ID
 
 from tests.support.eks_daemonsets import EFA_PLUGIN, NVIDIA_PLUGIN, daemonsets_on, requested
@@ -34,7 +33,8 @@ from tests.support.scheduler import MI, Node, instance, kubelet_allocatable
 SERVING = ("ACTIVE", "UPDATING")  # node group statuses whose nodes exist and run pods
 EFFECTS = {"NO_SCHEDULE": "NoSchedule", "NO_EXECUTE": "NoExecute", "PREFER_NO_SCHEDULE": "PreferNoSchedule"}
 HUGEPAGES = re.compile(r"vm\.nr_hugepages\s*=\s*(\d+)")
-SYSTEM_NODEGROUP = {"nodegroupName": "system", "instanceTypes": ["m5.2xlarge"],  # docs/install.md, "The Ray heads' nodes"
+# The node group docs/install.md adds for the Ray heads ("The Ray heads' nodes").
+SYSTEM_NODEGROUP = {"nodegroupName": "system", "instanceTypes": ["m5.2xlarge"],
                     "scalingConfig": {"minSize": 2, "maxSize": 4, "desiredSize": 2}}
 
 
@@ -128,6 +128,8 @@ def eks_emulated(aws, emulator, *, name: str = "gpu-prod", region: str = "us-wes
     """An EKS cluster in moto whose API server is `emulator`, as a platform team has it before registering it with
     Tandem (eks_cluster_create), with the system node group docs/install.md adds for the Ray heads (two m5.2xlarge,
     ACTIVE), its API server taking only EKS tokens, and its nodes those of its node groups."""
+    import boto3
+
     from tests.support.moto_server import eks_cluster_create  # moto's server: not for the emulator's own process
 
     made = eks_cluster_create(url=aws.url, name=name, region=region, zones=zones, public=public)

@@ -27,7 +27,8 @@ TYPE_ERROR = f'Invalid value: "string": {REPLICAS} in body must be of type integ
 # type error, and says so (apiextensions-apiserver strategy.go, hasBlockingErr).
 NOT_CHECKED = ("some validation rules were not checked because the object was invalid; correct the existing errors to "
                "complete validation")
-WRONG_TYPE = f'RayService.ray.io "llama" is invalid: [{REPLICAS}: {TYPE_ERROR}, <nil>: Invalid value: null: {NOT_CHECKED}]'
+WRONG_TYPE = (f'RayService.ray.io "llama" is invalid: [{REPLICAS}: {TYPE_ERROR}, '
+              f'<nil>: Invalid value: null: {NOT_CHECKED}]')
 
 
 def _rendered(deployment) -> dict:

@@ -46,7 +46,8 @@ def _variant(variant: str) -> dict:
     extra = {"efa-kubernetes": {"target_kind": "kubernetes"},
              "node-groups": {"node_selectors": {s: {"eks.amazonaws.com/nodegroup": f"tandem-d7-{s}"}
                                                 for s in ("prefill", "decode")}},
-             "rollout": {"name": "llama-g3", "replicas": {"prefill": 1, "decode": 2}, "generation_of": "llama"}}[variant]
+             "rollout": {"name": "llama-g3", "replicas": {"prefill": 1, "decode": 2},
+                         "generation_of": "llama"}}[variant]
     return manifests_build(**{"name": "llama", "namespace": "tandem-ml-research", "team_slug": "ml-research",
                               "spec": spec, "target_kind": "eks", **extra})[-1]
 
