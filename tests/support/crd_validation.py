@@ -20,7 +20,11 @@ Each failure is a `field.Error` of k8s.io/apimachinery (`pkg/util/validation/fie
 
 jsonschema (Draft 4, which OpenAPI 3.0's schema object extends) walks the object and applies the standard keywords,
 the same semantics kube-openapi implements; only what Kubernetes adds is here: `nullable`, int-or-string, Go's
-acceptance of 2.0 as an integer, the date-time format, list types, CEL, and the API server's wording. Left out:
+acceptance of 2.0 as an integer, the date-time format, list types, CEL (cel-python, as tests/deploy/test_admission.py
+evaluates Tandem's admission policy), and the API server's wording. Not openapi-schema-validator: it would add only
+`nullable` and OpenAPI's formats, both of which Kubernetes treats its own way, and is here only as moto's dependency;
+not kubernetes-validate: it knows the built-in kinds, not a CRD's schema; and no library words its errors as the API
+server does, which is what a user reads. Left out:
 ObjectMeta's own rules (names, labels), `x-kubernetes-embedded-resource` checks (KubeRay's CRDs have none), CEL's
 cost budget and Kubernetes' CEL library functions (KubeRay's rules use neither), and validation ratcheting (an
 update that leaves an invalid field as it was is answered with a warning on Kubernetes ≥ 1.30).
