@@ -2,15 +2,11 @@
 Kubernetes emulator through the real `kubernetes` client (objects, then their status, as the controllers write it).
 
 Shapes, and where each comes from:
-- the RayService CRD: KubeRay's own, per release (`../shared/reference/kuberay/<version>/ray.io_rayservices.yaml`);
+- the RayService CRD: KubeRay's own, per release (`tests/support/kuberay_crds/<version>/ray.io_rayservices.yaml`);
 - the KubeRay operator Deployment: the kuberay-operator chart's labels (`app.kubernetes.io/name: kuberay-operator`)
   and image (`quay.io/kuberay/operator:v<version>`);
-- the NVIDIA device plugin DaemonSet: NVIDIA/k8s-device-plugin's chart (deployments/helm/nvidia-device-plugin,
-  values.yaml: the NFD node affinity and tolerations below are its defaults), rendered with or without
-  deploy/cluster/nvidia-device-plugin-values.yaml;
-- the EFA device plugin DaemonSet: aws/eks-charts stable/aws-efa-k8s-device-plugin (templates/daemonset.yaml always
-  tolerates CriticalAddonsOnly and adds `tolerations`; its node affinity is `node.kubernetes.io/instance-type In`
-  supportedInstanceLabels, shortened here to the catalog's EFA types);
+- the NVIDIA and EFA device plugin DaemonSets: their charts' pods, with or without the values in deploy/cluster
+  (tests/support/eks_daemonsets.py says where each comes from);
 - metrics-server's APIService: kubernetes-sigs/metrics-server components.yaml (`v1beta1.metrics.k8s.io`);
 - the VPC CNI: the aws-node DaemonSet of aws/amazon-vpc-cni-k8s (config/master/aws-k8s-cni.yaml) on its
   amazon-k8s-cni image, tagged as EKS's vpc-cni add-on tags it (`v<version>-eksbuild.<n>`);
@@ -29,8 +25,8 @@ import yaml
 from kubernetes import client as k8s
 
 from deployments.catalog import INSTANCE_TYPES
+from tests.support.eks_daemonsets import EFA_PLUGIN, NVIDIA_PLUGIN, efa_device_plugin_pod, nvidia_device_plugin_pod
 from tests.support.moto_server import eks_cluster_create
-from tests.support.processes import ROOT
 from tests.support.structural_pruning import KUBERAY_CRDS
 from workers.targets.eks import nodegroup_taints
 
@@ -42,17 +38,6 @@ KINDS = {  # what the emulator serves beside KubeRay: (kind, namespaced, subreso
     "v1/pods": ("Pod", True, ["status"]),
     "apiregistration.k8s.io/v1/apiservices": ("APIService", False, ["status"]),
 }
-NVIDIA_CHART_DEFAULTS = {  # NVIDIA/k8s-device-plugin deployments/helm/nvidia-device-plugin/values.yaml
-    "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchExpressions": [{"key": "feature.node.kubernetes.io/pci-10de.present", "operator": "In",
-                               "values": ["true"]}]},
-        {"matchExpressions": [{"key": "feature.node.kubernetes.io/cpu-model.vendor_id", "operator": "In",
-                               "values": ["NVIDIA"]}]},
-        {"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]}]}}},
-    "tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists"},
-                    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-}
-VALUES = ROOT / "deploy" / "cluster"
 REGION = "us-west-2"
 
 
@@ -68,10 +53,6 @@ def install_kinds(emulator) -> None:
     """Declare the kinds a real cluster serves that the preflight reads."""
     for path, (kind, namespaced, subresources) in KINDS.items():
         emulator.resources[path] = {"kind": kind, "namespaced": namespaced, "subresources": subresources}
-
-
-def _values(name: str) -> dict:
-    return yaml.safe_load((VALUES / name).read_text())
 
 
 @functools.cache
@@ -111,24 +92,15 @@ def _daemonset(api: k8s.ApiClient, *, name: str, image: str, pod: dict, ready: i
 
 def nvidia_device_plugin(api: k8s.ApiClient, *, documented: bool, ready: int = 0) -> None:
     """The chart as installed: with its defaults, or with deploy/cluster/nvidia-device-plugin-values.yaml."""
-    pod = copy.deepcopy(NVIDIA_CHART_DEFAULTS)
-    if documented:
-        pod.update(_values("nvidia-device-plugin-values.yaml"))
-    _daemonset(api, name="nvdp-nvidia-device-plugin", image="nvcr.io/nvidia/k8s-device-plugin:v0.17.1", pod=pod,
-               ready=ready)
+    _daemonset(api, name=NVIDIA_PLUGIN, image="nvcr.io/nvidia/k8s-device-plugin:v0.17.1",
+               pod=nvidia_device_plugin_pod(documented=documented), ready=ready)
 
 
 def efa_device_plugin(api: k8s.ApiClient, *, ready: int = 0) -> None:
     """AWS's chart with deploy/cluster/efa-device-plugin-values.yaml."""
-    efa_types = sorted(n for n, i in INSTANCE_TYPES.items() if i.has_efa)
-    pod = {"tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists"},
-                           *_values("efa-device-plugin-values.yaml")["tolerations"]],
-           "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-               {"matchExpressions": [{"key": "node.kubernetes.io/instance-type", "operator": "In",
-                                      "values": efa_types}]}]}}}}
-    _daemonset(api, name="efa-aws-efa-k8s-device-plugin",
-               image="602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/aws-efa-k8s-device-plugin:v0.5.5", pod=pod,
-               ready=ready)
+    _daemonset(api, name=EFA_PLUGIN,
+               image="602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/aws-efa-k8s-device-plugin:v0.5.5",
+               pod=efa_device_plugin_pod(), ready=ready)
 
 
 def vpc_cni(api: k8s.ApiClient, *, version: str = "1.19.2") -> None:

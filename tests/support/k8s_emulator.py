@@ -15,13 +15,17 @@ Extensions (kept here, never in the product code):
   those in flight (it matches each request against every earlier one), so a request costs the same at 10,000
   objects and after 100,000 requests (`hits` is the record tests assert on);
 - KubeRay's CRD at the version a test names (`kuberay_version`, default 1.5.1, the oldest KubeRay Tandem's
-  RayService is whole on): a RayService written (create, replace, patch) is pruned and defaulted as the API server
-  does for that CRD's structural schema (tests.support.structural_pruning), with its `Warning: 299` headers;
+  RayService is whole on; the files are in tests/support/kuberay_crds): a RayService written (create, replace, patch)
+  is pruned and defaulted as the API server does for that CRD's structural schema (tests.support.structural_pruning),
+  with its `Warning: 299` headers, then validated by the CRD's schema, and refused with the API server's 422 and its
+  words when invalid (tests.support.crd_validation);
 - "KubeRay": for each RayService, its head and worker pods (replicas x numOfHosts per group, KubeRay's labels
   beside the template's), placed by the scheduler's fit rules (tests.support.scheduler) against `nodes` (a fixed
-  fleet), else the Node objects written through the API (a test seeding a cluster), or, when there are none, against node groups made for that RayService as Tandem's eks target makes
-  them (one node of the pool's instance type per worker, or one as big as the pod where it is pinned by node
-  group name only; a CPU node for the head). A pod that fits nowhere stays
+  fleet), else the Node objects written through the API (a test seeding a cluster) beside, for an EKS cluster
+  (`eks`, tests.support.eks_nodes), the nodes of the managed node groups moto's EKS has for it, as EKS makes them
+  (sized, labelled and tainted as each group says, less what its DaemonSets take; a group not ACTIVE has none);
+  or, on a cluster with neither, nodes an autoscaler brings for that RayService (one of the instance type each
+  worker pod selects, and an untainted CPU node for the head). A pod that fits nowhere stays
   Pending with the scheduler's own PodScheduled message. The RayService reads as Ready with its Serve application
   RUNNING `ready_after` seconds after its spec last changed and every pod was placed (or DEPLOY_FAILED when
   `fail_apps` is set, with Serve's recorded failure). A change to `rayClusterConfig` follows the RayService's
@@ -54,13 +58,16 @@ import aiohttp.web
 import attrs
 import kmock
 import yaml
+from kmock._internal.dicts import patch_dict  # what kmock stores for a PATCH (merge or JSON patch)
 from kubernetes.utils import parse_quantity
 
 from deployments.catalog import INSTANCE_TYPES
 from deployments.manifests import EFA_HUGEPAGES
-from tests.support.scheduler import Node, cpu_node, eks_node, pod_requests, release, schedule
+from tests.support.eks_nodes import EksNodes
+from tests.support.scheduler import Node, cpu_node, eks_node, release, schedule
 from tests.support.serve_examples import kuberay_deploy_failed
-from tests.support.structural_pruning import admit, crd_schema
+from tests.support.crd_validation import invalid_status, validate
+from tests.support.structural_pruning import admit, crd_schema, merge_patch
 
 RAYSERVICES = kmock.resource("ray.io", "v1", "rayservices")
 DEFAULT_KUBERAY_VERSION = "1.5.1"  # the first release that keeps workerGroupSpecs[].resources and authOptions
@@ -110,8 +117,9 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
     """KubernetesEmulator + real-server metadata, PUT, auth, faults, stalls and a stand-in KubeRay."""
 
     base_url: str = ""  # set once served (EmulatorThread)
-    kuberay_version: str = DEFAULT_KUBERAY_VERSION  # whose CRD prunes what is written (../shared/reference/kuberay)
-    nodes: list[Node] | None = None  # a fixed fleet every pod competes for; None: node groups per RayService
+    kuberay_version: str = DEFAULT_KUBERAY_VERSION  # whose CRD admits what is written (tests/support/kuberay_crds)
+    nodes: list[Node] | None = None  # a fixed fleet every pod competes for; None: the API's, EKS's or autoscaled
+    eks: EksNodes | None = None  # the EKS cluster (in moto) this is the API server of: its node groups' nodes
     _ray_pods: dict = attrs.field(factory=dict)  # (namespace, rayservice) -> RayPods of its serving Ray cluster
     _pending: dict = attrs.field(factory=dict)  # (namespace, rayservice) -> RayPods of a NewCluster upgrade
     _api_node_use: dict = attrs.field(factory=dict)  # node name -> what placed pods use of a node in the API
@@ -257,6 +265,8 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
         """The scheduler's nodes that are not Node objects in the API already."""
         if self.nodes is not None:
             return list(self.nodes)
+        if self.eks is not None:
+            return self.eks.nodes()
         if self._api_nodes():
             return []
         return [n for made in list(self._ray_pods.values()) + list(self._pending.values()) for n in made.fleet]
@@ -277,10 +287,12 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
         return found
 
     def _fleet(self, made: "RayPods") -> list[Node]:
-        """Where a Ray cluster's pods may go: the declared fleet, else the nodes in the API, else the node groups
-        made for its RayService."""
+        """Where a Ray cluster's pods may go: the declared fleet; else the nodes in the API and, on EKS, those of
+        its node groups; else the nodes autoscaled for its RayService."""
         if self.nodes is not None:
             return self.nodes
+        if self.eks is not None:
+            return self._api_nodes() + self.eks.nodes()
         return self._api_nodes() or made.fleet
 
     def _guard(self, method: str, path: str, headers):
@@ -337,7 +349,9 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
         if request.method == kmock.method.PUT and request.name:
             return await self._replace(request)
         creating = request.action == kmock.action.CREATE and isinstance(request.data, dict)
-        warnings = self._admit(request) if creating or request.action == kmock.action.UPDATE else []
+        warnings, refused = self._admit(request) if creating or request.action == kmock.action.UPDATE else ([], None)
+        if refused is not None:
+            return refused
         if creating:
             meta = request.data.setdefault("metadata", {})
             if self._cluster_scoped(request.resource):
@@ -402,15 +416,37 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
                 "reason": reason, "message": message}
         return aiohttp.web.json_response(body, status=code, headers=headers or {})
 
-    def _admit(self, request) -> list[str]:
-        """Prune and default a RayService write against this KubeRay version's CRD, as the API server does; the
-        field-validation warnings it answers with (a real server sends them in `Warning` headers, and the
-        official client ignores them)."""
-        if request.resource != RAYSERVICES or not isinstance(request.data, dict):
-            return []
-        for mutate in self.mutations:  # mutating admission runs before the schema's pruning and validation
-            mutate(request.data)
-        return admit(request.data, crd_schema(self.kuberay_version))
+    def _admit(self, request) -> tuple[list[str], aiohttp.web.Response | None]:
+        """A RayService write (create, replace, patch) as the API server admits it against this KubeRay version's
+        CRD: changed by the mutating webhooks (`mutations`), pruned, defaulted, then validated
+        (tests.support.crd_validation). Returns the field-validation warnings
+        it answers with (a real server sends them in `Warning` headers, and the official client ignores them), and
+        the 422 it answers instead when the object is invalid. A patch is admitted as the object it makes (the
+        stored one with the patch applied), and what is stored is that object."""
+        if request.resource != RAYSERVICES or not isinstance(request.data, dict | list):
+            return [], None
+        if isinstance(request.data, dict) and request.method != kmock.method.PATCH:
+            for mutate in self.mutations:  # mutating admission runs before the schema's pruning and validation
+                mutate(request.data)
+        schema = crd_schema(self.kuberay_version)
+        stored = self._objects._objects.get((request.resource, request.namespace, request.name))
+        current = None if stored is None or stored.deleted else stored.raw
+        if request.method == kmock.method.PATCH:
+            if current is None:
+                return [], None  # nothing to patch: kmock answers 404
+            merged = copy.deepcopy(dict(patch_dict(current, request.data)))
+            warnings = admit(merged, schema)
+            if isinstance(request.data, dict):  # store what the API server would: the admitted object
+                request.data.clear()
+                request.data.update(merge_patch(current, merged))
+        else:
+            merged = request.data
+            warnings = admit(merged, schema)
+        if errors := validate(merged, schema, old=current):
+            name = request.name or (merged.get("metadata") or {}).get("name", "")
+            body = invalid_status(kind="RayService", group=RAYSERVICES.group, name=name, errors=errors)
+            return warnings, aiohttp.web.json_response(body, status=422)
+        return warnings, None
 
     def _bump(self, request) -> None:
         """A PATCH: new resourceVersion; a new generation when it touches the spec (not the status)."""
@@ -429,12 +465,14 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
             if key not in self.objects or self.objects[key].deleted:
                 return self._status(404, "NotFound", f"{request.name} not found")
             current = self.objects[key].raw
-            warnings = self._admit(request)
+            warnings, refused = self._admit(request)
             new = dict(request.data)
             given = new.get("metadata", {}).get("resourceVersion")
             if given is not None and given != current["metadata"].get("resourceVersion"):
                 return self._status(409, "Conflict", "the object has been modified; please apply your changes "
                                                      "to the latest version and try again")
+            if refused is not None:  # validation runs on an update the resourceVersion lets through
+                return refused
             meta = {**new.get("metadata", {})}
             for k in ("uid", "creationTimestamp"):
                 meta[k] = current["metadata"].get(k)
@@ -669,21 +707,18 @@ class RayPods:
 
 
 def _node_groups_for(name: str, pods: list[dict]) -> list[Node]:
-    """Nodes made for one RayService, as Tandem's eks target sizes its node groups: one node per worker pod, of
-    the instance type (and with the labels) its nodeSelector names, with the hugepages the EFA node groups'
-    user data reserves; and an untainted CPU node for the head."""
+    """The nodes an autoscaler brings a RayService on a cluster of no known nodes (the kubernetes target's): for
+    each worker pod, one of the instance type its nodeSelector names, as EKS would run it (tainted as Tandem taints
+    GPU and EFA node groups, with the hugepages Tandem's EFA node groups reserve); and an untainted CPU node for the
+    head. A pod pinned otherwise (by node group name, as the eks target pins them) gets no node here: the eks target's
+    nodes are its node groups' (`KubeRayEmulator.eks`)."""
     nodes = [cpu_node(f"{name}-head-node")]
     for pod in pods:
         selector = pod["spec"].get("nodeSelector") or {}
-        if pod["metadata"]["labels"]["ray.io/node-type"] != "worker":
-            continue
-        name = f"{pod['metadata']['name']}-node"
         itype = selector.get(INSTANCE_TYPE_LABEL)
-        if itype in INSTANCE_TYPES:
-            nodes.append(eks_node(name, itype, labels=selector,
+        if pod["metadata"]["labels"]["ray.io/node-type"] == "worker" and itype in INSTANCE_TYPES:
+            nodes.append(eks_node(f"{pod['metadata']['name']}-node", itype, labels=selector,
                                   hugepages_2mi=EFA_HUGEPAGES if INSTANCE_TYPES[itype].has_efa else ""))
-        else:  # pinned by node group name only (the eks target): a node of that group, as big as the pod asks
-            nodes.append(Node(name=name, labels=dict(selector), taints=[], allocatable=dict(pod_requests(pod["spec"]))))
     return nodes
 
 

@@ -10,20 +10,22 @@ A model of apiextensions-apiserver's `pkg/apiserver/schema/pruning/algorithm.go`
 - the resource root and every `x-kubernetes-embedded-resource` keep `apiVersion`, `kind` and `metadata`, whose keys
   are ObjectMeta's (the API server decodes it as ObjectMeta, dropping any other key);
 - arrays are pruned item by item against `items`; scalars are left alone;
-- `default:` fills an absent key of an object that is present, never an absent object.
+- a null where the schema allows none (no `nullable: true`) and gives no default is dropped
+  (`defaulting/prunenulls.go`, PruneNonNullableNullsWithoutDefaults);
+- `default:` fills an absent key, or a null one the schema does not allow, of an object that is present, never an
+  absent object.
 
 No maintained Python library does this (the API server's Go code is the reference), hence this module. The KubeRay
-CRDs it is used with are in `../shared/reference/kuberay/<version>/` (KubeRay's `ray-operator/config/crd/bases/`).
+CRDs it is used with are in `kuberay_crds/<version>/` beside it (KubeRay's `ray-operator/config/crd/bases/` at each
+release tag; its README says where from).
 """
 import copy
-import os
 from functools import cache
 from pathlib import Path
 
 import yaml
 
-KUBERAY_CRDS = Path(os.environ.get("TANDEM_KUBERAY_CRDS",
-                                   Path(__file__).resolve().parents[3] / "shared" / "reference" / "kuberay"))
+KUBERAY_CRDS = Path(__file__).resolve().parent / "kuberay_crds"
 PRESERVE = "x-kubernetes-preserve-unknown-fields"
 EMBEDDED = "x-kubernetes-embedded-resource"
 META_FIELDS = ("apiVersion", "kind", "metadata")
@@ -92,7 +94,7 @@ def default(value, schema: dict | None) -> None:
     if not isinstance(value, dict):
         return
     for key, prop in (schema.get("properties") or {}).items():
-        if key not in value and "default" in prop:
+        if "default" in prop and (key not in value or _null_not_allowed(value[key], prop)):
             value[key] = copy.deepcopy(prop["default"])
         if key in value:
             default(value[key], prop)
@@ -103,9 +105,44 @@ def default(value, schema: dict | None) -> None:
                 default(value[key], additional)
 
 
+def _null_not_allowed(value, schema: dict | None) -> bool:
+    return value is None and schema is not None and not schema.get("nullable")
+
+
+def prune_nulls(value, schema: dict | None) -> None:
+    """Drop the nulls `schema` neither allows nor defaults, from objects (changed in place)."""
+    if isinstance(value, list):
+        for item in value:
+            prune_nulls(item, (schema or {}).get("items"))
+        return
+    if not isinstance(value, dict) or schema is None:
+        return
+    properties, additional = schema.get("properties") or {}, schema.get("additionalProperties")
+    for key in list(value):
+        sub = properties.get(key) if key in properties else additional if isinstance(additional, dict) else None
+        if _null_not_allowed(value[key], sub) and "default" not in sub:
+            del value[key]
+        else:
+            prune_nulls(value[key], sub)
+
+
 def admit(obj: dict, schema: dict) -> list[str]:
-    """What the API server does to a custom resource it is asked to store: prune, then default. Returns its
-    field-validation warnings (`unknown field "spec..."`), one per dropped field."""
+    """What the API server does to a custom resource it is asked to store, before validating it: prune, drop the
+    nulls the schema does not allow, then default. Returns its field-validation warnings
+    (`unknown field "spec..."`), one per dropped field."""
     pruned = prune(obj, schema)
+    prune_nulls(obj, schema)
     default(obj, schema)
     return [f'unknown field "{p}"' for p in pruned]
+
+
+def merge_patch(old: dict, new: dict) -> dict:
+    """The JSON merge patch (RFC 7386) that turns `old` into `new`: what changed, and None for each key removed."""
+    diff: dict = {key: None for key in old if key not in new}
+    for key, value in new.items():
+        if isinstance(value, dict) and isinstance(old.get(key), dict):
+            if sub := merge_patch(old[key], value):
+                diff[key] = sub
+        elif key not in old or old[key] != value:
+            diff[key] = value
+    return diff

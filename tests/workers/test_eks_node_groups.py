@@ -18,6 +18,7 @@ from deployments.models import Cluster, Deployment
 from deployments.services.actions import deployment_retry
 from deployments.services.clusters import cluster_update
 from tests.factories import MODEL_SOURCES, RUNTIME_IMAGES, ClusterFactory, DeploymentFactory, TeamFactory
+from tests.support.eks_nodes import eks_emulated
 from tests.support.moto_server import eks_cluster_create
 from tests.support.nodeadm import node_configs
 from tests.workers.conftest import gpu_spec
@@ -34,8 +35,7 @@ def _pool(itype, gpus, tp, nodes=1):
 
 
 def _cluster(aws, emulator, *, zones=("a",), public=False, **config):
-    made = eks_cluster_create(url=aws.url, name="gpu-prod", region=REGION, zones=zones, public=public)
-    emulator.token, emulator.token_prefix = None, "k8s-aws-v1."
+    made = eks_emulated(aws, emulator, name="gpu-prod", region=REGION, zones=zones, public=public)
     return ClusterFactory(name="eks-prod", kind=Cluster.Kind.EKS, config={
         "region": REGION, "cluster_name": "gpu-prod", "aws_endpoint_url": aws.url,
         "kubernetes_endpoint_url": emulator.base_url, "node_role_arn": "arn:aws:iam::123456789012:role/nodes",
@@ -170,7 +170,7 @@ def test_subnets_in_two_zones_fail_the_deployment_before_anything_is_created(aws
     d = _passed(_deployment(cluster))
     assert d.status == "failed"
     assert d.status_reason.startswith("The cluster's subnet_ids span us-west-2a, us-west-2b: EFA does not cross")
-    assert _eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"] == []
+    assert _eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"] == ["system"]
     assert "ec2:CreateLaunchTemplate" not in aws.operations
 
 
@@ -194,7 +194,7 @@ def test_a_public_subnet_is_refused(aws, emulator, db):
     d = _passed(_deployment(cluster))
     assert d.status == "failed"  # (subnet ids are redacted from what users read)
     assert d.status_reason.startswith("Subnet [a network of cluster eks-prod] gives instances public IP addresses")
-    assert _eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"] == []
+    assert _eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"] == ["system"]
 
 
 ZONE = f"{REGION}a"  # eks_cluster_create's one subnet
@@ -360,7 +360,8 @@ def test_past_the_deadline_the_deployment_fails_with_ekss_reason_and_leaves_noth
     assert d.status_reason.startswith("The node groups were not ready within the cluster's 30-minute provisioning "
                                       f"deadline: tandem-d{d.pk}-prefill is DEGRADED (AsgInstanceLaunchFailures: "
                                       "Could not launch On-Demand Instances. RequestLimitExceeded)")
-    left = {n: _status_now(n) for n in _eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"]}
+    left = {n: _status_now(n) for n in _eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"]
+            if n != "system"}
     assert set(left.values()) <= {"DELETING"}, left
     _until(lambda: EksTarget(cluster).pause(d))  # the release of the failed deployment, once EKS deleted them
     assert _tandem_ec2(aws) == {"launch templates": [], "placement groups": [], "security groups": []}
@@ -385,7 +386,7 @@ def test_a_pass_over_a_serving_deployment_describes_the_cluster_once_and_each_no
 
 def test_a_cluster_at_eks_node_group_quota_fails_the_deployment_saying_so(aws, emulator, db):
     cluster, made = _cluster(aws, emulator)
-    for i in range(30):
+    for i in range(29):  # beside the cluster's own system node group: 30
         _eks(aws).create_nodegroup(clusterName="gpu-prod", nodegroupName=f"other-{i}", subnets=made["subnet_ids"],
                                    nodeRole="arn:aws:iam::123456789012:role/n")
     d = _passed(_deployment(cluster))
@@ -530,7 +531,7 @@ def test_a_cluster_registered_without_node_role_or_subnets_fails_the_deployment_
     d = _passed(_deployment(Cluster.objects.get(pk=cluster.pk)))
     assert d.status == "failed"
     assert d.status_reason.startswith("Cluster eks-prod has no node_role_arn or subnet_ids in its config")
-    assert _eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"] == []
+    assert _eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"] == ["system"]
 
 
 # --- what the account can launch: checked before any node group is created; launch failures that do not heal ----------
@@ -550,7 +551,7 @@ def test_an_instance_type_the_node_subnets_zone_does_not_offer_is_refused_before
         "us-west-2b or us-west-2c as the cluster's subnet_ids (tandemctl cluster set eks-prod 'subnet_ids=[")
     assert "or choose an instance type offered in us-west-2a (g5.xlarge, " in d.status_reason
     assert not set(CREATIONS) & set(aws.operations), aws.operations
-    assert _eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"] == []
+    assert _eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"] == ["system"]
 
 
 def test_vcpus_past_the_familys_quota_with_tandems_other_node_groups_are_refused_before_anything_is_created(
@@ -578,7 +579,7 @@ def test_vcpus_past_the_familys_quota_with_tandems_other_node_groups_are_refused
         "instances); AWS may take a few days to grant it. Then retry.")
     assert not set(CREATIONS) & set(aws.operations), aws.operations
     assert set(_eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"]) == \
-        {f"tandem-d{first.pk}-prefill", f"tandem-d{first.pk}-decode"}
+        {"system", f"tandem-d{first.pk}-prefill", f"tandem-d{first.pk}-decode"}
 
 
 @pytest.mark.parametrize(("status", "message", "fix"), [

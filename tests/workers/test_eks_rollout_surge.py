@@ -20,7 +20,7 @@ from deployments.spend import deployment_hourly_usd, deployment_spend_usd
 from tests.factories import (MODEL_SOURCES, RUNTIME_IMAGES, ClusterFactory, DeploymentFactory, MembershipFactory,
                              TeamFactory, spec_input)
 from observability.models import ConformanceRun
-from tests.support.moto_server import eks_cluster_create
+from tests.support.eks_nodes import eks_emulated
 from tests.support.processes import wait_for
 from usage.models import RequestRecord
 from workers.pipeline import reconcile_pass
@@ -49,8 +49,7 @@ def _request(source="s3://models/llama-3-8b"):
 def running(aws, emulator, db):
     """A running deployment of 4 replicas per pool on an EKS cluster (moto) whose API server is the emulator, its
     node groups and RayService in place; and two admins of its team (one proposes, the other approves)."""
-    made = eks_cluster_create(url=aws.url, name="gpu-prod", region=REGION)
-    emulator.token, emulator.token_prefix = None, "k8s-aws-v1."
+    made = eks_emulated(aws, emulator, name="gpu-prod", region=REGION)
     cluster = ClusterFactory(name="eks-prod", kind=Cluster.Kind.EKS, config={
         "region": REGION, "cluster_name": "gpu-prod", "aws_endpoint_url": aws.url,
         "kubernetes_endpoint_url": emulator.base_url, "node_role_arn": "arn:aws:iam::123456789012:role/nodes",

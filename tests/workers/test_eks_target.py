@@ -7,6 +7,7 @@ import pytest
 
 from deployments.models import Cluster
 from tests.factories import RUNTIME_IMAGES, ClusterFactory, DeploymentFactory, TeamFactory
+from tests.support.eks_nodes import eks_emulated
 from tests.support.moto_server import eks_cluster_create
 from tests.support.processes import wait_for
 from tests.workers.conftest import gpu_spec
@@ -23,8 +24,7 @@ def _pool(itype, gpus, tp, nodes=1):
 
 @pytest.fixture
 def eks_cluster(aws, emulator, db):
-    made = eks_cluster_create(url=aws.url, name="gpu-prod", region=REGION)
-    emulator.token, emulator.token_prefix = None, "k8s-aws-v1."  # accepts only EKS-style tokens
+    made = eks_emulated(aws, emulator, name="gpu-prod", region=REGION)  # its API server takes EKS tokens only
     return ClusterFactory(name="eks-prod", kind=Cluster.Kind.EKS, config={
         "region": REGION, "cluster_name": "gpu-prod", "aws_endpoint_url": aws.url,
         "kubernetes_endpoint_url": emulator.base_url, "node_role_arn": "arn:aws:iam::123456789012:role/nodes",
@@ -128,7 +128,7 @@ def test_teardown_deletes_the_kubernetes_objects_and_only_the_node_groups_tandem
             break
     assert step.ready, step.message
     assert emulator.live_objects() == []
-    assert eks.list_nodegroups(clusterName="gpu-prod")["nodegroups"] == ["someone-elses"]
+    assert sorted(eks.list_nodegroups(clusterName="gpu-prod")["nodegroups"]) == ["someone-elses", "system"]
 
 
 def _ready(target, d):
@@ -162,7 +162,8 @@ def test_two_teams_whose_names_collide_cannot_resize_or_delete_each_others_node_
     assert not set(a_groups.values()) & {target.nodegroup_name(b, s) for s in ("prefill", "decode")}
     assert _scaling(aws, a_groups["decode"])["desiredSize"] == 2  # B's 3 nodes went to B's own node group
     _torn_down(EksTarget(eks_cluster), b)
-    assert sorted(_eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"]) == sorted(a_groups.values())
+    assert sorted(_eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"]) == \
+        sorted([*a_groups.values(), "system"])
     assert EksTarget(eks_cluster).ensure_node_pools(a).ready
 
 
@@ -203,7 +204,7 @@ def test_a_node_group_named_before_ids_is_kept_by_its_own_deployment(aws, deploy
     assert target.ensure_node_pools(deployment).ready
     assert target.node_selectors(deployment)["decode"] == {"eks.amazonaws.com/nodegroup": legacy["decode"]}
     _torn_down(EksTarget(deployment.cluster), deployment)
-    assert _eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"] == []
+    assert _eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"] == ["system"]  # the cluster's own
 
 
 # --- faults EKS reports: injected into moto's own state, driven through the reconcile pipeline ------------------

@@ -1,7 +1,7 @@
 """What each KubeRay version keeps of Tandem's RayService, and what Tandem does when it is not what it asked for.
 
 The emulator prunes every write with the structural schema of the KubeRay CRD the test names (KubeRay's own CRD
-files of 1.4.2, 1.5.1 and 1.6.2 in ../shared/reference/kuberay), as a real API server does; the official client
+files of 1.4.2, 1.5.1 and 1.6.2 in tests/support/kuberay_crds), as a real API server does; the official client
 talks to it over HTTP."""
 import httpx
 import pytest

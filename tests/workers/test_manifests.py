@@ -1,9 +1,9 @@
 """RayService, Namespace and Service manifests: valid against KubeRay's CRD and Kubernetes' schemas, pinned to
 their pools, no secret values, and stable (golden files for a g6e and a p5 deployment)."""
+import copy
 import os
 from pathlib import Path
 
-import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
@@ -12,9 +12,10 @@ from deployments.catalog import RUNTIMES
 from deployments.manifests import HASH_ANNOTATION, manifests_build, rayservice_image
 from deployments.spec import spec_parse
 from tests.factories import RUNTIME_IMAGE, spec_input
+from tests.support.crd_validation import validate
+from tests.support.structural_pruning import admit, crd_schema
 
 ROOT = Path(__file__).resolve().parents[2]
-CRD = Path(os.environ.get("TANDEM_KUBERAY_CRD", ROOT.parent / "shared/reference/kuberay/ray.io_rayservices.yaml"))
 GOLDEN = ROOT / "tests" / "golden"
 K8S_VERSION = "1.31"
 # What a cluster registers for the GPU runtime (its runtime_images setting): Tandem's runtime image, by digest.
@@ -37,26 +38,38 @@ def _render(key: str) -> list[dict]:
                            target_kind="eks", image=IMAGE)
 
 
-@pytest.fixture(scope="module")
-def crd_schema():
-    if not CRD.exists():
-        pytest.fail(f"The KubeRay CRD the manifests are validated against is missing: {CRD}")
-    crd = yaml.safe_load(CRD.read_text())
-    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
-    return version["schema"]["openAPIV3Schema"]
+def _variant(variant: str) -> dict:
+    """A RayService as Tandem renders it: the golden files' (a pool without EFA, one with), an EFA pool off eks (no
+    hugepages), pools pinned by node group (the eks driver's selectors), and a rollout's application with fixed
+    replicas."""
+    if variant in SPECS:
+        return _render(variant)[-1]
+    spec = spec_parse(SPECS["p5"], target_kind="kubernetes" if variant == "efa-kubernetes" else "eks")
+    extra = {"efa-kubernetes": {"target_kind": "kubernetes"},
+             "node-groups": {"node_selectors": {s: {"eks.amazonaws.com/nodegroup": f"tandem-d7-{s}"}
+                                                for s in ("prefill", "decode")}},
+             "rollout": {"name": "llama-g3", "replicas": {"prefill": 1, "decode": 2},
+                         "generation_of": "llama"}}[variant]
+    return manifests_build(**{"name": "llama", "namespace": "tandem-ml-research", "team_slug": "ml-research",
+                              "spec": spec, "target_kind": "eks", **extra})[-1]
 
 
-@pytest.mark.parametrize("key", SPECS)
-def test_rayservice_is_valid_against_the_kuberay_crd(key, crd_schema):
-    rs = _render(key)[-1]
-    jsonschema.validate(rs, crd_schema)
+@pytest.mark.parametrize("version", ["1.5.1", "1.6.2"])
+@pytest.mark.parametrize("variant", [*SPECS, "efa-kubernetes", "node-groups", "rollout"])
+def test_every_rayservice_tandem_renders_is_whole_and_valid_on_the_kuberay_it_requires(variant, version):
+    """As the API server admits it: nothing pruned, and nothing its CRD's schema refuses."""
+    rs = copy.deepcopy(_variant(variant))
+    schema = crd_schema(version)
+    assert admit(rs, schema) == []
+    assert [str(e) for e in validate(rs, schema)] == []
 
 
-def test_the_crd_check_catches_a_broken_manifest(crd_schema):
+def test_the_crd_check_catches_a_broken_manifest():
     rs = _render("g6e")[-1]
     rs["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["replicas"] = "two"
-    with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(rs, crd_schema)
+    replicas = "spec.rayClusterConfig.workerGroupSpecs[0].replicas"
+    assert str(validate(rs, crd_schema("1.6.2"))[0]) == \
+        f'{replicas}: Invalid value: "string": {replicas} in body must be of type integer: "string"'
 
 
 @pytest.mark.parametrize("key", SPECS)

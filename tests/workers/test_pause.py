@@ -12,7 +12,7 @@ from observability.models import ConformanceRun
 from tests.factories import RUNTIME_IMAGES, ClusterFactory, DeploymentFactory, MembershipFactory, TeamFactory
 from tests.observability.mock_openai import MODEL
 from tests.support.broker import queued
-from tests.support.moto_server import eks_cluster_create
+from tests.support.eks_nodes import eks_emulated
 from tests.support.processes import wait_for
 from tests.workers.conftest import gpu_spec
 from workers.pipeline import reconcile_pass
@@ -69,8 +69,7 @@ def test_pause_deletes_the_rayservice_keeps_the_deployment_and_a_resume_is_check
 
 @pytest.fixture
 def eks_serving(aws, emulator, db):
-    made = eks_cluster_create(url=aws.url, name="gpu-prod", region=REGION)
-    emulator.token, emulator.token_prefix = None, "k8s-aws-v1."
+    made = eks_emulated(aws, emulator, name="gpu-prod", region=REGION)
     cluster = ClusterFactory(name="eks-prod", kind=Cluster.Kind.EKS, config={
         "region": REGION, "cluster_name": "gpu-prod", "aws_endpoint_url": aws.url,
         "kubernetes_endpoint_url": emulator.base_url, "node_role_arn": "arn:aws:iam::123456789012:role/nodes",
