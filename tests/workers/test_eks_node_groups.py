@@ -78,7 +78,7 @@ def test_an_approved_deployment_on_a_cluster_without_its_runtime_image_fails_bef
     assert d.status == Status.FAILED
     assert "has no image registered for runtime ray-2.60.0-vllm-0.29.0" in d.status_reason
     assert "build and register the runtime image (docs/install.md, step 5)" in d.status_reason
-    assert _eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"] == []
+    assert _eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"] == ["system"]
 
 
 def _status_now(name: str) -> str | None:
@@ -268,7 +268,7 @@ def test_a_reservation_that_cannot_take_the_pool_fails_the_deployment_before_any
                                       f"p5.48xlarge) "), d.status_reason
     assert says in d.status_reason
     assert "ec2:CreateLaunchTemplate" not in aws.operations
-    assert _eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"] == []
+    assert _eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"] == ["system"]
 
 
 def test_a_capacity_block_without_a_reservation_for_the_type_is_a_permanent_error(aws, emulator, db):
@@ -420,7 +420,7 @@ def test_teardown_leaves_nothing_of_tandems_in_ec2_and_waits_for_the_efa_groups_
     for _ in range(3):
         step = EksTarget(cluster).teardown(d)
     assert not step.ready and "tandem-efa" in step.message and "network interfaces" in step.message
-    assert _eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"] == []
+    assert _eks(aws).list_nodegroups(clusterName="gpu-prod")["nodegroups"] == ["system"]
     assert _tandem_ec2(aws) == {"launch templates": [], "placement groups": [], "security groups": ["tandem-efa"]}
     _ec2(aws).delete_network_interface(NetworkInterfaceId=eni["NetworkInterfaceId"])  # EC2 released it
     assert EksTarget(cluster).teardown(d).ready

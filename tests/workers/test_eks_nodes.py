@@ -9,7 +9,7 @@ from kubernetes import client as k8s
 
 from deployments.lifecycle import Status
 from deployments.models import Cluster, Deployment
-from tests.factories import MODEL_SOURCES, ClusterFactory, DeploymentFactory, TeamFactory
+from tests.factories import MODEL_SOURCES, RUNTIME_IMAGES, ClusterFactory, DeploymentFactory, TeamFactory
 from tests.support.cluster_addons import emulator_client
 from tests.support.eks_nodes import eks_emulated
 from tests.support.scheduler import instance
@@ -30,7 +30,7 @@ def _cluster(aws, emulator, *, system: bool = True):
     return ClusterFactory(name="eks-prod", kind=Cluster.Kind.EKS, config={
         "region": REGION, "cluster_name": "gpu-prod", "aws_endpoint_url": aws.url,
         "kubernetes_endpoint_url": emulator.base_url, "node_role_arn": NODE_ROLE,
-        "subnet_ids": made["subnet_ids"], "model_sources": MODEL_SOURCES}), made
+        "subnet_ids": made["subnet_ids"], "model_sources": MODEL_SOURCES, "runtime_images": RUNTIME_IMAGES}), made
 
 
 def _deployment(cluster, **kwargs):
@@ -51,6 +51,14 @@ def _nodes(emulator) -> dict[str, dict]:
     return by_group
 
 
+def _pools_ready(cluster, d) -> None:
+    """Passes of the driver until its node groups are ACTIVE (EKS takes its time: tests/support/nodegroup_phases)."""
+    for _ in range(6):
+        if EksTarget(cluster).ensure_node_pools(d).ready:
+            return
+    raise AssertionError("the node groups never became ACTIVE")
+
+
 def _moto_group(name: str):
     """moto's own record of a node group (to put it in a status EKS would)."""
     from moto.core import DEFAULT_ACCOUNT_ID
@@ -62,7 +70,7 @@ def _moto_group(name: str):
 def test_the_nodes_are_the_node_groups_as_eks_registers_them(aws, emulator, db):
     cluster, _ = _cluster(aws, emulator)
     d = _deployment(cluster)
-    EksTarget(cluster).ensure_node_pools(d)
+    _pools_ready(cluster, d)
     nodes = _nodes(emulator)
     assert {group: len(found) for group, found in nodes.items()} == {
         "system": 2, f"tandem-d{d.pk}-prefill": 1, f"tandem-d{d.pk}-decode": 2}
@@ -103,7 +111,7 @@ def test_pod_slots_are_what_eks_gives_each_instance_type():
 def test_a_group_has_nodes_only_while_active_or_updating_and_as_many_as_it_desires(aws, emulator, db):
     cluster, _ = _cluster(aws, emulator)
     d = _deployment(cluster)
-    EksTarget(cluster).ensure_node_pools(d)
+    _pools_ready(cluster, d)
     decode = _moto_group(f"tandem-d{d.pk}-decode")
     for status, count in [("CREATING", 0), ("UPDATING", 2), ("DEGRADED", 0), ("DELETING", 0), ("ACTIVE", 2)]:
         decode.status = status
@@ -128,7 +136,7 @@ def test_the_ray_head_waits_for_a_node_the_cluster_does_not_have_and_the_deploym
         "are available: 3 Preemption is not helpful for scheduling.")
     assert {pods[pool]["status"]["phase"] for pool in ("prefill", "decode")} == {"Running"}
     serve = next(c for c in d.conditions if c["type"] == "ServeRunning")
-    assert serve["status"] == "False" and "head pod cannot be scheduled" in serve["message"]
+    assert serve["status"] == "False" and serve["message"].startswith("head: Unschedulable: 0/3 nodes are available")
 
 
 def _rayservice(name: str, *, pod: dict) -> dict:
@@ -144,6 +152,14 @@ def _head(emulator, name: str) -> dict:
     return next(p for p in emulator.pods("default") if p["metadata"]["name"].startswith(f"{name}-raycluster"))
 
 
+def _node_group(aws, made, name: str, **kwargs) -> None:
+    """A node group the platform team made beside Tandem's, ACTIVE (its CREATING ended)."""
+    _eks(aws).create_nodegroup(clusterName="gpu-prod", nodegroupName=name, nodeRole=NODE_ROLE,
+                               subnets=made["subnet_ids"], scalingConfig={"minSize": 1, "maxSize": 1, "desiredSize": 1},
+                               **kwargs)
+    aws.advance(name, cluster="gpu-prod")
+
+
 def _create(emulator, rs: dict) -> None:
     k8s.CustomObjectsApi(emulator_client(emulator)).create_namespaced_custom_object(
         "ray.io", "v1", "default", "rayservices", rs)
@@ -153,9 +169,8 @@ def test_daemonsets_take_their_share_of_each_node_before_any_pod(aws, emulator, 
     """An m5.xlarge's kubelet leaves 3920m allocatable; aws-node (its two containers at 25m each) and kube-proxy
     (100m) take 150m of it: a pod of 3800m fits the allocatable and not the node."""
     _, made = _cluster(aws, emulator, system=False)
-    _eks(aws).create_nodegroup(clusterName="gpu-prod", nodegroupName="small", nodeRole=NODE_ROLE,
-                               subnets=made["subnet_ids"], instanceTypes=["m5.xlarge"],
-                               scalingConfig={"minSize": 1, "maxSize": 1, "desiredSize": 1})
+    _node_group(aws, made, "small", instanceTypes=["m5.xlarge"])
+    emulator.registry.add("rayproject/ray:2.60.0")
     pod = {"containers": [{"name": "ray-head", "image": "rayproject/ray:2.60.0",
                            "resources": {"requests": {"cpu": "3800m"}}}]}
     _create(emulator, _rayservice("big", pod=pod))
@@ -171,9 +186,7 @@ def test_a_gpu_group_the_nvidia_device_plugin_does_not_select_advertises_no_gpu(
     """The device plugin runs, as docs/install.md installs it, on nodes labelled tandem.dev/pool only."""
     _, made = _cluster(aws, emulator)
     for name, labels in [("theirs", {}), ("ours", {"tandem.dev/pool": "decode"})]:
-        _eks(aws).create_nodegroup(clusterName="gpu-prod", nodegroupName=name, nodeRole=NODE_ROLE,
-                                   subnets=made["subnet_ids"], instanceTypes=["g6e.xlarge"], labels=labels,
-                                   scalingConfig={"minSize": 1, "maxSize": 1, "desiredSize": 1})
+        _node_group(aws, made, name, instanceTypes=["g6e.xlarge"], labels=labels)
     nodes = _nodes(emulator)
     assert "nvidia.com/gpu" not in nodes["theirs"][0]["status"]["allocatable"]
     assert nodes["ours"][0]["status"]["allocatable"]["nvidia.com/gpu"] == "1"
@@ -182,10 +195,9 @@ def test_a_gpu_group_the_nvidia_device_plugin_does_not_select_advertises_no_gpu(
 @pytest.mark.parametrize("pinned", ["nodegroup", "instance-type"])
 def test_a_pod_meets_its_node_groups_taints_whichever_way_it_is_pinned(aws, emulator, db, pinned):
     _, made = _cluster(aws, emulator)
-    _eks(aws).create_nodegroup(clusterName="gpu-prod", nodegroupName="dedicated", nodeRole=NODE_ROLE,
-                               subnets=made["subnet_ids"], instanceTypes=["m6i.2xlarge"],
-                               taints=[{"key": "dedicated", "value": "ml", "effect": "NO_SCHEDULE"}],
-                               scalingConfig={"minSize": 1, "maxSize": 1, "desiredSize": 1})
+    _node_group(aws, made, "dedicated", instanceTypes=["m6i.2xlarge"],
+                taints=[{"key": "dedicated", "value": "ml", "effect": "NO_SCHEDULE"}])
+    emulator.registry.add("rayproject/ray:2.60.0")
     selector = {"eks.amazonaws.com/nodegroup": "dedicated"} if pinned == "nodegroup" else \
         {"node.kubernetes.io/instance-type": "m6i.2xlarge"}
     pod = {"nodeSelector": selector, "containers": [{"name": "ray-head", "image": "rayproject/ray:2.60.0"}]}

@@ -51,7 +51,7 @@ def _variant(variant: str) -> dict:
              "rollout": {"name": "llama-g3", "replicas": {"prefill": 1, "decode": 2},
                          "generation_of": "llama"}}[variant]
     return manifests_build(**{"name": "llama", "namespace": "tandem-ml-research", "team_slug": "ml-research",
-                              "spec": spec, "target_kind": "eks", **extra})[-1]
+                              "spec": spec, "target_kind": "eks", "image": IMAGE, **extra})[-1]
 
 
 @pytest.mark.parametrize("version", ["1.5.1", "1.6.2"])

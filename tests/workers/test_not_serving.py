@@ -16,7 +16,7 @@ from deployments.services.actions import deployment_approve, deployment_request,
 from deployments.spend import deployment_hourly_usd, deployment_spend_usd
 from tests.factories import RUNTIME_IMAGE, RUNTIME_IMAGES, ClusterFactory, MembershipFactory, TeamFactory, spec_input
 from tests.support.k8s_emulator import ContainerFault
-from tests.support.moto_server import eks_cluster_create
+from tests.support.eks_nodes import eks_emulated
 from workers.pipeline import reconcile_pass
 
 REGION = "us-west-2"
@@ -47,8 +47,7 @@ def _sizes(aws, d) -> dict[str, int]:
 
 @pytest.fixture
 def eks(aws, emulator, db, redis_client):
-    made = eks_cluster_create(url=aws.url, name="gpu-prod", region=REGION)
-    emulator.token, emulator.token_prefix = None, "k8s-aws-v1."
+    made = eks_emulated(aws, emulator, name="gpu-prod", region=REGION)  # with the system node group for the heads
     return ClusterFactory(name="eks-prod", kind=Cluster.Kind.EKS, config={
         "region": REGION, "cluster_name": "gpu-prod", "aws_endpoint_url": aws.url,
         "kubernetes_endpoint_url": emulator.base_url, "node_role_arn": "arn:aws:iam::123456789012:role/nodes",
