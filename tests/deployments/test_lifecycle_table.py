@@ -64,9 +64,10 @@ def test_every_transition_is_allowed_or_refused(current, new, django_capture_on_
         assert d.status == new
         event = d.events.get()
         assert event.before["status"] == current and event.after["status"] == new
-        # Work is enqueued after commit exactly when a reconciler has something to do.
+        # Work is enqueued after commit exactly when a reconciler has something to do (a failed deployment's: the
+        # release of what it runs on).
         assert queued(redis_client, task=RECONCILE_TASK) == (
-            [[d.pk]] if new in {"approved", "provisioning", "updating", "deleting", "pausing"} else [])
+            [[d.pk]] if new in {"approved", "provisioning", "updating", "deleting", "pausing", "failed"} else [])
         # Every status change may open or close the endpoint: the gateways are told.
         told = gateways.get_message(timeout=2)
         assert told and told["data"].decode() == route_event(team_id=d.team_id, deployment_id=d.pk)

@@ -9,7 +9,7 @@ from deployments.placement import node_resources, stage_problems
 from deployments.serve_config import serve_config_build
 from deployments.spec import SpecError, spec_parse
 from deployments.yamlio import yaml_load
-from tests.factories import spec_input
+from tests.factories import RUNTIME_IMAGE, spec_input
 from tests.support import ray_rules
 
 GPU_TYPES = [name for name, i in INSTANCE_TYPES.items() if i.gpus]
@@ -29,7 +29,8 @@ def _spec(itype: str, *, tp: int | None = None, kind: str = "eks"):
 
 def _rendered(spec):
     """What Tandem applies: the RayService's serve config (as KubeRay reads it) and its worker groups by stage."""
-    rs = manifests_build(name="llama", namespace="tdm-team", team_slug="team", spec=spec, target_kind="eks")[-1]
+    rs = manifests_build(name="llama", namespace="tdm-team", team_slug="team", spec=spec, target_kind="eks",
+                         image=RUNTIME_IMAGE)[-1]
     args = yaml_load(rs["spec"]["serveConfigV2"])["applications"][0]["args"]
     return args, {g["groupName"]: g for g in rs["spec"]["rayClusterConfig"]["workerGroupSpecs"]}
 

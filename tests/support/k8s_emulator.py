@@ -63,6 +63,7 @@ from kubernetes.utils import parse_quantity
 
 from deployments.catalog import INSTANCE_TYPES
 from deployments.manifests import EFA_HUGEPAGES
+from tests.support import ray_rules
 from tests.support.eks_nodes import EksNodes
 from tests.support.scheduler import Node, cpu_node, eks_node, release, schedule
 from tests.support.serve_examples import kuberay_deploy_failed
@@ -545,7 +546,10 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
                 continue
             # While a NewCluster upgrade waits, the old Ray cluster serves what it served.
             since = max(0 if upgrading else self._changed.get((ns, name), 0), placed_at or 0)
-            ready = placed_at is not None and started and time.monotonic() - since >= self.ready_after
+            # Ray's part: every Ray pod up, Serve places each stage's replicas on what the worker pods advertise
+            unplaced = _unplaced(raw, made) if placed_at is not None and started else {}
+            ready = placed_at is not None and started and not unplaced and \
+                time.monotonic() - since >= self.ready_after
             app_status = ("DEPLOY_FAILED" if self.fail_apps else "RUNNING") if ready else "DEPLOYING"
             now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
             serving = ready and not self.fail_apps
@@ -560,7 +564,8 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
                 "activeServiceStatus": {"applicationStatuses": {
                     # a failure is what Serve said for a bad engine setting (recorded), as KubeRay copies it
                     a: kuberay_deploy_failed(model_id=a) if app_status == "DEPLOY_FAILED" else
-                    {"status": app_status, "message": ""} for a in apps}},
+                    {"status": app_status, "message": "", **({"serveDeploymentStatuses": unplaced[a]}
+                                                             if unplaced.get(a) else {})} for a in apps}},
                 "numServeEndpoints": 1 if serving else 0,
             }
             if raw.get("status") != status:
@@ -720,6 +725,46 @@ def _node_groups_for(name: str, pods: list[dict]) -> list[Node]:
             nodes.append(eks_node(f"{pod['metadata']['name']}-node", itype, labels=selector,
                                   hugepages_2mi=EFA_HUGEPAGES if INSTANCE_TYPES[itype].has_efa else ""))
     return nodes
+
+
+def _unplaced(rs: dict, made: "RayPods") -> dict[str, dict]:
+    """Ray Serve's status of each PD stage whose replicas Ray cannot place on the Ray cluster's worker pods, by
+    application (tests.support.ray_rules plays Ray: the bundles Ray Serve LLM asks for each replica, what each worker
+    pod advertises on its node's GPU, Ray's strategies, Serve's own message). Empty once every replica is placed."""
+    spec = rs.get("spec") or {}
+    groups = {g.get("groupName"): g for g in (spec.get("rayClusterConfig") or {}).get("workerGroupSpecs") or []}
+    free = []
+    for pod in made.pods:
+        labels = pod["metadata"]["labels"]
+        node = made.placed.get(pod["metadata"]["name"])
+        if labels.get("ray.io/node-type") != "worker" or node is None or labels.get("ray.io/group") not in groups:
+            continue
+        instance = INSTANCE_TYPES.get(node.labels.get(INSTANCE_TYPE_LABEL, ""))
+        free.append(ray_rules.pod_resources(groups[labels["ray.io/group"]],
+                                            gpu_name=instance.gpu_product if instance else None))
+    out: dict[str, dict] = {}
+    for app in yaml.safe_load(spec.get("serveConfigV2") or "{}").get("applications") or []:
+        for stage in ("prefill", "decode"):
+            config = (app.get("args") or {}).get(f"{stage}_config")
+            if not config:
+                continue
+            bundles, strategy = ray_rules.replica_bundles(config)
+            autoscaling = (config.get("deployment_config") or {}).get("autoscaling_config") or {}
+            left = 0
+            for _ in range(autoscaling.get("min_replicas", 1)):
+                where = ray_rules.place(bundles, strategy, free)
+                if where is None:
+                    left += 1
+                    continue
+                for bundle, i in zip(bundles, where):
+                    for key, amount in bundle.items():
+                        free[i][key] = free[i].get(key, 0) - amount
+            if left:
+                deployment = f"{stage.capitalize()}:{config['model_loading_config']['model_id']}"
+                out.setdefault(app["name"], {})[deployment] = {
+                    "status": "UPDATING", "message": ray_rules.pending_allocation_message(
+                        deployment=deployment, app=app["name"], replicas=left, required=bundles, available={})}
+    return out
 
 
 def _cluster_key(rs: dict) -> str:

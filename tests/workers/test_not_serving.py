@@ -55,14 +55,18 @@ def eks(aws, emulator, db, redis_client):
         "runtime_images": RUNTIME_IMAGES})
 
 
-@pytest.fixture
-def approved(eks):
+def _request_and_approve(cluster, spec: dict) -> Deployment:
     """Requested and approved through the services, so its timeline (and so its cost) is the real one."""
     team = TeamFactory(slug="ml-research", gpu_quota=64)
     member = MembershipFactory(team=team, role=Membership.Role.MEMBER).user
     admin = MembershipFactory(team=team, role=Membership.Role.ADMIN).user
-    d = deployment_request(actor=member, team=team, cluster=eks, name="llama", spec=spec_input())
+    d = deployment_request(actor=member, team=team, cluster=cluster, name="llama", spec=spec)
     return deployment_approve(actor=admin, deployment=d, generation=d.generation, comment="go")
+
+
+@pytest.fixture
+def approved(eks):
+    return _request_and_approve(eks, spec_input())
 
 
 def _failed_and_released(aws, emulator, d) -> Deployment:
@@ -92,6 +96,26 @@ def test_an_image_that_does_not_exist_fails_at_once_naming_it_and_releases_the_n
     assert d.status_reason.startswith("It cannot serve, and waiting will not change that: ")
     assert d.events.filter(kind="not_serving", message__contains="ImagePullBackOff").exists()
     _failed_and_released(aws, emulator, d)
+
+
+def test_a_bundle_no_node_advertises_fails_at_once_once_every_ray_pod_is_up(aws, emulator, eks, monkeypatch):
+    """The second net behind the request-time check (deployments.placement): if Tandem's model of Ray's labels were
+    wrong, as main's was for A100 nodes (`A100-40G`, which Ray never gives a node), Ray itself reports the replicas it
+    cannot place, and on a complete Ray cluster with fixed node groups nothing will ever take them. The stand-in
+    plays Ray with its own rules (tests.support.ray_rules, checked against Ray 2.60's code)."""
+    from deployments import placement
+
+    monkeypatch.setattr(placement, "ray_accelerator_label", lambda product: "A100-40G")  # main's label, put back
+    p4d = {"instance_type": "p4d.24xlarge", "nodes": 1, "gpus_per_node": 8, "tensor_parallel_size": 8}
+    d = _failed_and_released(aws, emulator, _request_and_approve(eks, spec_input(prefill=p4d, decode=p4d)))
+    assert d.status_reason.startswith("It cannot serve, and waiting will not change that: prefill: PlacementInfeasible: "
+                                      "Ray has not placed 1 Prefill:llama-3-8b replica(s) for over 30 s: each asks for "
+                                      "the bundles [{"), d.status_reason
+    # Ray's own words: the bundles as Serve prints them (the first holds the replica actor's CPU too; Ray merges its
+    # keys through a set, so their order is Ray's to choose)
+    assert d.status_reason.count('"accelerator_type:A100-40G": 0.001') >= 2
+    assert "decode: PlacementInfeasible: Ray has not placed 1 Decode:llama-3-8b replica(s)" in d.status_reason
+    assert "every node of the Ray cluster is up and none can take them, so they never will be" in d.status_reason
 
 
 def test_a_container_killed_for_memory_at_start_fails_at_once(aws, emulator, approved):
