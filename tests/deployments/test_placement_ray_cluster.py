@@ -19,7 +19,7 @@ from deployments.catalog import INSTANCE_TYPES
 from deployments.manifests import manifests_build
 from deployments.spec import spec_load, spec_parse
 from deployments.yamlio import yaml_load
-from tests.factories import spec_input
+from tests.factories import RUNTIME_IMAGE, spec_input
 from tests.support import ray_rules
 from tests.support.processes import free_port
 from tests.support.ray_oracle import runtime_python
@@ -40,7 +40,8 @@ def _p4d_prefill() -> tuple[dict, dict]:
     pool = {"instance_type": "p4d.24xlarge", "nodes": 1, "gpus_per_node": 8, "tensor_parallel_size": 8,
             "replicas_min": 1, "replicas_max": 1}
     spec = spec_load({**stored, "prefill": pool, "decode": pool})
-    rs = manifests_build(name="llama", namespace="tdm-team", team_slug="team", spec=spec, target_kind="eks")[-1]
+    rs = manifests_build(name="llama", namespace="tdm-team", team_slug="team", spec=spec, target_kind="eks",
+                         image=RUNTIME_IMAGE)[-1]
     args = yaml_load(rs["spec"]["serveConfigV2"])["applications"][0]["args"]
     [group] = [g for g in rs["spec"]["rayClusterConfig"]["workerGroupSpecs"] if g["groupName"] == "prefill"]
     return args["prefill_config"], group

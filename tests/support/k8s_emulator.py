@@ -503,6 +503,7 @@ class KubeRayEmulator(kmock.KubernetesEmulator):
         if made.cluster == _cluster_key(rs):
             if (old := self._pending.pop(key, None)) is not None:
                 old.release()
+            made.scale(rs)
             return made, False
         strategy = ((rs.get("spec") or {}).get("upgradeStrategy") or {}).get("type") or "NewCluster"
         if strategy != "NewCluster":
@@ -662,26 +663,39 @@ class RayPods:
 
     @classmethod
     def of(cls, rs: dict, *, fleet: list[Node] | None = None) -> "RayPods":
-        meta, cluster = rs["metadata"], rs.get("spec", {}).get("rayClusterConfig") or {}
-        key = _cluster_key(rs)
-        # KubeRay names each RayCluster of a RayService apart (an upgrade runs two side by side).
-        name, ns = f"{meta['name']}-raycluster-{hashlib.sha256(key.encode()).hexdigest()[:5]}", meta.get("namespace")
+        made = cls(cluster=_cluster_key(rs), pods=[], fleet=[])
+        made.scale(rs)
+        made.fleet = fleet if fleet is not None else _node_groups_for(made.name(rs), made.pods)
+        return made
+
+    def name(self, rs: dict) -> str:
+        """KubeRay names each RayCluster of a RayService apart (an upgrade runs two side by side)."""
+        return f"{rs['metadata']['name']}-raycluster-{hashlib.sha256(self.cluster.encode()).hexdigest()[:5]}"
+
+    def scale(self, rs: dict) -> None:
+        """As many pods of each group as the RayService asks for (replicas × numOfHosts): KubeRay scales a worker
+        group in place, adding pods (Pending until placed) or removing the last ones (their nodes freed)."""
+        cluster, ns, name = rs.get("spec", {}).get("rayClusterConfig") or {}, rs["metadata"].get("namespace"), \
+            self.name(rs)
         groups = [("headgroup", "head", 1, cluster.get("headGroupSpec") or {})] + [
             (g.get("groupName", "workers"), "worker", g.get("replicas", 1) * g.get("numOfHosts", 1), g)
             for g in cluster.get("workerGroupSpecs") or []]
-        pods = []
         for group, node_type, count, spec in groups:
+            mine = [p for p in self.pods if p["metadata"]["labels"]["ray.io/group"] == group]
+            for pod in mine[count:]:
+                if (node := self.placed.pop(pod["metadata"]["name"], None)) is not None:
+                    release(node, pod["spec"])
+                self.pods.remove(pod)
             template = spec.get("template") or {}
-            for i in range(count):
+            for i in range(len(mine), count):
                 pod_name = f"{name}-{'head' if node_type == 'head' else group + '-worker'}-{i}"
                 labels = {**(template.get("metadata") or {}).get("labels", {}), "ray.io/cluster": name,
                           "ray.io/group": group, "ray.io/node-type": node_type, "ray.io/is-ray-node": "yes"}
-                pods.append({"apiVersion": "v1", "kind": "Pod",
-                             "metadata": {"name": pod_name, "namespace": ns, "labels": labels,
-                                          "uid": str(uuid.uuid4())},
-                             "spec": copy.deepcopy(template.get("spec") or {}),
-                             "status": {"phase": "Pending", "conditions": []}})
-        return cls(cluster=key, pods=pods, fleet=fleet if fleet is not None else _node_groups_for(name, pods))
+                self.pods.append({"apiVersion": "v1", "kind": "Pod",
+                                  "metadata": {"name": pod_name, "namespace": ns, "labels": labels,
+                                               "uid": str(uuid.uuid4())},
+                                  "spec": copy.deepcopy(template.get("spec") or {}),
+                                  "status": {"phase": "Pending", "conditions": []}})
 
     def place(self, nodes: list[Node]) -> float | None:
         """Schedule every pod not placed yet on `nodes`; when all are, the time the last one was."""
@@ -732,7 +746,8 @@ def _unplaced(rs: dict, made: "RayPods") -> dict[str, dict]:
     application (tests.support.ray_rules plays Ray: the bundles Ray Serve LLM asks for each replica, what each worker
     pod advertises on its node's GPU, Ray's strategies, Serve's own message). Empty once every replica is placed."""
     spec = rs.get("spec") or {}
-    groups = {g.get("groupName"): g for g in (spec.get("rayClusterConfig") or {}).get("workerGroupSpecs") or []}
+    # the worker groups of the Ray cluster these pods belong to (the serving one, while a NewCluster upgrade waits)
+    groups = {g.get("groupName"): g for g in json.loads(made.cluster).get("workerGroupSpecs") or []}
     free = []
     for pod in made.pods:
         labels = pod["metadata"]["labels"]
@@ -768,7 +783,13 @@ def _unplaced(rs: dict, made: "RayPods") -> dict[str, dict]:
 
 
 def _cluster_key(rs: dict) -> str:
-    return json.dumps((rs.get("spec") or {}).get("rayClusterConfig") or {}, sort_keys=True)
+    """What makes a Ray cluster another one: its rayClusterConfig without the worker groups' sizes, which KubeRay
+    leaves out of its own hash (ray-operator's generateHashWithoutReplicasAndWorkersToDelete) and scales in place."""
+    cluster = copy.deepcopy((rs.get("spec") or {}).get("rayClusterConfig") or {})
+    for group in cluster.get("workerGroupSpecs") or []:
+        for size in ("replicas", "minReplicas", "maxReplicas"):
+            group.pop(size, None)
+    return json.dumps(cluster, sort_keys=True)
 
 
 @functools.lru_cache(maxsize=4096)
