@@ -1,12 +1,12 @@
 """What a deployment costs, from its own timeline: pure functions over the status and spec changes it went through.
 
-A deployment's timeline is its status changes (`deployment_transition`'s events, `after.status`), the specs it
-was given (`after.spec`: the request, its edits, approved and applied updates) and the release of a failed one's
-nodes (`after.released`, workers.pipeline). While its status is one of lifecycle.BILLED, and not released, its
-pools' nodes are provisioned: each pool's nodes × hours × the instance's price per hour (the cluster's `Prices`). A paused deployment costs nothing: on EKS its node groups are at zero, elsewhere nothing of it
-runs. What a spec costs per hour is `spec_hourly_usd` at the cluster's prices, the one figure that cost, budgets,
-previews, approvals, the planner, the advisor and the request form show, so what an approver sees is what the team
-is charged.
+A deployment's timeline is its status changes (`deployment_transition`'s events, `after.status`), the specs it was
+given (`after.spec`: the request, its edits, approved and applied updates) and the release of a failed one's nodes
+(`after.released`, workers.pipeline). While its status is one of lifecycle.BILLED, and not released, its pools'
+nodes are provisioned: each pool's nodes × hours × the instance's price per hour (the cluster's `Prices`). A paused
+deployment costs nothing: on EKS its node groups are at zero, elsewhere nothing of it runs. What a spec costs per
+hour is `spec_hourly_usd` at the cluster's prices, the one figure that cost, budgets, previews, approvals, the
+planner, the advisor and the request form show, so what an approver sees is what the team is charged.
 """
 import datetime as dt
 import statistics

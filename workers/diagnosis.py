@@ -1,23 +1,24 @@
 """Why a deployment does not serve, read from what the cluster itself reports: pure functions from pod and Serve
 statuses to findings a person can act on.
 
-The rule is generic on purpose, so that failures nobody named are seen too: every container that waits for a
-reason other than the normal ones of a starting pod (ContainerCreating, PodInitializing), every container that
-ended badly, every pod the scheduler cannot place or the kubelet evicted, and every Serve deployment whose status
-or message says it cannot start, is a finding in the words Kubernetes, KubeRay or Ray used. Only which of them can
-never heal is named (`fatal`): an image that does not exist, a container killed for memory before it was ever
-ready, a Serve deployment that failed to deploy, and a replica Ray cannot place once every pod of the Ray cluster
-runs and is ready (Tandem's Ray clusters on Kubernetes have fixed worker groups: no node will come). Everything else is left to the serving deadline (workers.pipeline), which, like `fatal`,
-applies only on the way to serving: once a deployment serves, Serve replaces replicas that die.
+The rule is generic on purpose, so that failures nobody named are seen too: every container that waits for a reason
+other than the normal ones of a starting pod (ContainerCreating, PodInitializing), every container that ended badly,
+every pod the scheduler cannot place or the kubelet evicted, and every Serve deployment whose status or message says
+it cannot start, is a finding in the words Kubernetes, KubeRay or Ray used. Only which of them can never heal is
+named (`fatal`): an image that does not exist, a container killed for memory before it was ever ready, a Serve
+deployment that failed to deploy, and a replica Ray cannot place once every pod of the Ray cluster runs and is ready
+(Tandem's Ray clusters on Kubernetes have fixed worker groups: no node will come). Everything else is left to the
+serving deadline (workers.pipeline), which, like `fatal`, applies only on the way to serving: once a deployment
+serves, Serve replaces replicas that die.
 
 Sources of the words: the kubelet's container state reasons (k8s.io/kubernetes pkg/kubelet/images/types.go
 ErrImagePull, ImagePullBackOff, ErrImageNeverPull, InvalidImageName; pkg/kubelet/kuberuntime CrashLoopBackOff,
 CreateContainerConfigError, CreateContainerError; OOMKilled from the runtime; Evicted from the eviction manager),
 containerd's message for a reference it cannot resolve ("rpc error: code = NotFound desc = failed to pull and unpack
-image ... not found", recorded in tests/support/recorded/), the scheduler's PodScheduled message, and Ray Serve's
+image ... not found", as public.ecr.aws answered it in aquasecurity/starboard#1161), the scheduler's PodScheduled message, and Ray Serve's
 deployment status message for replicas it cannot place (ray/serve/_private/deployment_state.py: "... replicas that
-have taken more than 30s to be scheduled. ... Resources required for each replica: [...], total resources
-available: {...}.").
+have taken more than 30s to be scheduled. ... Resources required for each replica: [...], total resources available:
+{...}.").
 """
 import re
 from collections.abc import Callable
@@ -102,8 +103,9 @@ def _container_findings(stage: str, pod: dict, status: dict, *, init: bool,
             logged = [line.strip() for line in (last_log(pod["metadata"]["name"], name) or "").splitlines()
                       if line.strip()]
             lines = " | ".join(logged[-LOG_LINES:])
+            logged = f"; its last log lines: {lines}" if lines else ""
             return [Finding(stage, reason, _short(f"{where} keeps crashing, restarted {status.get('restartCount', 0)} "
-                                                  f"times{cause}" + (f"; its last log lines: {lines}" if lines else "")))]
+                                                  f"times{cause}{logged}"))]
         return [Finding(stage, reason, _short(f"{where}: {message}" if message else where))]
     if terminated and terminated.get("exitCode", 0) != 0:
         return [Finding(stage, terminated.get("reason") or "Error",

@@ -1,11 +1,12 @@
-"""Beat's resync: the safety net that re-enqueues deployments, so a lost message only delays work, sized so
-that one tick never hands the workers more than they finish before the next one.
+"""Beat's resync: the safety net that re-enqueues deployments, so a lost message only delays work, sized so that one
+tick never hands the workers more than they finish before the next one.
 
-A tick enqueues at most `TANDEM_RESYNC_BATCH` passes, less the messages still waiting on the queue (work the
-workers have not caught up with counts against the batch). Unsettled deployments come first, with failed ones whose
-nodes are not released yet: they are work in flight, whose requeue chain is what a lost message breaks. Running ones (looked at for drift, e.g. an app
-removed out-of-band) fill the rest from a cursor that moves through them by id and wraps around, so N running
-deployments are all looked at within ceil(N / batch) ticks. Unsettled ones beyond a batch rotate the same way.
+A tick enqueues at most `TANDEM_RESYNC_BATCH` passes, less the messages still waiting on the queue (work the workers
+have not caught up with counts against the batch). Unsettled deployments come first, with failed ones whose nodes
+are not released yet: they are work in flight, whose requeue chain is what a lost message breaks. Running ones
+(looked at for drift, e.g. an app removed out-of-band) fill the rest from a cursor that moves through them by id and
+wraps around, so N running deployments are all looked at within ceil(N / batch) ticks. Unsettled ones beyond a batch
+rotate the same way.
 """
 from celery import current_app
 from django.conf import settings

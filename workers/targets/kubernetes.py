@@ -269,23 +269,10 @@ class KubernetesTarget(Target):
             raise api_error(e, doing="listing the Ray pods", cluster=self.cluster.name, access=self.ACCESS) from None
         complete = len(pods) >= observed.details.get("pods", 1) and all(_pod_ready(p) for p in pods)
         findings = pod_findings(pods, stage_of=lambda p: (p["metadata"].get("labels") or {}).get(POOL_LABEL, "ray"),
-                                last_log=lambda pod, container: self._previous_log(pod, namespace, container))
+                                last_log=lambda pod, container: self._pod_log(
+                                    pod, namespace, lines=LAST_RUN_LINES, previous=True, container=container,
+                                    unreadable=(400, 403, 404)))
         return findings + serve_findings(observed.details.get("serve_app") or {}, cluster_complete=complete)
-
-    def _previous_log(self, pod: str, namespace: str, container: str) -> str:
-        """The last lines a crashed container wrote before it ended; "" when there are none to read."""
-        try:
-            return k8s.CoreV1Api(self.api).read_namespaced_pod_log(
-                pod, namespace, container=container, previous=True, tail_lines=LAST_RUN_LINES,
-                _request_timeout=TIMEOUT) or ""
-        except ApiException as e:
-            if e.status in (400, 403, 404):  # no previous run yet, gone, or a role without pods/log
-                return ""
-            raise api_error(e, doing=f"reading the logs of pod {pod}", cluster=self.cluster.name,
-                            access=self.ACCESS) from None
-        except (urllib3.exceptions.HTTPError, OSError) as e:
-            raise api_error(e, doing=f"reading the logs of pod {pod}", cluster=self.cluster.name,
-                            access=self.ACCESS) from None
 
     @staticmethod
     def _serve_status(rs: dict, app: str) -> tuple[str, str, bool, dict]:
@@ -569,17 +556,21 @@ class KubernetesTarget(Target):
             pods = self._call(f"listing the {stage} pods", core.list_namespaced_pod, namespace,
                               label_selector=selector)
             names = [p.metadata.name for p in pods.items]
-            logs[stage] = "\n".join(self._pod_log(core, name, namespace) for name in names)
+            logs[stage] = "\n".join(self._pod_log(name, namespace, lines=ENGINE_LOG_LINES) for name in names)
         return logs
 
-    def _pod_log(self, core: k8s.CoreV1Api, name: str, namespace: str) -> str:
-        """A pod's last ENGINE_LOG_LINES lines; empty when it has none (gone: 404; its container waiting to start:
-        400). Any other refusal (RBAC) is the caller's to see."""
+    def _pod_log(self, name: str, namespace: str, *, lines: int, previous: bool = False,
+                 container: str | None = None, unreadable: tuple[int, ...] = (400, 404)) -> str:
+        """A pod's last `lines` lines (of its crashed container's previous run with `previous`); empty when it has
+        none to read (gone: 404; its container waiting to start, or not restarted yet: 400; and any other of
+        `unreadable`, e.g. a role without pods/log where the log only adds detail). Any other refusal is the
+        caller's to see."""
         try:
-            return core.read_namespaced_pod_log(name, namespace, tail_lines=ENGINE_LOG_LINES,
-                                                _request_timeout=TIMEOUT) or ""
+            chosen = {"container": container} if container else {}
+            return k8s.CoreV1Api(self.api).read_namespaced_pod_log(
+                name, namespace, tail_lines=lines, previous=previous, _request_timeout=TIMEOUT, **chosen) or ""
         except ApiException as e:
-            if e.status in (400, 404):
+            if e.status in unreadable:
                 return ""
             raise api_error(e, doing=f"reading the logs of pod {name}", cluster=self.cluster.name,
                             access=self.ACCESS) from None
