@@ -15,10 +15,10 @@ Sources of the words: the kubelet's container state reasons (k8s.io/kubernetes p
 ErrImagePull, ImagePullBackOff, ErrImageNeverPull, InvalidImageName; pkg/kubelet/kuberuntime CrashLoopBackOff,
 CreateContainerConfigError, CreateContainerError; OOMKilled from the runtime; Evicted from the eviction manager),
 containerd's message for a reference it cannot resolve ("rpc error: code = NotFound desc = failed to pull and unpack
-image ... not found", as public.ecr.aws answered it in aquasecurity/starboard#1161), the scheduler's PodScheduled message, and Ray Serve's
-deployment status message for replicas it cannot place (ray/serve/_private/deployment_state.py: "... replicas that
-have taken more than 30s to be scheduled. ... Resources required for each replica: [...], total resources available:
-{...}.").
+image ... not found", as public.ecr.aws answered it in aquasecurity/starboard#1161), the scheduler's PodScheduled
+message, and Ray Serve's deployment status message for replicas it cannot place
+(ray/serve/_private/deployment_state.py: "... replicas that have taken more than 30s to be scheduled. ... Resources
+required for each replica: [...], total resources available: {...}.").
 """
 import re
 from collections.abc import Callable
