@@ -24,7 +24,7 @@ IMPLIED = {"eks:CreateNodegroup": {"eks:TagResource", "iam:PassRole", "ec2:Descr
 # the EC2 Describes and the vCPU quotas, are the driver's own).
 PREFLIGHT = {"iam:SimulatePrincipalPolicy", "ecr:DescribeImages"}
 # The driver's modules that call AWS, and the client attribute each service is reached through.
-DRIVER_MODULES = ("eks.py", "eks_capacity.py")
+DRIVER_MODULES = ("eks.py", "eks_ec2.py", "eks_capacity.py")
 CLIENTS = {"eks": "eks", "ec2": "ec2", "quotas": "servicequotas"}
 TAGGED = {"StringEquals": {"aws:ResourceTag/tandem.dev/managed-by": "tandem"}}
 TAGGING = {"StringEquals": {"aws:RequestTag/tandem.dev/managed-by": "tandem"}}

@@ -5,7 +5,8 @@ import re
 from deployments.cluster_config import EksConfig, KubernetesConfig
 from tests.deployments.test_one_source import APPS, ROOT
 from tests.factories import ClusterFactory, DeploymentFactory, TeamFactory
-from workers.targets.eks import EksTarget, efa_security_group_name
+from workers.targets.eks import EksTarget
+from workers.targets.eks_ec2 import efa_security_group_name
 
 EKS = {"region": "us-west-2", "cluster_name": "gpu-prod", "node_role_arn": "arn:aws:iam::123456789012:role/nodes",
        "subnet_ids": ["subnet-0123456789abcdef0"]}

@@ -18,7 +18,7 @@ from deployments.services.node_groups import NODEGROUPS_PER_CLUSTER
 from workers import clients
 from workers.preflight.lines import FAIL, PASS, UNVERIFIED, CheckLine, Unreadable
 from workers.targets import eks_capacity
-from workers.targets.eks import efa_security_group_name
+from workers.targets.eks_ec2 import efa_security_group_name
 from workers.targets.eks_tags import TAG_DEPLOYMENT_ID, TAG_MANAGED, TAG_NAME, TAG_TEAM
 
 # What the driver does in AWS, on which of its resources, with the context the policy's conditions read there: each

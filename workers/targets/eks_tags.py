@@ -9,3 +9,21 @@ TAG_POOL = "tandem.dev/pool"  # the stage: on a node group, its launch template 
 TAG_INSTANCE_TYPE = "tandem.dev/instance-type"
 # On a launch template: the EFA security group it uses, or "none"; the group goes once no template uses it.
 TAG_EFA_SECURITY_GROUP, NO_EFA = "tandem.dev/efa-security-group", "none"
+
+
+def deployment_tags(deployment) -> dict[str, str]:
+    """Whose a resource is: Tandem's, this deployment's (by id, which the IAM policy and ownership checks read), and
+    its team's and name for people reading the console."""
+    return {TAG_MANAGED: "tandem", TAG_DEPLOYMENT_ID: str(deployment.pk), TAG_TEAM: deployment.team.slug,
+            TAG_NAME: deployment.name}
+
+
+def pool_tags(deployment, stage: str) -> dict[str, str]:
+    """What a pool's node group, launch template and placement group, and its instances, volumes and network
+    interfaces, carry: who pays for them and which stage they serve."""
+    return {**deployment_tags(deployment), TAG_POOL: stage}
+
+
+def tag_spec(resource_type: str, tags: dict[str, str]) -> list[dict]:
+    """EC2's TagSpecifications for one resource type."""
+    return [{"ResourceType": resource_type, "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}]
