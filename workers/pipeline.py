@@ -109,8 +109,11 @@ def reconcile_pass(deployment_id: int, *, fence=lambda: None) -> float | None:
         except TransientError as e:
             # Counted on the row (the event is history): `d` is the row as this pass found it. The pass did not
             # finish looking, so it writes no condition.
+            if _releasing(d):  # tried until it goes through, however long the cluster is away: said once
+                p.note(EventKind.TRANSIENT_ERROR, f"Releasing what the failed deployment runs on: {e}")
+            else:
+                event_record(kind=EventKind.TRANSIENT_ERROR, deployment=d, message=str(e))
             _write(p, transient_errors=d.transient_errors + 1)
-            event_record(kind=EventKind.TRANSIENT_ERROR, deployment=d, message=str(e))
             fail_if_stuck(d.pk, str(e))
             return _backoff(d.transient_errors, e.retry_after)
         except PermanentError as e:

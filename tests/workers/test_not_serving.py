@@ -179,3 +179,43 @@ def test_a_retry_brings_the_released_node_groups_back_and_billing_with_them(aws,
     d = _passes(d, lambda r: r.status == Status.RUNNING)
     assert _sizes(aws, d) == {"prefill": 1, "decode": 1}
     assert deployment_hourly_usd(d) > 0
+
+
+# --- the same on an existing Ray cluster: the application goes -----------------------------------------------------
+@pytest.fixture
+def on_ray(db, dashboard, monkeypatch, redis_client, tmp_path):
+    import json
+
+    from deployments.spec import spec_parse
+    from tests.factories import DeploymentFactory, local_spec_input
+    from tests.support.ray_dashboard import TEST_TOKEN
+
+    model = tmp_path / "tiny-llama"  # on the (local) Ray cluster's machine, as the preflight reads it
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"max_position_embeddings": 2048}))
+    monkeypatch.setenv("TANDEM_CLUSTER_TEST_RAY_TOKEN", TEST_TOKEN)
+    cluster = ClusterFactory(name="local", kind=Cluster.Kind.RAY, secret_ref="env:TANDEM_CLUSTER_TEST_RAY_TOKEN",
+                             config={"dashboard_url": dashboard.url, "serve_url": dashboard.url,
+                                     "model_sources": {"paths": [str(tmp_path)]}})
+    spec = spec_parse(local_spec_input(model={"id": "tiny-llama", "source": str(model)}), target_kind="ray").to_dict()
+    return DeploymentFactory(team=TeamFactory(slug="ml"), cluster=cluster, name="tiny", spec=spec,
+                             status=Status.APPROVED)
+
+
+def test_on_ray_a_failed_deployments_application_goes_and_an_unreachable_cluster_is_tried_again_quietly(
+        dashboard, on_ray):
+    dashboard.fail_apps = True  # Serve's DEPLOY_FAILED, recorded
+    d = _passes(on_ray, lambda r: r.status == Status.FAILED)
+    assert dashboard.apps, d.status_reason  # failing removes nothing by itself
+    dashboard.inject("GET", 503, count=1000)  # then the cluster stops answering
+    for _ in range(4):
+        assert reconcile_pass(d.pk) is not None  # the release is tried again, later and later
+    d = _row(d)
+    assert d.released_at is None and d.status == Status.FAILED
+    tries = d.events.filter(kind="transient_error")
+    assert tries.count() == 1 and tries.get().message.startswith(
+        "Releasing what the failed deployment runs on: The Ray dashboard of local answered 503")
+    dashboard.faults.clear()  # back: the release goes through and the application is gone
+    d = _passes(d, lambda r: r.released_at is not None)
+    assert not dashboard.apps or all(a["deleting"] for a in dashboard.apps.values())
+    assert d.events.get(kind="released").message.startswith("Released what the failed deployment ran on: ")
