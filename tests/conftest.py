@@ -72,3 +72,13 @@ def kubeconfig(emulator, tmp_path):
     path.write_text(kubeconfig_text(url=emulator.base_url, token=EMULATOR_TOKEN))
     path.chmod(0o600)
     return f"file:{path}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Each phase's seconds (setup, call, teardown) as a property of the test in the JUnit files CI keeps
+    (test-artifacts/): a test slow in its fixtures shows where, which the file's one `time` does not."""
+    outcome = yield
+    timed = (f"{call.when}_seconds", f"{call.duration:.3f}")
+    # JUnit takes the properties of a test's last report, its teardown's, made from the item's at that moment
+    (outcome.get_result().user_properties if call.when == "teardown" else item.user_properties).append(timed)

@@ -38,8 +38,11 @@ def test_the_drain_process_recovers_when_postgresql_drops_its_connections(world,
         pg.restore()
         restored = time.monotonic()
         assert ask("after-restart") == 200
-        wait_for(lambda: recorded("during-restart") and recorded("after-restart"), timeout=10,
-                          every=0.1), log.read_text()[-2000:]
+        try:
+            wait_for(lambda: recorded("during-restart") and recorded("after-restart"), timeout=10, every=0.1,
+                     what="the requests made during and after the restart to be recorded")
+        except AssertionError as e:  # with what the drain said meanwhile
+            raise AssertionError(f"{e}; the drain's log ends: {log.read_text()[-2000:]}") from None
         print(f"drain caught up {time.monotonic() - restored:.2f} s after PostgreSQL came back")
         assert RequestRecord.objects.filter(client_request_id__endswith="-restart").count() == 3
     finally:
